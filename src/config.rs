@@ -1,9 +1,46 @@
 //! The mount configuration: a TOML file parsed into raw serde structs, then validated into
 //! [`MountConfig`], the only form the rest of tierfs sees.
 //!
-//! (Contract stub: the parsing and validation are being written; the types are final.)
+//! Two stages, as in ripgrep's low-level/high-level arguments: the `Raw*` structs mirror the
+//! file exactly (`deny_unknown_fields`, so a misspelt key is an error rather than a silently
+//! ignored default) and keep sizes and bandwidths as the strings the user wrote; validation
+//! then turns them into numbers, expands `${HOSTNAME}`, `${USER}` and `${HOME}`, fills in the
+//! defaults and checks everything it can without touching the disk. Every problem found is
+//! reported at once, one line each, naming the file, the key (`tier[1].write_bandwidth`) and
+//! the fix. [`MountConfig::prepare_tier_dirs`] is the separate, disk-touching step run just
+//! before mounting.
+//!
+//! The file format:
+//!
+//! ```toml
+//! [[tier]]                            # one or more, fastest first is customary
+//! name = "nvme"                       # [A-Za-z0-9_.-]{1,32}, unique
+//! path = "/local/scratch/tierfs"      # absolute; ${HOSTNAME} ${USER} ${HOME} expand
+//! create = true                       # default false: create the last path component
+//! write_bandwidth = "2GB/s"           # default: probed at mount
+//! read_bandwidth = "3GB/s"            # default: probed at mount
+//! capacity = "800GiB"                 # default: the device's free space
+//!
+//! [placement]
+//! layout = "whole-file"               # or "stripe"
+//! stripe_unit = "1MiB"                # multiple of 4096, 64KiB..=1GiB
+//!
+//! [mount]
+//! stats_dir = ".tierfs"               # virtual folder at the mount root
+//! allow_other = false
+//! log_file = "/tmp/tierfs-${USER}.log"
+//! threads = 8                         # 1..=256
+//! ```
 
-use std::path::{Path, PathBuf};
+use std::ffi::{CStr, CString};
+use std::fmt;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::units;
 
 /// Errors a user can cause with a config file. Each names the file, the key and the fix.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +57,16 @@ pub enum Layout {
     WholeFile,
     /// Each file is cut into `stripe_unit` pieces spread by weighted round-robin.
     Stripe,
+}
+
+impl Layout {
+    /// The spelling used in the config file: `"whole-file"` or `"stripe"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layout::WholeFile => "whole-file",
+            Layout::Stripe => "stripe",
+        }
+    }
 }
 
 /// One validated `[[tier]]`.
@@ -67,6 +114,245 @@ pub struct MountConfig {
     pub mount: MountSection,
 }
 
+/// `placement.layout` when the file does not say.
+pub const DEFAULT_LAYOUT: Layout = Layout::WholeFile;
+/// `placement.stripe_unit` when the file does not say: 1 MiB.
+pub const DEFAULT_STRIPE_UNIT: u64 = 1 << 20;
+/// Smallest accepted `placement.stripe_unit`: 64 KiB.
+pub const MIN_STRIPE_UNIT: u64 = 64 << 10;
+/// Largest accepted `placement.stripe_unit`: 1 GiB.
+pub const MAX_STRIPE_UNIT: u64 = 1 << 30;
+/// `placement.stripe_unit` must be a multiple of this (the page size O_DIRECT needs).
+pub const STRIPE_ALIGN: u64 = 4096;
+/// `mount.stats_dir` when the file does not say.
+pub const DEFAULT_STATS_DIR: &str = ".tierfs";
+/// `mount.threads` when the file does not say.
+pub const DEFAULT_THREADS: usize = 8;
+/// Largest accepted `mount.threads`.
+pub const MAX_THREADS: usize = 256;
+/// Longest accepted tier name.
+pub const MAX_TIER_NAME: usize = 32;
+
+impl Default for PlacementConfig {
+    fn default() -> Self {
+        PlacementConfig {
+            layout: DEFAULT_LAYOUT,
+            stripe_unit: DEFAULT_STRIPE_UNIT,
+        }
+    }
+}
+
+impl Default for MountSection {
+    fn default() -> Self {
+        MountSection {
+            stats_dir: DEFAULT_STATS_DIR.to_string(),
+            allow_other: false,
+            log_file: None,
+            threads: DEFAULT_THREADS,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The raw file.
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    tier: Vec<RawTier>,
+    #[serde(default)]
+    placement: RawPlacement,
+    #[serde(default)]
+    mount: RawMount,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTier {
+    name: String,
+    path: String,
+    #[serde(default)]
+    create: bool,
+    write_bandwidth: Option<Human>,
+    read_bandwidth: Option<Human>,
+    capacity: Option<Human>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPlacement {
+    layout: Option<String>,
+    stripe_unit: Option<Human>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMount {
+    stats_dir: Option<String>,
+    #[serde(default)]
+    allow_other: bool,
+    log_file: Option<String>,
+    /// Signed so that `threads = -1` gets our range message rather than serde's.
+    threads: Option<i64>,
+}
+
+/// A size or bandwidth as written: a string (`"1MiB"`), or a bare number (`capacity = 4096`),
+/// kept as text so the unit parser gives one kind of message for both.
+#[derive(Debug)]
+struct Human(String);
+
+impl<'de> Deserialize<'de> for Human {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Human;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string with a unit, such as \"1MiB\" or \"2GB/s\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Human, E> {
+                Ok(Human(v.to_string()))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Human, E> {
+                Ok(Human(v.to_string()))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Human, E> {
+                Ok(Human(v.to_string()))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Human, E> {
+                Ok(Human(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation.
+
+/// Every problem found in one file, reported together.
+struct Problems {
+    file: String,
+    list: Vec<String>,
+}
+
+impl Problems {
+    fn add(&mut self, key: &str, msg: impl fmt::Display) {
+        self.list.push(format!("{}: {key}: {msg}", self.file));
+    }
+
+    fn into_result<T>(self, ok: T) -> Result<T, ConfigError> {
+        if self.list.is_empty() {
+            Ok(ok)
+        } else {
+            Err(ConfigError::Invalid(self.list.join("\n")))
+        }
+    }
+}
+
+/// Where `offset` falls in `text`, 1-based, counting columns in characters.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().unwrap_or("").chars().count() + 1;
+    (line, col)
+}
+
+/// A TOML syntax or shape error as `file:line:col: message`, with the offending line.
+fn toml_error(text: &str, file: &str, e: &toml::de::Error) -> ConfigError {
+    // toml puts "expected ..." on a line of its own; keep the message on one line.
+    let mut msg = e.message().trim().replace('\n', "; ");
+    if msg.contains("expected a sequence") {
+        msg.push_str(" (write each tier as a `[[tier]]` section, with double brackets)");
+    }
+    let Some(span) = e.span() else {
+        return ConfigError::Invalid(format!("{file}: {msg}"));
+    };
+    let (line, col) = line_col(text, span.start);
+    let src = text.lines().nth(line - 1).unwrap_or("");
+    ConfigError::Invalid(format!("{file}:{line}:{col}: {msg}\n    {line} | {src}"))
+}
+
+/// Quotes `s` as a TOML string.
+fn toml_str(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+fn is_valid_tier_name(name: &str) -> bool {
+    (1..=MAX_TIER_NAME).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+        && name != "."
+        && name != ".."
+}
+
+/// Why tier `name` at `path` cannot sit beside tier[`j`] `other`: the same folder, or one
+/// inside the other (compared by whole components, so /xy is not inside /x).
+fn overlap(path: &Path, name: &str, j: usize, other: &TierConfig) -> Option<String> {
+    if other.path == path {
+        return Some(format!(
+            "{} is also the path of tier[{j}] ('{}'); give each tier its own folder",
+            path.display(),
+            other.name
+        ));
+    }
+    let (relation, outer) = if path.starts_with(&other.path) {
+        ("is inside", &other.path)
+    } else if other.path.starts_with(path) {
+        ("contains", &path.to_path_buf())
+    } else {
+        return None;
+    };
+    Some(format!(
+        "{} {relation} tier[{j}]'s folder {} ('{}'); tier folders must not contain each \
+         other: use sibling folders such as {} and {}",
+        path.display(),
+        other.path.display(),
+        other.name,
+        outer.join(&other.name).display(),
+        outer.join(name).display(),
+    ))
+}
+
+/// Expands `${...}` in a path as written and checks the result with [`normalize_absolute`];
+/// errors quote what was written (and what it expanded to, where that differs).
+fn expand_path(written: &str) -> Result<PathBuf, String> {
+    let expanded = expand_vars(written)?;
+    normalize_absolute(&expanded).map_err(|why| {
+        if expanded == written {
+            format!("{written:?} {why}")
+        } else {
+            format!("{written:?} (expanded: {expanded:?}) {why}")
+        }
+    })
+}
+
+/// Checks an expanded path is absolute and returns it without `.` components or repeated
+/// and trailing slashes, so that the nesting check compares like with like.
+fn normalize_absolute(p: &str) -> Result<PathBuf, String> {
+    if p.contains('\0') {
+        return Err("contains a NUL character".into());
+    }
+    let path = Path::new(p);
+    if !path.is_absolute() {
+        return Err("is not absolute; write the full path, starting with \"/\"".into());
+    }
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::RootDir => out.push("/"),
+            Component::CurDir => {}
+            Component::Normal(x) => out.push(x),
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err("contains \"..\"; write the folder without \"..\"".into());
+            }
+        }
+    }
+    Ok(out)
+}
+
 impl MountConfig {
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path) -> Result<MountConfig, ConfigError> {
@@ -77,18 +363,738 @@ impl MountConfig {
 
     /// Parses and validates config text; `source` is only used in messages.
     pub fn parse(text: &str, source: &Path) -> Result<MountConfig, ConfigError> {
-        let _ = (text, source);
-        Err(ConfigError::Invalid("unimplemented".into()))
+        let file = source.display().to_string();
+        let raw: RawConfig = toml::from_str(text).map_err(|e| toml_error(text, &file, &e))?;
+        let mut p = Problems {
+            file,
+            list: Vec::new(),
+        };
+
+        if raw.tier.is_empty() {
+            p.add(
+                "tier",
+                "no [[tier]] sections; add at least one, e.g.\n    \
+                 [[tier]]\n    name = \"nvme\"\n    path = \"/local/scratch/tierfs\"",
+            );
+        }
+
+        // Tiers whose path is valid, with their index in the file for messages.
+        let mut tiers: Vec<(usize, TierConfig)> = Vec::with_capacity(raw.tier.len());
+        for (i, t) in raw.tier.iter().enumerate() {
+            let key = |field: &str| format!("tier[{i}].{field}");
+
+            if !is_valid_tier_name(&t.name) {
+                p.add(
+                    &key("name"),
+                    format_args!(
+                        "{:?} is not a valid tier name; use 1 to {MAX_TIER_NAME} letters, \
+                         digits, '_', '.' or '-' (not \".\" or \"..\")",
+                        t.name
+                    ),
+                );
+            } else if let Some(j) = raw.tier[..i].iter().position(|o| o.name == t.name) {
+                p.add(
+                    &key("name"),
+                    format_args!(
+                        "{:?} is already the name of tier[{j}]; give each tier its own name",
+                        t.name
+                    ),
+                );
+            }
+
+            let path = match expand_path(&t.path) {
+                Ok(path) if path == Path::new("/") => {
+                    p.add(
+                        &key("path"),
+                        "the root folder cannot be a tier; use a folder in it",
+                    );
+                    None
+                }
+                Ok(path) => Some(path),
+                Err(e) => {
+                    p.add(&key("path"), e);
+                    None
+                }
+            };
+
+            let mut bandwidth = |field: &str, v: &Option<Human>| -> Option<f64> {
+                let v = v.as_ref()?;
+                units::parse_bandwidth(&v.0)
+                    .map_err(|e| {
+                        p.add(
+                            &key(field),
+                            format_args!("{e}; or remove the key to probe it"),
+                        )
+                    })
+                    .ok()
+            };
+            let write_bandwidth = bandwidth("write_bandwidth", &t.write_bandwidth);
+            let read_bandwidth = bandwidth("read_bandwidth", &t.read_bandwidth);
+
+            let capacity = match t.capacity.as_ref().map(|v| units::parse_size(&v.0)) {
+                None => None,
+                Some(Ok(0)) => {
+                    p.add(
+                        &key("capacity"),
+                        "must be greater than zero; \
+                         remove the key to use the device's free space",
+                    );
+                    None
+                }
+                Some(Ok(n)) => Some(n),
+                Some(Err(e)) => {
+                    p.add(&key("capacity"), e);
+                    None
+                }
+            };
+
+            let Some(path) = path else { continue };
+            for (j, o) in &tiers {
+                if let Some(why) = overlap(&path, &t.name, *j, o) {
+                    p.add(&key("path"), why);
+                }
+            }
+            let tier = TierConfig {
+                name: t.name.clone(),
+                path,
+                create: t.create,
+                read_bandwidth,
+                write_bandwidth,
+                capacity,
+            };
+            tiers.push((i, tier));
+        }
+        let tiers = tiers.into_iter().map(|(_, t)| t).collect();
+
+        let layout = match raw.placement.layout.as_deref() {
+            None => DEFAULT_LAYOUT,
+            Some("whole-file") => Layout::WholeFile,
+            Some("stripe") => Layout::Stripe,
+            Some(other) => {
+                p.add(
+                    "placement.layout",
+                    format_args!("{other:?} is not a layout; use \"whole-file\" or \"stripe\""),
+                );
+                DEFAULT_LAYOUT
+            }
+        };
+        let stripe_unit = match raw.placement.stripe_unit.as_ref() {
+            None => DEFAULT_STRIPE_UNIT,
+            Some(v) => match units::parse_size(&v.0) {
+                Ok(n)
+                    if n % STRIPE_ALIGN == 0
+                        && (MIN_STRIPE_UNIT..=MAX_STRIPE_UNIT).contains(&n) =>
+                {
+                    n
+                }
+                Ok(n) => {
+                    p.add(
+                        "placement.stripe_unit",
+                        format_args!(
+                            "{:?} ({n} bytes) must be a multiple of 4096 between 64KiB and 1GiB; \
+                             e.g. \"1MiB\" (the default)",
+                            v.0
+                        ),
+                    );
+                    DEFAULT_STRIPE_UNIT
+                }
+                Err(e) => {
+                    p.add("placement.stripe_unit", e);
+                    DEFAULT_STRIPE_UNIT
+                }
+            },
+        };
+
+        let stats_dir = raw
+            .mount
+            .stats_dir
+            .unwrap_or_else(|| DEFAULT_STATS_DIR.to_string());
+        if stats_dir.is_empty()
+            || stats_dir == "."
+            || stats_dir == ".."
+            || stats_dir.contains(['/', '\0'])
+        {
+            p.add(
+                "mount.stats_dir",
+                format_args!(
+                    "{stats_dir:?} must be a single folder name (not empty, \".\" or \"..\", \
+                     no \"/\"), e.g. \"{DEFAULT_STATS_DIR}\" (the default)"
+                ),
+            );
+        }
+
+        let log_file =
+            raw.mount
+                .log_file
+                .as_deref()
+                .and_then(|raw_log| match expand_path(raw_log) {
+                    Ok(path) => Some(path),
+                    Err(e) => {
+                        p.add(
+                            "mount.log_file",
+                            format_args!("{e}; or remove the key to log to stderr"),
+                        );
+                        None
+                    }
+                });
+
+        let threads = match raw.mount.threads {
+            None => DEFAULT_THREADS,
+            Some(n) if n >= 1 && n <= MAX_THREADS as i64 => n as usize,
+            Some(n) => {
+                p.add(
+                    "mount.threads",
+                    format_args!(
+                        "{n} is out of range; use 1 to {MAX_THREADS} ({DEFAULT_THREADS} is the \
+                         default)"
+                    ),
+                );
+                DEFAULT_THREADS
+            }
+        };
+
+        p.into_result(MountConfig {
+            source: source.to_path_buf(),
+            tiers,
+            placement: PlacementConfig {
+                layout,
+                stripe_unit,
+            },
+            mount: MountSection {
+                stats_dir,
+                allow_other: raw.mount.allow_other,
+                log_file,
+                threads,
+            },
+        })
     }
 
     /// The effective configuration as TOML (every default filled in), for `.tierfs/config`.
     pub fn to_toml(&self) -> String {
-        String::new()
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let path_str = |p: &Path| toml_str(&p.to_string_lossy());
+        // Writing into a String cannot fail; the results are ignored for that reason.
+        let _ = writeln!(
+            s,
+            "# Effective tierfs configuration, every default filled in."
+        );
+        let _ = writeln!(s, "# Source: {:?}", self.source);
+        for t in &self.tiers {
+            let _ = writeln!(s, "\n[[tier]]");
+            let _ = writeln!(s, "name = {}", toml_str(&t.name));
+            let _ = writeln!(s, "path = {}", path_str(&t.path));
+            let _ = writeln!(s, "create = {}", t.create);
+            for (key, v) in [
+                ("write_bandwidth", t.write_bandwidth),
+                ("read_bandwidth", t.read_bandwidth),
+            ] {
+                match v {
+                    Some(bps) => {
+                        let _ =
+                            writeln!(s, "{key} = {}", toml_str(&units::fmt_bandwidth_exact(bps)));
+                    }
+                    None => {
+                        let _ = writeln!(s, "# {key}: not set, measured at mount");
+                    }
+                }
+            }
+            match t.capacity {
+                Some(n) => {
+                    let _ = writeln!(s, "capacity = {}", toml_str(&units::fmt_size_exact(n)));
+                }
+                None => {
+                    let _ = writeln!(s, "# capacity: not set, the device's free space");
+                }
+            }
+        }
+        let _ = writeln!(s, "\n[placement]");
+        let _ = writeln!(s, "layout = {}", toml_str(self.placement.layout.as_str()));
+        let _ = writeln!(
+            s,
+            "stripe_unit = {}",
+            toml_str(&units::fmt_size_exact(self.placement.stripe_unit))
+        );
+        let _ = writeln!(s, "\n[mount]");
+        let _ = writeln!(s, "stats_dir = {}", toml_str(&self.mount.stats_dir));
+        let _ = writeln!(s, "allow_other = {}", self.mount.allow_other);
+        match &self.mount.log_file {
+            Some(p) => {
+                let _ = writeln!(s, "log_file = {}", path_str(p));
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "# log_file: not set, stderr (or <first tier>/.tierfs-meta/daemon.log in \
+                     the background)"
+                );
+            }
+        }
+        let _ = writeln!(s, "threads = {}", self.mount.threads);
+        s
     }
 
     /// Checks every tier folder exists (or creates it where `create = true`), is a directory
     /// and is writable.
+    ///
+    /// Only the last path component is ever created: a missing parent usually means the
+    /// parallel file system is not mounted on this node, and creating the tree would quietly
+    /// put the "PFS" tier on the root disk. Once all folders exist they are resolved through
+    /// symlinks and checked again for two tiers sharing (or nesting) one folder.
     pub fn prepare_tier_dirs(&self) -> Result<(), ConfigError> {
+        let file = self.source.display();
+        let fail = |t: &TierConfig, msg: String| {
+            ConfigError::Invalid(format!("{file}: tier '{}': {msg}", t.name))
+        };
+        let mut resolved = Vec::with_capacity(self.tiers.len());
+        for t in &self.tiers {
+            let dir = &t.path;
+            match std::fs::metadata(dir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(fail(
+                        t,
+                        format!(
+                            "{} exists but is not a directory; point `path` at a folder",
+                            dir.display()
+                        ),
+                    ))
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    let parent = dir.parent().unwrap_or(Path::new("/"));
+                    if !parent.is_dir() {
+                        return Err(fail(
+                            t,
+                            format!(
+                                "the parent folder {} of {} does not exist (is its file system \
+                                 mounted on this node?); tierfs creates only the last component \
+                                 of a tier path, even with `create = true`: create the parent \
+                                 first or fix `path`",
+                                parent.display(),
+                                dir.display()
+                            ),
+                        ));
+                    }
+                    if !t.create {
+                        return Err(fail(
+                            t,
+                            format!(
+                                "folder {} does not exist; create it or set `create = true`",
+                                dir.display()
+                            ),
+                        ));
+                    }
+                    match std::fs::create_dir(dir) {
+                        Ok(()) => {}
+                        // Another tierfs on the same node may have just made it.
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+                        Err(e) => {
+                            return Err(fail(t, format!("cannot create {}: {e}", dir.display())))
+                        }
+                    }
+                }
+                Err(e) => return Err(fail(t, format!("cannot inspect {}: {e}", dir.display()))),
+            }
+            if let Err(e) = check_writable(dir) {
+                return Err(fail(
+                    t,
+                    format!(
+                        "folder {} is not writable and searchable by this user: {e}; fix its \
+                         permissions (e.g. `chmod u+wx`) or choose another folder",
+                        dir.display()
+                    ),
+                ));
+            }
+            let real = std::fs::canonicalize(dir)
+                .map_err(|e| fail(t, format!("cannot resolve {}: {e}", dir.display())))?;
+            resolved.push(real);
+        }
+        for (i, a) in resolved.iter().enumerate() {
+            for (j, b) in resolved.iter().enumerate().skip(i + 1) {
+                if a.starts_with(b) || b.starts_with(a) {
+                    return Err(fail(
+                        &self.tiers[j],
+                        format!(
+                            "{} resolves to {}, which is the same as or nested with tier '{}' \
+                             ({}); tier folders must be separate, so check the symlinks on \
+                             these paths",
+                            self.tiers[j].path.display(),
+                            b.display(),
+                            self.tiers[i].name,
+                            a.display()
+                        ),
+                    ));
+                }
+            }
+        }
         Ok(())
+    }
+}
+
+/// `access(dir, W_OK | X_OK)`: can this process create files in `dir`?
+fn check_writable(dir: &Path) -> io::Result<()> {
+    let c = CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call; access(2) only
+    // reads it.
+    let rc = unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// ${VAR} expansion.
+
+/// The variables `${...}` may name in `path` and `log_file`.
+pub const EXPANDABLE_VARS: [&str; 3] = ["HOSTNAME", "USER", "HOME"];
+
+/// Expands `${HOSTNAME}`, `${USER}` and `${HOME}` in `s`. Only the braced form expands; a
+/// lone `$` (as in `$HOSTNAME`) is kept as written. An unknown or unterminated `${` is an
+/// error that names it; each value is looked up only if used.
+pub fn expand_vars(s: &str) -> Result<String, String> {
+    expand_with(s, &|var| match var {
+        "HOSTNAME" => hostname(),
+        "USER" => user_name(),
+        "HOME" => home_dir(),
+        _ => Err(io::Error::new(io::ErrorKind::NotFound, "unknown")),
+    })
+}
+
+fn expand_with(s: &str, lookup: &dyn Fn(&str) -> io::Result<String>) -> Result<String, String> {
+    let known = "only ${HOSTNAME}, ${USER} and ${HOME} expand";
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err(format!(
+                "{s:?} has a \"${{\" without a closing \"}}\"; {known}"
+            ));
+        };
+        let var = &after[..end];
+        if !EXPANDABLE_VARS.contains(&var) {
+            return Err(format!(
+                "{s:?} uses the unknown variable ${{{var}}}; {known}"
+            ));
+        }
+        let value = lookup(var)
+            .map_err(|e| format!("{s:?} uses ${{{var}}}, which could not be determined: {e}"))?;
+        out.push_str(&value);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// This node's host name, as `${HOSTNAME}` expands: `gethostname(2)`, else
+/// /proc/sys/kernel/hostname.
+pub fn hostname() -> io::Result<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is valid for writes of `buf.len()` bytes for the duration of the call.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        if let Ok(name) = std::str::from_utf8(&buf[..end]) {
+            if !name.is_empty() {
+                return Ok(name.to_string());
+            }
+        }
+    }
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")?
+        .trim()
+        .to_string();
+    if name.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "the host name is empty",
+        ));
+    }
+    Ok(name)
+}
+
+/// The user name, as `${USER}` expands: `$USER`, else the passwd entry of the effective uid.
+pub fn user_name() -> io::Result<String> {
+    match std::env::var("USER") {
+        Ok(u) if !u.is_empty() => Ok(u),
+        _ => Ok(passwd_entry()?.0),
+    }
+}
+
+/// The home folder, as `${HOME}` expands: `$HOME`, else the passwd entry of the effective uid.
+pub fn home_dir() -> io::Result<String> {
+    match std::env::var("HOME") {
+        Ok(h) if !h.is_empty() => Ok(h),
+        _ => Ok(passwd_entry()?.1),
+    }
+}
+
+/// (name, home folder) of the effective uid, from `getpwuid_r(3)`.
+fn passwd_entry() -> io::Result<(String, String)> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    let mut buf = vec![0u8; 4096];
+    loop {
+        // SAFETY: `passwd` is a plain C struct of integers and pointers, for which all-zero
+        // is a valid (if meaningless) value; getpwuid_r overwrites it.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call: `pwd` and `result` are live locals,
+        // and `buf` is writable for `buf.len()` bytes.
+        let rc = unsafe {
+            libc::getpwuid_r(
+                uid,
+                &mut pwd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < (1 << 20) {
+            let len = buf.len() * 4;
+            buf.resize(len, 0);
+            continue;
+        }
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        if result.is_null() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no passwd entry for uid {uid}"),
+            ));
+        }
+        // SAFETY: on success pw_name and pw_dir point to NUL-terminated strings inside
+        // `buf`, which is alive and unmodified until the end of this block.
+        let (name, dir) = unsafe {
+            (
+                CStr::from_ptr(pwd.pw_name).to_string_lossy().into_owned(),
+                CStr::from_ptr(pwd.pw_dir).to_string_lossy().into_owned(),
+            )
+        };
+        return Ok((name, dir));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<MountConfig, String> {
+        MountConfig::parse(text, Path::new("/etc/tierfs/test.toml")).map_err(|e| e.to_string())
+    }
+
+    const TWO: &str = r#"
+[[tier]]
+name = "nvme"
+path = "/local/scratch/tierfs"
+create = true
+write_bandwidth = "2GB/s"
+read_bandwidth = "3GB/s"
+capacity = "800GiB"
+[[tier]]
+name = "pfs"
+path = "/lus/proj/tierfs/${HOSTNAME}"
+"#;
+
+    #[test]
+    fn full_file_parses_with_defaults() {
+        let c = parse(TWO).unwrap();
+        assert_eq!(c.tiers.len(), 2);
+        let nvme = &c.tiers[0];
+        assert_eq!(nvme.name, "nvme");
+        assert_eq!(nvme.path, Path::new("/local/scratch/tierfs"));
+        assert!(nvme.create);
+        assert_eq!(nvme.write_bandwidth, Some(2e9));
+        assert_eq!(nvme.read_bandwidth, Some(3e9));
+        assert_eq!(nvme.capacity, Some(800 << 30));
+        let pfs = &c.tiers[1];
+        assert_eq!(
+            pfs.path,
+            Path::new("/lus/proj/tierfs").join(hostname().unwrap())
+        );
+        assert!(!pfs.create);
+        assert_eq!(
+            (pfs.read_bandwidth, pfs.write_bandwidth, pfs.capacity),
+            (None, None, None)
+        );
+        assert_eq!(c.placement.layout, Layout::WholeFile);
+        assert_eq!(c.placement.stripe_unit, 1 << 20);
+        assert_eq!(c.mount.stats_dir, ".tierfs");
+        assert!(!c.mount.allow_other);
+        assert_eq!(c.mount.log_file, None);
+        assert_eq!(c.mount.threads, 8);
+        assert_eq!(c.source, Path::new("/etc/tierfs/test.toml"));
+    }
+
+    #[test]
+    fn sections_parse() {
+        let c = parse(&format!(
+            "{TWO}\n[placement]\nlayout = \"stripe\"\nstripe_unit = \"4MiB\"\n\
+             [mount]\nstats_dir = \".stats\"\nallow_other = true\n\
+             log_file = \"/tmp/tierfs-${{USER}}.log\"\nthreads = 32\n"
+        ))
+        .unwrap();
+        assert_eq!(c.placement.layout, Layout::Stripe);
+        assert_eq!(c.placement.stripe_unit, 4 << 20);
+        assert_eq!(c.mount.stats_dir, ".stats");
+        assert!(c.mount.allow_other);
+        let log = format!("/tmp/tierfs-{}.log", user_name().unwrap());
+        assert_eq!(c.mount.log_file, Some(PathBuf::from(log)));
+        assert_eq!(c.mount.threads, 32);
+    }
+
+    #[test]
+    fn numbers_are_accepted_for_sizes() {
+        let c = parse("[[tier]]\nname='a'\npath='/a'\ncapacity = 4096\n").unwrap();
+        assert_eq!(c.tiers[0].capacity, Some(4096));
+    }
+
+    #[test]
+    fn round_trips_through_to_toml() {
+        let text = format!(
+            "{TWO}\n[placement]\nlayout = \"stripe\"\nstripe_unit = \"256KiB\"\n\
+             [mount]\nlog_file = \"/tmp/x.log\"\nthreads = 3\n"
+        );
+        let a = parse(&text).unwrap();
+        let printed = a.to_toml();
+        let b = parse(&printed).unwrap();
+        assert_eq!(printed, b.to_toml());
+        assert_eq!(
+            serde_json::to_value(&a).unwrap(),
+            serde_json::to_value(&b).unwrap()
+        );
+        assert!(printed.contains("write_bandwidth = \"2GB/s\""), "{printed}");
+        assert!(printed.contains("capacity = \"800GiB\""), "{printed}");
+        assert!(printed.contains("stripe_unit = \"256KiB\""), "{printed}");
+        assert!(printed.contains("stats_dir = \".tierfs\""), "{printed}");
+    }
+
+    #[test]
+    fn all_problems_are_reported_at_once() {
+        let err = parse(
+            "[[tier]]\nname = 'a b'\npath = 'rel'\nwrite_bandwidth = '2GB'\n\
+             [mount]\nthreads = 0\n",
+        )
+        .unwrap_err();
+        for key in [
+            "tier[0].name",
+            "tier[0].path",
+            "tier[0].write_bandwidth",
+            "mount.threads",
+        ] {
+            assert!(
+                err.contains(&format!("/etc/tierfs/test.toml: {key}: ")),
+                "{key}: {err}"
+            );
+        }
+        assert_eq!(err.lines().count(), 4, "{err}");
+    }
+
+    #[test]
+    fn syntax_errors_have_line_and_column() {
+        let err = parse("[[tier]]\nname = \"a\"\npath = /a\n").unwrap_err();
+        assert!(err.starts_with("/etc/tierfs/test.toml:3:8: "), "{err}");
+        let err = parse("[[tier]]\nname = \"a\"\npath = \"/a\"\nspeed = 1\n").unwrap_err();
+        assert!(err.starts_with("/etc/tierfs/test.toml:4:1: "), "{err}");
+        assert!(err.contains("speed"), "{err}");
+        let err = parse("[tier]\nname = \"a\"\npath = \"/a\"\n").unwrap_err();
+        assert!(err.contains("[[tier]]"), "{err}");
+    }
+
+    #[test]
+    fn expansion() {
+        let look = |v: &str| -> io::Result<String> { Ok(format!("<{v}>")) };
+        assert_eq!(
+            expand_with("/a/${HOSTNAME}/${USER}", &look).unwrap(),
+            "/a/<HOSTNAME>/<USER>"
+        );
+        assert_eq!(
+            expand_with("/a/$HOSTNAME/$", &look).unwrap(),
+            "/a/$HOSTNAME/$"
+        );
+        assert_eq!(expand_with("${HOME}", &look).unwrap(), "<HOME>");
+        assert!(expand_with("/a/${NODE}", &look)
+            .unwrap_err()
+            .contains("${NODE}"));
+        assert!(expand_with("/a/${HOSTNAME", &look)
+            .unwrap_err()
+            .contains("closing"));
+        assert!(expand_with("/a/${}", &look)
+            .unwrap_err()
+            .contains("unknown variable ${}"));
+        assert!(!hostname().unwrap().is_empty());
+        assert!(!user_name().unwrap().is_empty());
+        // A container may run under a uid with no passwd entry; then there is nothing to check.
+        if let Ok((name, _)) = passwd_entry() {
+            assert!(!name.is_empty());
+        }
+    }
+
+    #[test]
+    fn paths_are_normalized_and_checked() {
+        let c = parse("[[tier]]\nname='a'\npath='/x//y/./z/'\n").unwrap();
+        assert_eq!(c.tiers[0].path, Path::new("/x/y/z"));
+        assert!(parse("[[tier]]\nname='a'\npath='/x/../y'\n")
+            .unwrap_err()
+            .contains(".."));
+        assert!(parse("[[tier]]\nname='a'\npath='/'\n")
+            .unwrap_err()
+            .contains("root"));
+        let err =
+            parse("[[tier]]\nname='a'\npath='/x'\n[[tier]]\nname='b'\npath='/x/'\n").unwrap_err();
+        assert!(
+            err.contains("tier[1].path") && err.contains("tier[0]"),
+            "{err}"
+        );
+        // Prefixes that are not path components are not nesting.
+        parse("[[tier]]\nname='a'\npath='/x'\n[[tier]]\nname='b'\npath='/xy'\n").unwrap();
+    }
+
+    #[test]
+    fn stripe_unit_limits() {
+        let with = |v: &str| parse(&format!("{TWO}[placement]\nstripe_unit = {v:?}\n"));
+        assert_eq!(with("64KiB").unwrap().placement.stripe_unit, 64 << 10);
+        assert_eq!(with("1GiB").unwrap().placement.stripe_unit, 1 << 30);
+        for bad in ["32KiB", "2GiB", "100000", "1MB", "lots"] {
+            let err = with(bad).unwrap_err();
+            assert!(
+                err.contains("placement.stripe_unit") && err.contains(bad),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn stats_dir_and_threads_limits() {
+        for bad in ["", ".", "..", "a/b", "/x"] {
+            let err = parse(&format!("{TWO}[mount]\nstats_dir = {bad:?}\n")).unwrap_err();
+            assert!(err.contains("mount.stats_dir"), "{err}");
+        }
+        for bad in [0, -1, 257] {
+            let err = parse(&format!("{TWO}[mount]\nthreads = {bad}\n")).unwrap_err();
+            assert!(
+                err.contains("mount.threads") && err.contains("1 to 256"),
+                "{err}"
+            );
+        }
+        let err = parse(&format!("{TWO}[mount]\nlog_file = \"tierfs.log\"\n")).unwrap_err();
+        assert!(
+            err.contains("mount.log_file") && err.contains("absolute"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn tier_names() {
+        assert!(is_valid_tier_name("nvme0"));
+        assert!(is_valid_tier_name("A-b_c.d"));
+        assert!(is_valid_tier_name(&"x".repeat(32)));
+        for bad in ["", ".", "..", "a b", "a/b", "é", &"x".repeat(33)] {
+            assert!(!is_valid_tier_name(bad), "{bad:?}");
+        }
     }
 }

@@ -1,9 +1,34 @@
 //! Measures a directory's sequential read and write bandwidth the way DeepSpeed uses it.
 //!
-//! (Contract stub: the measurement is being written; the types are final.)
+//! The probe mimics DeepSpeed's swapper (`deepspeed_aio`): a test file opened with
+//! `O_DIRECT`, `block_size` requests from page-aligned buffers and `queue_depth` requests in
+//! flight. The queue depth is made of `queue_depth` threads, each doing `pwrite`/`pread` of
+//! its own contiguous slice of the file, like DeepSpeed's intra-op threads.
+//!
+//! * Write phase: whole passes over the file (`file_size` rounded up to `block_size`), each
+//!   ended by `fdatasync` (inside the timed interval), until `min_time` has gone; at least one
+//!   pass.
+//! * Read phase: whole passes reading the file back (it was fully written, so reads hit real
+//!   blocks) until `min_time` has gone. Every block carries its offset and a byte pattern;
+//!   what is read back is checked.
+//!
+//! Where `O_DIRECT` is refused (`EINVAL` from `open` or from the first write: tmpfs on old
+//! kernels, some FUSE filesystems, unaligned `block_size`), buffered I/O is measured instead:
+//! each write pass ends with `fdatasync`, and the file's page cache is dropped
+//! (`posix_fadvise(DONTNEED)`) before each read pass, so every pass reaches the device.
+//! `ProbeResult::direct_io` then says `false`.
 
-use std::path::Path;
-use std::time::Duration;
+use std::alloc::Layout;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::units::{fmt_bytes, fmt_rate};
 
 /// What a probe measured.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -17,6 +42,9 @@ pub struct ProbeResult {
     /// Unix seconds when it was measured.
     pub measured_at: u64,
     /// Bytes moved in each direction.
+    ///
+    /// Both directions move whole passes over the test file; this is the smaller of the two
+    /// totals, so at least this many bytes were written and at least this many read.
     pub bytes: u64,
 }
 
@@ -48,27 +76,964 @@ impl Default for ProbeOptions {
 pub enum ProbeError {
     #[error("probe of {dir}: {msg}")]
     Io { dir: String, msg: String },
+    /// The directory's filesystem ran out of space (ENOSPC or EDQUOT) during the probe.
+    #[error(
+        "probe of {dir}: not enough space: the probe needs {} free for its test file \
+         (file_size rounded up to block_size); free some space or lower file_size: {msg}",
+        fmt_bytes(*needed)
+    )]
+    NoSpace {
+        dir: String,
+        needed: u64,
+        msg: String,
+    },
+    /// What was read back differs from what was written.
+    #[error("probe of {dir}: data read back differs from what was written: {msg}")]
+    Corrupt { dir: String, msg: String },
+    /// The options cannot be used (zero sizes or queue depth).
+    #[error("probe of {dir}: invalid options: {msg}")]
+    InvalidOptions { dir: String, msg: String },
 }
+
+/// Alignment of the I/O buffers and the unit `O_DIRECT` needs.
+const ALIGN: usize = 4096;
 
 /// Measures `dir`. Writes and removes a temporary file in it.
 pub fn probe_dir(dir: &Path, opts: &ProbeOptions) -> Result<ProbeResult, ProbeError> {
-    let _ = (dir, opts);
-    Err(ProbeError::Io { dir: dir.display().to_string(), msg: "unimplemented".into() })
+    let dir_s = dir.display().to_string();
+    let io_err = |msg: String| ProbeError::Io {
+        dir: dir_s.clone(),
+        msg,
+    };
+    let invalid = |msg: &str| ProbeError::InvalidOptions {
+        dir: dir_s.clone(),
+        msg: msg.into(),
+    };
+    if opts.block_size == 0 {
+        return Err(invalid("block_size is 0"));
+    }
+    if opts.queue_depth == 0 {
+        return Err(invalid("queue_depth is 0"));
+    }
+    if opts.file_size == 0 {
+        return Err(invalid("file_size is 0"));
+    }
+    let bs = opts.block_size as u64;
+    let nblocks = opts.file_size.div_ceil(bs);
+    let total = nblocks
+        .checked_mul(bs)
+        .ok_or_else(|| invalid("file_size rounded up to block_size overflows"))?;
+    let layout = Layout::from_size_align(opts.block_size, ALIGN)
+        .map_err(|e| invalid(&format!("block_size {}: {e}", opts.block_size)))?;
+
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(io_err("not a directory".into())),
+        Err(e) => return Err(io_err(format!("cannot use directory: {e}"))),
+    }
+
+    // Fail before filling the filesystem when the test file cannot fit.
+    if let Some(avail) = available_bytes(dir) {
+        if avail < total {
+            return Err(ProbeError::NoSpace {
+                dir: dir_s.clone(),
+                needed: total,
+                msg: format!("only {} available", fmt_bytes(avail)),
+            });
+        }
+    }
+
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let path = dir.join(format!(".tierfs-probe-{}-{}", std::process::id(), nanos));
+    let name = path.display().to_string();
+
+    let mut direct = true;
+    let (file, guard) = match open_test_file(&path, true) {
+        Ok(f) => (f, TempFile(path.clone())),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            log::warn!(
+                "probe of {dir_s}: O_DIRECT open refused ({e}); measuring buffered I/O + fsync"
+            );
+            direct = false;
+            let f = open_test_file(&path, false)
+                .map_err(|e| io_err(format!("cannot create test file {name}: {e}")))?;
+            (f, TempFile(path.clone()))
+        }
+        Err(e) => return Err(io_err(format!("cannot create test file {name}: {e}"))),
+    };
+
+    let threads = (opts.queue_depth as u64).min(nblocks) as usize;
+    let mut bufs = Vec::with_capacity(threads);
+    for _ in 0..threads {
+        bufs.push(AlignedBuf::new(layout).ok_or_else(|| {
+            io_err(format!(
+                "cannot allocate {} bytes of I/O buffer",
+                opts.block_size
+            ))
+        })?);
+    }
+
+    // The first write decides whether O_DIRECT really works here.
+    let file = if direct {
+        let buf = &mut bufs[0];
+        stamp(buf, 0);
+        match write_full(&file, buf, 0) {
+            Ok(()) => file,
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                log::warn!(
+                    "probe of {dir_s}: O_DIRECT write refused ({e}); \
+                     measuring buffered I/O + fsync"
+                );
+                direct = false;
+                drop(file);
+                open_test_file(&path, false)
+                    .map_err(|e| io_err(format!("cannot reopen test file {name}: {e}")))?
+            }
+            Err(e) => return Err(op_error(&dir_s, total, &name, "write", 0, e)),
+        }
+    } else {
+        file
+    };
+
+    let plan = Plan {
+        file: &file,
+        nblocks,
+        bs,
+        min_time: opts.min_time,
+    };
+    let (wbytes, wtime) = plan
+        .run(&mut bufs, Phase::Write, direct)
+        .map_err(|e| e.into_probe_error(&dir_s, total, &name))?;
+    let (rbytes, rtime) = plan
+        .run(&mut bufs, Phase::Read, direct)
+        .map_err(|e| e.into_probe_error(&dir_s, total, &name))?;
+    drop(file);
+    drop(guard);
+
+    let write_bps = wbytes as f64 / wtime.as_secs_f64().max(1e-9);
+    let read_bps = rbytes as f64 / rtime.as_secs_f64().max(1e-9);
+    log::debug!(
+        "probe of {dir_s}: wrote {wbytes} B in {wtime:?}, read {rbytes} B in {rtime:?}, \
+         direct={direct}, {threads} threads"
+    );
+    Ok(ProbeResult {
+        read_bps,
+        write_bps,
+        direct_io: direct,
+        measured_at: unix_now(),
+        bytes: wbytes.min(rbytes),
+    })
 }
 
 /// Returns the cached result in `cache_file` if there is one, else probes `dir` and caches.
+///
+/// With `fresh` the cache is not read. A cache file that cannot be read or parsed is ignored
+/// (with a warning) and replaced. The new result is written to a temporary file beside
+/// `cache_file` and renamed over it, creating the parent folder if needed; if that fails the
+/// result is still returned, with a warning.
 pub fn probe_cached(
     dir: &Path,
     cache_file: &Path,
     fresh: bool,
     opts: &ProbeOptions,
 ) -> Result<ProbeResult, ProbeError> {
-    let _ = (cache_file, fresh);
-    probe_dir(dir, opts)
+    if !fresh {
+        if let Some(r) = read_cache(cache_file) {
+            return Ok(r);
+        }
+    }
+    let r = probe_dir(dir, opts)?;
+    if let Err(e) = write_cache(cache_file, &r) {
+        log::warn!(
+            "probe of {}: cannot write cache file {}: {e}",
+            dir.display(),
+            cache_file.display()
+        );
+    }
+    Ok(r)
 }
 
 /// A human table: one row per (name, path, result).
 pub fn render_table(rows: &[(String, String, ProbeResult)]) -> String {
-    let _ = rows;
-    String::new()
+    render_table_at(rows, unix_now())
+}
+
+/// [`render_table`] with the MEASURED column relative to `now` (Unix seconds).
+pub fn render_table_at(rows: &[(String, String, ProbeResult)], now: u64) -> String {
+    let header = ["NAME", "PATH", "READ", "WRITE", "MODE", "MEASURED"];
+    // READ and WRITE are right-aligned.
+    let right = [false, false, true, true, false, false];
+    let mut cells: Vec<[String; 6]> = Vec::with_capacity(rows.len() + 1);
+    cells.push(header.map(String::from));
+    for (name, path, r) in rows {
+        cells.push([
+            name.clone(),
+            path.clone(),
+            fmt_rate(r.read_bps),
+            fmt_rate(r.write_bps),
+            if r.direct_io {
+                "direct"
+            } else {
+                "buffered+fsync"
+            }
+            .to_string(),
+            format_age(r.measured_at, now),
+        ]);
+    }
+    let mut widths = [0usize; 6];
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in &cells {
+        let mut line = String::new();
+        for (i, c) in row.iter().enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            let pad = widths[i] - c.chars().count();
+            if right[i] {
+                line.extend(std::iter::repeat_n(' ', pad));
+                line.push_str(c);
+            } else {
+                line.push_str(c);
+                line.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// How long ago `then` was, seen at `now` (Unix seconds): "3s ago", "5m ago", "2h ago",
+/// or the UTC date ("2025-01-31") from a day on, or when `then` lies in the future.
+pub fn format_age(then: u64, now: u64) -> String {
+    match now.checked_sub(then) {
+        Some(s) if s < 60 => format!("{s}s ago"),
+        Some(s) if s < 3600 => format!("{}m ago", s / 60),
+        Some(s) if s < 86400 => format!("{}h ago", s / 3600),
+        _ => {
+            let (y, m, d) = civil_from_days(then / 86400);
+            format!("{y:04}-{m:02}-{d:02}")
+        }
+    }
+}
+
+/// Year, month, day of a count of days since 1970-01-01 (proleptic Gregorian).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + u64::from(m <= 2);
+    (y, m, d)
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn read_cache(cache_file: &Path) -> Option<ProbeResult> {
+    let text = match std::fs::read(cache_file) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            log::warn!(
+                "cannot read probe cache {}: {e}; probing again",
+                cache_file.display()
+            );
+            return None;
+        }
+    };
+    match serde_json::from_slice::<ProbeResult>(&text) {
+        Ok(r) if valid_rate(r.read_bps) && valid_rate(r.write_bps) => Some(r),
+        Ok(_) => {
+            log::warn!(
+                "probe cache {} holds a zero or invalid bandwidth; probing again",
+                cache_file.display()
+            );
+            None
+        }
+        Err(e) => {
+            log::warn!(
+                "probe cache {} is not valid: {e}; probing again",
+                cache_file.display()
+            );
+            None
+        }
+    }
+}
+
+fn valid_rate(bps: f64) -> bool {
+    bps.is_finite() && bps > 0.0
+}
+
+fn write_cache(cache_file: &Path, r: &ProbeResult) -> io::Result<()> {
+    if let Some(parent) = cache_file.parent() {
+        if !parent.as_os_str().is_empty() {
+            std::fs::create_dir_all(parent)?;
+        }
+    }
+    let mut tmp_name = cache_file
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_else(|| "probe".into());
+    tmp_name.push(format!(".tmp-{}", std::process::id()));
+    let tmp = cache_file.with_file_name(tmp_name);
+    let guard = TempFile(tmp.clone());
+    let mut json = serde_json::to_vec_pretty(r).map_err(io::Error::other)?;
+    json.push(b'\n');
+    {
+        let f = File::create(&tmp)?;
+        f.write_all_at(&json, 0)?;
+        f.sync_data()?;
+    }
+    std::fs::rename(&tmp, cache_file)?;
+    std::mem::forget(guard);
+    Ok(())
+}
+
+/// Removes the file at the path when dropped (the probe's test file, also on error).
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_file(&self.0) {
+            if e.kind() != io::ErrorKind::NotFound {
+                log::warn!("cannot remove {}: {e}", self.0.display());
+            }
+        }
+    }
+}
+
+fn open_test_file(path: &Path, direct: bool) -> io::Result<File> {
+    let mut o = OpenOptions::new();
+    o.read(true).write(true).mode(0o600);
+    if direct {
+        o.create_new(true).custom_flags(libc::O_DIRECT);
+    } else {
+        o.create(true).truncate(true);
+    }
+    o.open(path)
+}
+
+/// A zero-filled heap buffer aligned to [`ALIGN`], as `O_DIRECT` needs.
+struct AlignedBuf {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively (like Box<[u8]>); nothing else holds the
+// pointer, so moving it to or sharing it with another thread is sound.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: as above; shared access only hands out `&[u8]`.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// Allocates `layout.size()` bytes (non-zero) filled with [`pattern`].
+    fn new(layout: Layout) -> Option<Self> {
+        assert!(layout.size() > 0);
+        // SAFETY: the layout has a non-zero size (checked above).
+        let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
+        let mut b = AlignedBuf { ptr, layout };
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = pattern(i);
+        }
+        Some(b)
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr points to layout.size() initialised (zeroed, then written) bytes owned
+        // by self, valid for the lifetime of &self.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in deref; &mut self guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: ptr was allocated by std::alloc with exactly this layout and is freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// The byte every block holds at position `i` (past the offset stamp).
+fn pattern(i: usize) -> u8 {
+    ((i % 251) as u8) ^ 0x5a
+}
+
+/// Length of the offset stamp at the start of each block.
+fn stamp_len(buf: &[u8]) -> usize {
+    buf.len().min(8)
+}
+
+/// Marks `buf` as the block at `offset`.
+fn stamp(buf: &mut [u8], offset: u64) {
+    let n = stamp_len(buf);
+    buf[..n].copy_from_slice(&offset.to_le_bytes()[..n]);
+}
+
+/// Positions checked after a read, besides the stamp.
+fn sample_positions(len: usize) -> [usize; 3] {
+    [len / 3, len / 2, len - 1]
+}
+
+/// Overwrites the checked bytes so that a read that leaves the buffer alone is caught.
+fn clobber(buf: &mut [u8], offset: u64) {
+    stamp(buf, !offset);
+    for p in sample_positions(buf.len()) {
+        if p >= stamp_len(buf) {
+            buf[p] = !pattern(p);
+        }
+    }
+}
+
+/// Checks that `buf` holds the block written at `offset`.
+fn verify(buf: &[u8], offset: u64) -> Result<(), String> {
+    let n = stamp_len(buf);
+    if buf[..n] != offset.to_le_bytes()[..n] {
+        return Err(format!(
+            "block at offset {offset}: stamp {:02x?}, expected {:02x?}",
+            &buf[..n],
+            &offset.to_le_bytes()[..n]
+        ));
+    }
+    for p in sample_positions(buf.len()) {
+        if p >= n && buf[p] != pattern(p) {
+            return Err(format!(
+                "block at offset {offset}: byte {p} is {:#04x}, expected {:#04x}",
+                buf[p],
+                pattern(p)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn write_full(f: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match f.write_at(&buf[done..], offset + done as u64) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "wrote 0 bytes")),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn read_full(f: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "test file ended early",
+                ))
+            }
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Write,
+    Read,
+}
+
+/// Why a phase failed.
+enum PhaseError {
+    Io {
+        op: &'static str,
+        offset: u64,
+        err: io::Error,
+    },
+    Corrupt(String),
+}
+
+impl PhaseError {
+    fn into_probe_error(self, dir: &str, needed: u64, name: &str) -> ProbeError {
+        match self {
+            PhaseError::Io { op, offset, err } => op_error(dir, needed, name, op, offset, err),
+            PhaseError::Corrupt(msg) => ProbeError::Corrupt {
+                dir: dir.into(),
+                msg: format!("{name}: {msg}"),
+            },
+        }
+    }
+}
+
+fn op_error(
+    dir: &str,
+    needed: u64,
+    name: &str,
+    op: &str,
+    offset: u64,
+    err: io::Error,
+) -> ProbeError {
+    let what = if op == "fdatasync" {
+        format!("cannot fdatasync test file {name}: {err}")
+    } else {
+        format!("cannot {op} test file {name} at offset {offset}: {err}")
+    };
+    match err.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => ProbeError::NoSpace {
+            dir: dir.into(),
+            needed,
+            msg: what,
+        },
+        _ => ProbeError::Io {
+            dir: dir.into(),
+            msg: what,
+        },
+    }
+}
+
+/// The test file and how to walk it.
+struct Plan<'a> {
+    file: &'a File,
+    nblocks: u64,
+    bs: u64,
+    min_time: Duration,
+}
+
+impl Plan<'_> {
+    /// Runs whole passes of `phase` until `min_time` has gone (at least one); returns the
+    /// bytes moved and the time the passes took.
+    fn run(
+        &self,
+        bufs: &mut [AlignedBuf],
+        phase: Phase,
+        direct: bool,
+    ) -> Result<(u64, Duration), PhaseError> {
+        let mut bytes = 0u64;
+        let mut elapsed = Duration::ZERO;
+        loop {
+            if phase == Phase::Read && !direct {
+                drop_cache(self.file);
+            }
+            let t0 = Instant::now();
+            self.pass(bufs, phase)?;
+            if phase == Phase::Write {
+                self.file.sync_data().map_err(|err| PhaseError::Io {
+                    op: "fdatasync",
+                    offset: 0,
+                    err,
+                })?;
+            }
+            elapsed += t0.elapsed();
+            bytes += self.nblocks * self.bs;
+            if elapsed >= self.min_time {
+                return Ok((bytes, elapsed));
+            }
+        }
+    }
+
+    /// One pass over the whole file: thread `t` of `bufs.len()` moves its contiguous slice.
+    fn pass(&self, bufs: &mut [AlignedBuf], phase: Phase) -> Result<(), PhaseError> {
+        let threads = bufs.len() as u64;
+        let abort = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let handles: Vec<_> = bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(t, buf)| {
+                    let t = t as u64;
+                    let first = t * self.nblocks / threads;
+                    let end = (t + 1) * self.nblocks / threads;
+                    let abort = &abort;
+                    s.spawn(move || {
+                        let r = self.slice(buf, phase, first, end, abort);
+                        if r.is_err() {
+                            abort.store(true, Ordering::Relaxed);
+                        }
+                        r
+                    })
+                })
+                .collect();
+            let mut result = Ok(());
+            for h in handles {
+                let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                if result.is_ok() {
+                    result = r;
+                }
+            }
+            result
+        })
+    }
+
+    fn slice(
+        &self,
+        buf: &mut AlignedBuf,
+        phase: Phase,
+        first: u64,
+        end: u64,
+        abort: &AtomicBool,
+    ) -> Result<(), PhaseError> {
+        for block in first..end {
+            if abort.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let offset = block * self.bs;
+            match phase {
+                Phase::Write => {
+                    stamp(buf, offset);
+                    write_full(self.file, buf, offset).map_err(|err| PhaseError::Io {
+                        op: "write",
+                        offset,
+                        err,
+                    })?;
+                }
+                Phase::Read => {
+                    clobber(buf, offset);
+                    read_full(self.file, buf, offset).map_err(|err| PhaseError::Io {
+                        op: "read",
+                        offset,
+                        err,
+                    })?;
+                    verify(buf, offset).map_err(PhaseError::Corrupt)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Bytes an unprivileged user may still write to the filesystem of `dir` (`statvfs`), or
+/// `None` when that cannot be told.
+fn available_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: c is a valid NUL-terminated path and st points to writable memory of the right
+    // type; statvfs fills it on success.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it initialised st.
+    let st = unsafe { st.assume_init() };
+    // The field types differ between targets (u32 on some 32-bit ones).
+    #[allow(clippy::unnecessary_cast)]
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+/// Drops the (clean, fdatasync'ed) page cache of `f`, so buffered reads reach the device.
+fn drop_cache(f: &File) {
+    // SAFETY: posix_fadvise only reads its integer arguments; the fd is open for the call.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        log::debug!(
+            "posix_fadvise(DONTNEED): {}",
+            io::Error::from_raw_os_error(rc)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> ProbeOptions {
+        ProbeOptions {
+            file_size: 8 << 20,
+            min_time: Duration::from_millis(100),
+            ..ProbeOptions::default()
+        }
+    }
+
+    fn leftovers(dir: &Path) -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".tierfs-probe-"))
+            .collect()
+    }
+
+    #[test]
+    fn probe_measures_positive_bandwidth_and_cleans_up() {
+        let d = tempfile::tempdir().unwrap();
+        let r = probe_dir(d.path(), &small()).unwrap();
+        assert!(valid_rate(r.read_bps), "{r:?}");
+        assert!(valid_rate(r.write_bps), "{r:?}");
+        assert!(r.bytes >= 8 << 20, "{r:?}");
+        assert!(r.measured_at > 1_600_000_000);
+        assert!(leftovers(d.path()).is_empty());
+    }
+
+    #[test]
+    fn unaligned_block_size_falls_back_to_buffered() {
+        // O_DIRECT rejects a request size that is no multiple of the sector size.
+        let d = tempfile::tempdir().unwrap();
+        let opts = ProbeOptions {
+            file_size: 1 << 20,
+            min_time: Duration::from_millis(20),
+            queue_depth: 3,
+            block_size: 100_001,
+        };
+        let r = probe_dir(d.path(), &opts).unwrap();
+        assert!(!r.direct_io);
+        assert!(valid_rate(r.read_bps) && valid_rate(r.write_bps));
+        assert_eq!(r.bytes % 100_001, 0);
+        assert!(leftovers(d.path()).is_empty());
+    }
+
+    #[test]
+    fn more_threads_than_blocks_and_tiny_blocks() {
+        let d = tempfile::tempdir().unwrap();
+        let opts = ProbeOptions {
+            file_size: 5,
+            min_time: Duration::ZERO,
+            queue_depth: 8,
+            block_size: 3,
+        };
+        let r = probe_dir(d.path(), &opts).unwrap();
+        assert_eq!(r.bytes, 6);
+        assert!(!r.direct_io);
+    }
+
+    #[test]
+    fn invalid_options_are_rejected() {
+        let d = tempfile::tempdir().unwrap();
+        for opts in [
+            ProbeOptions {
+                block_size: 0,
+                ..small()
+            },
+            ProbeOptions {
+                queue_depth: 0,
+                ..small()
+            },
+            ProbeOptions {
+                file_size: 0,
+                ..small()
+            },
+        ] {
+            let e = probe_dir(d.path(), &opts).unwrap_err();
+            assert!(matches!(e, ProbeError::InvalidOptions { .. }), "{e}");
+        }
+    }
+
+    #[test]
+    fn missing_dir_gives_clear_error() {
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("nope");
+        let e = probe_dir(&missing, &small()).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("probe of {}: ", missing.display())),
+            "{e}"
+        );
+        assert!(e.contains("No such file or directory"), "{e}");
+    }
+
+    #[test]
+    fn file_instead_of_dir_gives_clear_error() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("file");
+        std::fs::write(&f, b"x").unwrap();
+        let e = probe_dir(&f, &small()).unwrap_err().to_string();
+        assert!(e.contains("not a directory"), "{e}");
+    }
+
+    #[test]
+    fn unwritable_dir_names_the_failure() {
+        // Root ignores permission bits; skip the check there.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            return;
+        }
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let ro = d.path().join("ro");
+        std::fs::create_dir(&ro).unwrap();
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o500)).unwrap();
+        let e = probe_dir(&ro, &small()).unwrap_err().to_string();
+        assert!(e.contains("cannot create test file"), "{e}");
+        assert!(e.contains("Permission denied"), "{e}");
+    }
+
+    #[test]
+    fn no_space_message_says_what_is_needed() {
+        let e = op_error(
+            "/x",
+            1 << 30,
+            "/x/.tierfs-probe-1-2",
+            "write",
+            4096,
+            io::Error::from_raw_os_error(libc::ENOSPC),
+        );
+        assert!(matches!(e, ProbeError::NoSpace { needed, .. } if needed == 1 << 30));
+        let s = e.to_string();
+        assert!(s.starts_with("probe of /x: not enough space"), "{s}");
+        assert!(s.contains("lower file_size"), "{s}");
+        assert!(s.contains(&fmt_bytes(1 << 30)), "{s}");
+        assert!(s.contains("os error 28"), "{s}");
+    }
+
+    #[test]
+    fn too_large_file_fails_before_writing() {
+        let d = tempfile::tempdir().unwrap();
+        let opts = ProbeOptions {
+            file_size: 1 << 60,
+            ..small()
+        };
+        let e = probe_dir(d.path(), &opts).unwrap_err();
+        assert!(
+            matches!(e, ProbeError::NoSpace { needed, .. } if needed == 1 << 60),
+            "{e}"
+        );
+        assert!(e.to_string().contains("lower file_size"), "{e}");
+        assert!(leftovers(d.path()).is_empty());
+    }
+
+    #[test]
+    fn verify_catches_wrong_data() {
+        let mut b = AlignedBuf::new(Layout::from_size_align(4096, ALIGN).unwrap()).unwrap();
+        assert_eq!(b.as_ptr() as usize % ALIGN, 0);
+        stamp(&mut b, 8192);
+        assert!(verify(&b, 8192).is_ok());
+        assert!(verify(&b, 4096).is_err());
+        clobber(&mut b, 8192);
+        assert!(verify(&b, 8192).is_err());
+        stamp(&mut b, 8192);
+        assert!(verify(&b, 8192).is_err(), "samples still clobbered");
+    }
+
+    #[test]
+    fn cache_round_trip() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = d.path().join("sub/dir/probe.json");
+        let first = probe_cached(d.path(), &cache, false, &small()).unwrap();
+        assert!(cache.exists());
+        // Make the cached value recognisable.
+        let mut doctored = first.clone();
+        doctored.measured_at = 12345;
+        std::fs::write(&cache, serde_json::to_vec(&doctored).unwrap()).unwrap();
+        let second = probe_cached(d.path(), &cache, false, &small()).unwrap();
+        assert_eq!(second.measured_at, 12345);
+        assert_eq!(second.read_bps, first.read_bps);
+        let fresh = probe_cached(d.path(), &cache, true, &small()).unwrap();
+        assert_ne!(fresh.measured_at, 12345);
+        let again = probe_cached(d.path(), &cache, false, &small()).unwrap();
+        assert_eq!(again.measured_at, fresh.measured_at);
+        assert_eq!(again.write_bps, fresh.write_bps);
+        // No temporary files left beside the cache.
+        let names: Vec<_> = std::fs::read_dir(cache.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("probe.json")]);
+    }
+
+    #[test]
+    fn corrupt_cache_is_reprobed() {
+        let d = tempfile::tempdir().unwrap();
+        let cache = d.path().join("probe.json");
+        for junk in [
+            &b"{not json"[..],
+            b"",
+            br#"{"read_bps":0,"write_bps":1,"direct_io":true,"measured_at":5,"bytes":1}"#,
+        ] {
+            std::fs::write(&cache, junk).unwrap();
+            let r = probe_cached(d.path(), &cache, false, &small()).unwrap();
+            assert!(valid_rate(r.read_bps) && r.measured_at > 5);
+            let back: ProbeResult =
+                serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+            assert_eq!(back.measured_at, r.measured_at);
+        }
+    }
+
+    fn result(read: f64, write: f64, direct: bool, at: u64) -> ProbeResult {
+        ProbeResult {
+            read_bps: read,
+            write_bps: write,
+            direct_io: direct,
+            measured_at: at,
+            bytes: 1 << 30,
+        }
+    }
+
+    #[test]
+    fn table_has_header_and_one_line_per_row() {
+        let now = 1_700_000_000;
+        let rows = vec![
+            (
+                "nvme".to_string(),
+                "/mnt/tb-nvme".to_string(),
+                result(1_199e6, 799.4e6, true, now - 3),
+            ),
+            (
+                "pfs".to_string(),
+                "/lustre/scratch/me".to_string(),
+                result(399e6, 299e6, false, now - 7300),
+            ),
+            (
+                "old".to_string(),
+                "/x".to_string(),
+                result(5e9, 4e9, true, now - 3 * 86400),
+            ),
+        ];
+        let t = render_table_at(&rows, now);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4, "{t}");
+        assert!(lines[0].starts_with("NAME"), "{t}");
+        for h in ["PATH", "READ", "WRITE", "MODE", "MEASURED"] {
+            assert!(lines[0].contains(h), "{t}");
+        }
+        assert!(lines[1].contains(&fmt_rate(1_199e6)), "{t}");
+        assert!(lines[1].contains("direct"), "{t}");
+        assert!(lines[1].ends_with("3s ago"), "{t}");
+        assert!(lines[2].contains("buffered+fsync"), "{t}");
+        assert!(lines[2].ends_with("2h ago"), "{t}");
+        assert!(lines[3].ends_with("2023-11-11"), "{t}");
+        // Columns line up: PATH starts at the same place on every line.
+        let col = lines[0].find("PATH").unwrap();
+        assert_eq!(lines[1].find("/mnt").unwrap(), col);
+        assert_eq!(lines[2].find("/lustre").unwrap(), col);
+        // MODE too.
+        let mode = lines[0].find("MODE").unwrap();
+        assert_eq!(lines[1].find("direct").unwrap(), mode);
+        assert_eq!(lines[2].find("buffered").unwrap(), mode);
+        assert_eq!(render_table(&[]).lines().count(), 1);
+    }
+
+    #[test]
+    fn ages_and_dates() {
+        assert_eq!(format_age(100, 100), "0s ago");
+        assert_eq!(format_age(100, 159), "59s ago");
+        assert_eq!(format_age(100, 160), "1m ago");
+        assert_eq!(format_age(0, 7200), "2h ago");
+        assert_eq!(format_age(0, 86400), "1970-01-01");
+        assert_eq!(format_age(200, 100), "1970-01-01");
+        assert_eq!(format_age(951_782_400, 2_000_000_000), "2000-02-29");
+        assert_eq!(format_age(1_735_689_599, 2_000_000_000), "2024-12-31");
+    }
 }

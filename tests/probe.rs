@@ -1,0 +1,86 @@
+//! Probe checks through the public API.
+//!
+//! The ignored test measures a real tier:
+//!
+//! ```text
+//! TIERFS_PROBE_DIR=/mnt/tb-probe TIERFS_PROBE_EXPECT=400,300 \
+//!     cargo test --release --test probe -- --ignored --nocapture
+//! ```
+//!
+//! `TIERFS_PROBE_EXPECT=READ,WRITE` (MB/s) makes it fail when a measurement is off by more
+//! than 10%; `TIERFS_PROBE_SIZE` (bytes, default 1 GiB), `TIERFS_PROBE_SECS` (default 3) and
+//! `TIERFS_PROBE_BS` (bytes, default 1 MiB; one that is no multiple of 512, such as 1000000,
+//! forces the buffered + fsync fallback) size the probe.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tierfs::probe::{probe_cached, probe_dir, render_table, ProbeOptions};
+
+#[test]
+fn probe_dev_shm_with_or_without_o_direct() {
+    // tmpfs accepts O_DIRECT only on newer kernels; either way the probe must work.
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        return;
+    }
+    let Ok(d) = tempfile::tempdir_in(shm) else {
+        return;
+    };
+    let opts = ProbeOptions {
+        file_size: 4 << 20,
+        min_time: Duration::from_millis(50),
+        ..ProbeOptions::default()
+    };
+    let r = probe_dir(d.path(), &opts).unwrap();
+    assert!(r.read_bps > 0.0 && r.write_bps > 0.0, "{r:?}");
+    let cache = d.path().join("c/probe.json");
+    let c = probe_cached(d.path(), &cache, false, &opts).unwrap();
+    let table = render_table(&[("shm".into(), d.path().display().to_string(), c)]);
+    assert_eq!(table.lines().count(), 2, "{table}");
+}
+
+#[test]
+#[ignore = "needs TIERFS_PROBE_DIR pointing at a real tier"]
+fn probe_real_tier() {
+    let dir = std::env::var("TIERFS_PROBE_DIR").expect("set TIERFS_PROBE_DIR");
+    let env_num = |k: &str, default: f64| {
+        std::env::var(k)
+            .ok()
+            .map(|v| v.parse::<f64>().expect(k))
+            .unwrap_or(default)
+    };
+    let opts = ProbeOptions {
+        file_size: env_num("TIERFS_PROBE_SIZE", (1u64 << 30) as f64) as u64,
+        min_time: Duration::from_secs_f64(env_num("TIERFS_PROBE_SECS", 3.0)),
+        block_size: env_num("TIERFS_PROBE_BS", (1u64 << 20) as f64) as usize,
+        ..ProbeOptions::default()
+    };
+    let r = probe_dir(Path::new(&dir), &opts).unwrap();
+    println!(
+        "{dir}: read {:.1} MB/s, write {:.1} MB/s, direct_io {}, {} bytes each way",
+        r.read_bps / 1e6,
+        r.write_bps / 1e6,
+        r.direct_io,
+        r.bytes
+    );
+    print!(
+        "{}",
+        render_table(&[("tier".into(), dir.clone(), r.clone())])
+    );
+    if let Ok(expect) = std::env::var("TIERFS_PROBE_EXPECT") {
+        let (er, ew) = expect.split_once(',').expect("READ,WRITE");
+        let (er, ew): (f64, f64) = (er.parse().unwrap(), ew.parse().unwrap());
+        let off = |got: f64, want: f64| (got / 1e6 - want).abs() / want;
+        assert!(
+            off(r.read_bps, er) <= 0.10,
+            "read {:.1} MB/s",
+            r.read_bps / 1e6
+        );
+        assert!(
+            off(r.write_bps, ew) <= 0.10,
+            "write {:.1} MB/s",
+            r.write_bps / 1e6
+        );
+    }
+}

@@ -1,4 +1,28 @@
-//! tierfs: one bandwidth-aware tier over several storage tiers.
+//! tierfs: one fast, bandwidth-aware tier over a node's NVMe drives and a parallel file
+//! system, for DeepSpeed ZeRO-Infinity's swap files.
+//!
+//! Layers, bottom up:
+//! - [`config`], [`units`]: the TOML file, validated into a plan.
+//! - [`probe`]: measured tier bandwidth.
+//! - [`tier`]: an open, locked tier folder and its counters; [`io`]: full, never-short
+//!   backing reads and writes with O_DIRECT where it is allowed; [`sys`]: libc wrappers.
+//! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`layout`]: where a
+//!   file's bytes are and how that is persisted.
+//! - [`fs`]: the FUSE-free filesystem core; [`stats`]: the `.tierfs/` files.
+//! - [`fuse`]: the thin `fuser` adapter; [`daemon`]: mount, background, unmount; [`cli`].
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+pub mod cli;
 pub mod config;
+pub mod daemon;
+pub mod error;
+pub mod fs;
+pub mod fuse;
+pub mod io;
+pub mod layout;
+pub mod placement;
 pub mod probe;
+pub mod stats;
+pub mod sys;
+pub mod tier;
 pub mod units;

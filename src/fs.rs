@@ -1,0 +1,2128 @@
+//! The filesystem core: the namespace, open files and the data path over the tiers, with no
+//! FUSE types in sight. Every operation returns `Result`, so the whole filesystem is tested
+//! without a mount; `fuse.rs` only decodes requests, calls in here and replies.
+//!
+//! State and its persistence:
+//! - The tree lives in memory (`Tree`), rebuilt at mount by walking every tier's `data/`
+//!   folder; the tiers themselves are the only persistent copy. Directories are mirrored on
+//!   every tier; a file's pieces sit at the file's own path on the tiers of its layout;
+//!   symlinks and special files live on the first tier.
+//! - A file's size is kept in memory, exact at all times, and on disk as its piece sizes.
+//! - Mode, owner, times and user xattrs are the primary piece's own (no second copy).
+//!
+//! Locking: the tree lock is taken before any file's state lock, never the other way. The
+//! data path (read, write) does not take the tree lock at all: an open handle holds its
+//! file's state, so metadata traffic never stalls I/O.
+
+use crate::config::{Layout, MountConfig};
+use crate::error::{Error, Result};
+use crate::io::{AlignedBuf, Piece};
+use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
+use crate::placement::{self, Charge, Placer};
+use crate::sys::{self, SetTime};
+use crate::tier::{InFlight, Tier};
+use parking_lot::{Mutex, RwLock};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, Metadata};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Inode of the mount root (FUSE's fixed root id).
+pub const ROOT_INO: u64 = 1;
+/// Inodes 2..FIRST_INO are the virtual stats files; see [`Virtual`].
+pub const FIRST_INO: u64 = 64;
+/// Prefix of the temporary names tierfs uses inside tier folders (cleaned at mount).
+pub const TMP_PREFIX: &str = ".tierfs-tmp-";
+/// Longest name a directory entry may have.
+const NAME_MAX: usize = 255;
+
+/// The virtual, read-only files under the stats folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Virtual {
+    Dir,
+    Tiers,
+    Files,
+    Config,
+    StatsJson,
+}
+
+impl Virtual {
+    pub const FILES: [Virtual; 4] = [
+        Virtual::Tiers,
+        Virtual::Files,
+        Virtual::Config,
+        Virtual::StatsJson,
+    ];
+
+    pub fn ino(self) -> u64 {
+        match self {
+            Virtual::Dir => 2,
+            Virtual::Tiers => 3,
+            Virtual::Files => 4,
+            Virtual::Config => 5,
+            Virtual::StatsJson => 6,
+        }
+    }
+
+    pub fn from_ino(ino: u64) -> Option<Virtual> {
+        Some(match ino {
+            2 => Virtual::Dir,
+            3 => Virtual::Tiers,
+            4 => Virtual::Files,
+            5 => Virtual::Config,
+            6 => Virtual::StatsJson,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Virtual::Dir => "",
+            Virtual::Tiers => "tiers",
+            Virtual::Files => "files",
+            Virtual::Config => "config",
+            Virtual::StatsJson => "stats.json",
+        }
+    }
+}
+
+/// What kind of object a node is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+/// Attributes of a node as the caller sees them.
+#[derive(Debug, Clone, Copy)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: Kind,
+    pub size: u64,
+    pub blocks: u64,
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub atime: SystemTime,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+}
+
+/// Who is asking (for ownership of new objects).
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Attribute changes of a setattr; `None` leaves a field alone.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+/// One directory entry for readdir.
+#[derive(Debug, Clone)]
+pub struct DirEntry {
+    pub ino: u64,
+    pub kind: Kind,
+    pub name: OsString,
+}
+
+/// Filesystem totals for statfs.
+#[derive(Debug, Clone, Copy)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+}
+
+/// How the adapter should open a handle.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenInfo {
+    /// Bypass the kernel page cache (virtual files, whose size is not known in advance).
+    pub direct_io: bool,
+}
+
+/// A regular file's state while the mount runs.
+#[derive(Debug)]
+pub struct FileNode {
+    size: AtomicU64,
+    state: RwLock<FileState>,
+    /// Placement charge, settled with the real size when the last writer closes.
+    charge: Mutex<Option<Charge>>,
+    /// Written since the last settle.
+    dirty: AtomicBool,
+}
+
+#[derive(Debug)]
+struct FileState {
+    layout: FileLayout,
+    /// Open pieces by tier index, present while `opens > 0`.
+    pieces: Vec<Option<Arc<Piece>>>,
+    opens: u32,
+}
+
+impl FileNode {
+    fn new(layout: FileLayout, size: u64, ntiers: usize) -> FileNode {
+        FileNode {
+            size: AtomicU64::new(size),
+            state: RwLock::new(FileState {
+                layout,
+                pieces: vec![None; ntiers],
+                opens: 0,
+            }),
+            charge: Mutex::new(None),
+            dirty: AtomicBool::new(false),
+        }
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+
+    pub fn layout(&self) -> FileLayout {
+        self.state.read().layout.clone()
+    }
+}
+
+#[derive(Debug)]
+enum NodeData {
+    Dir {
+        children: BTreeMap<OsString, u64>,
+    },
+    File(Arc<FileNode>),
+    /// Symlinks and special files, which live on the first tier only.
+    Other(Kind),
+}
+
+#[derive(Debug)]
+struct Node {
+    parent: u64,
+    name: OsString,
+    data: NodeData,
+    /// Kernel references (lookups not yet forgotten).
+    nlookup: u64,
+    /// Still reachable by name.
+    linked: bool,
+}
+
+impl Node {
+    fn kind(&self) -> Kind {
+        match &self.data {
+            NodeData::Dir { .. } => Kind::Dir,
+            NodeData::File(_) => Kind::File,
+            NodeData::Other(k) => *k,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Tree {
+    nodes: HashMap<u64, Node>,
+    next_ino: u64,
+}
+
+impl Tree {
+    fn get(&self, ino: u64) -> Result<&Node> {
+        self.nodes.get(&ino).ok_or(Error::NotFound)
+    }
+
+    fn children(&self, ino: u64) -> Result<&BTreeMap<OsString, u64>> {
+        match &self.get(ino)?.data {
+            NodeData::Dir { children } => Ok(children),
+            _ => Err(Error::NotDir),
+        }
+    }
+
+    fn children_mut(&mut self, ino: u64) -> Result<&mut BTreeMap<OsString, u64>> {
+        match &mut self.nodes.get_mut(&ino).ok_or(Error::NotFound)?.data {
+            NodeData::Dir { children } => Ok(children),
+            _ => Err(Error::NotDir),
+        }
+    }
+
+    fn child(&self, parent: u64, name: &OsStr) -> Result<u64> {
+        self.children(parent)?
+            .get(name)
+            .copied()
+            .ok_or(Error::NotFound)
+    }
+
+    /// The node's path relative to the mount root; `None` once it is unlinked.
+    fn rel(&self, ino: u64) -> Option<PathBuf> {
+        let mut parts = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT_INO {
+            let n = self.nodes.get(&cur)?;
+            if !n.linked {
+                return None;
+            }
+            parts.push(n.name.clone());
+            cur = n.parent;
+        }
+        let mut p = PathBuf::new();
+        for part in parts.iter().rev() {
+            p.push(part);
+        }
+        Some(p)
+    }
+
+    fn insert(&mut self, parent: u64, name: &OsStr, data: NodeData) -> u64 {
+        let ino = self.next_ino;
+        self.next_ino += 1;
+        self.nodes.insert(
+            ino,
+            Node {
+                parent,
+                name: name.to_os_string(),
+                data,
+                nlookup: 0,
+                linked: true,
+            },
+        );
+        if let Ok(c) = self.children_mut(parent) {
+            c.insert(name.to_os_string(), ino);
+        }
+        ino
+    }
+
+    /// Drops a node that is neither linked nor referenced by the kernel.
+    fn maybe_drop(&mut self, ino: u64) {
+        if let Some(n) = self.nodes.get(&ino) {
+            if !n.linked && n.nlookup == 0 {
+                self.nodes.remove(&ino);
+            }
+        }
+    }
+}
+
+/// An open handle.
+#[derive(Debug, Clone)]
+enum Handle {
+    File {
+        node: Arc<FileNode>,
+        ino: u64,
+        write: bool,
+    },
+    Virtual(Arc<Vec<u8>>),
+    Dir(Arc<Vec<DirEntry>>),
+}
+
+thread_local! {
+    static READ_BUF: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::zeroed(1 << 20));
+}
+
+/// The filesystem core.
+#[derive(Debug)]
+pub struct TierFs {
+    tiers: Vec<Tier>,
+    placer: Placer,
+    layout: Layout,
+    stripe_unit: u64,
+    tree: RwLock<Tree>,
+    handles: Mutex<HashMap<u64, Handle>>,
+    next_fh: AtomicU64,
+    stats_dir: OsString,
+    config_text: String,
+    started: SystemTime,
+    euid: u32,
+    xattr_warned: AtomicBool,
+}
+
+fn name_ok(name: &OsStr) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return Err(Error::NameTooLong);
+    }
+    if name.is_empty() || name == "." || name == ".." || name.as_bytes().contains(&b'/') {
+        return Err(Error::Invalid("bad name"));
+    }
+    Ok(())
+}
+
+fn kind_of(ft: fs::FileType) -> Option<Kind> {
+    Some(if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_file() {
+        Kind::File
+    } else if ft.is_symlink() {
+        Kind::Symlink
+    } else if ft.is_fifo() {
+        Kind::Fifo
+    } else if ft.is_socket() {
+        Kind::Socket
+    } else if ft.is_char_device() {
+        Kind::CharDevice
+    } else if ft.is_block_device() {
+        Kind::BlockDevice
+    } else {
+        return None;
+    })
+}
+
+fn time_of(secs: i64, nsecs: i64) -> SystemTime {
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nsecs as u32)
+    } else {
+        UNIX_EPOCH - Duration::from_secs((-secs) as u64) + Duration::from_nanos(nsecs as u64)
+    }
+}
+
+fn is_no_space(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+impl TierFs {
+    /// Builds the filesystem over opened tiers and rebuilds the tree from what they hold.
+    pub fn new(config: &MountConfig, tiers: Vec<Tier>) -> Result<TierFs> {
+        let bws: Vec<f64> = tiers
+            .iter()
+            .map(|t| placement::effective_bandwidth(t.read_bps, t.write_bps))
+            .collect();
+        let mut nodes = HashMap::new();
+        nodes.insert(
+            ROOT_INO,
+            Node {
+                parent: ROOT_INO,
+                name: OsString::new(),
+                data: NodeData::Dir {
+                    children: BTreeMap::new(),
+                },
+                nlookup: 1,
+                linked: true,
+            },
+        );
+        let fs = TierFs {
+            placer: Placer::new(placement::shares(&bws)),
+            tiers,
+            layout: config.placement.layout,
+            stripe_unit: config.placement.stripe_unit,
+            tree: RwLock::new(Tree {
+                nodes,
+                next_ino: FIRST_INO,
+            }),
+            handles: Mutex::new(HashMap::new()),
+            next_fh: AtomicU64::new(1),
+            stats_dir: OsString::from(&config.mount.stats_dir),
+            config_text: config.to_toml(),
+            started: SystemTime::now(),
+            euid: sys::euid(),
+            xattr_warned: AtomicBool::new(false),
+        };
+        fs.scan()?;
+        Ok(fs)
+    }
+
+    pub fn tiers(&self) -> &[Tier] {
+        &self.tiers
+    }
+
+    pub fn placer(&self) -> &Placer {
+        &self.placer
+    }
+
+    pub fn layout_kind(&self) -> Layout {
+        self.layout
+    }
+
+    pub fn config_text(&self) -> &str {
+        &self.config_text
+    }
+
+    pub fn started(&self) -> SystemTime {
+        self.started
+    }
+
+    pub fn stats_dir_name(&self) -> &OsStr {
+        &self.stats_dir
+    }
+
+    // ----- mount-time scan -------------------------------------------------------------
+
+    fn scan(&self) -> Result<()> {
+        let mut tree = self.tree.write();
+        let mut stack = vec![(ROOT_INO, PathBuf::new())];
+        while let Some((ino, rel)) = stack.pop() {
+            // name -> (tier, kind) for every tier that has it
+            let mut found: BTreeMap<OsString, Vec<(usize, Kind)>> = BTreeMap::new();
+            for t in &self.tiers {
+                let dir = t.path(&rel);
+                let rd = match fs::read_dir(&dir) {
+                    Ok(rd) => rd,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        // A folder missing on one tier (made by hand, or a failed mirror).
+                        fs::create_dir_all(&dir)
+                            .map_err(|e| Error::tier(&t.name, "mkdir", &dir, e))?;
+                        continue;
+                    }
+                    Err(e) => return Err(Error::tier(&t.name, "readdir", &dir, e)),
+                };
+                for ent in rd {
+                    let ent = ent.map_err(|e| Error::tier(&t.name, "readdir", &dir, e))?;
+                    let name = ent.file_name();
+                    if name.as_bytes().starts_with(TMP_PREFIX.as_bytes()) {
+                        log::info!("removing leftover temporary {}", ent.path().display());
+                        let _ = fs::remove_file(ent.path());
+                        continue;
+                    }
+                    if ino == ROOT_INO && name == self.stats_dir {
+                        log::warn!(
+                            "{} hides the stats folder; it is not shown (rename it on the tier)",
+                            ent.path().display()
+                        );
+                        continue;
+                    }
+                    let ft = ent
+                        .file_type()
+                        .map_err(|e| Error::tier(&t.name, "stat", ent.path(), e))?;
+                    if let Some(k) = kind_of(ft) {
+                        found.entry(name).or_default().push((t.index, k));
+                    }
+                }
+            }
+            for (name, on) in found {
+                let child_rel = rel.join(&name);
+                if on.iter().any(|(_, k)| *k == Kind::Dir) {
+                    for (t, k) in &on {
+                        if *k != Kind::Dir {
+                            self.set_aside(
+                                *t,
+                                &child_rel,
+                                "a folder of the same name exists on another tier",
+                            );
+                        }
+                    }
+                    for t in &self.tiers {
+                        if !on.iter().any(|(i, k)| *i == t.index && *k == Kind::Dir) {
+                            let p = t.path(&child_rel);
+                            let _ = fs::create_dir_all(&p);
+                        }
+                    }
+                    let c = tree.insert(
+                        ino,
+                        &name,
+                        NodeData::Dir {
+                            children: BTreeMap::new(),
+                        },
+                    );
+                    stack.push((c, child_rel));
+                } else if on.iter().any(|(_, k)| *k == Kind::File) {
+                    let file_tiers: Vec<usize> = on
+                        .iter()
+                        .filter(|(_, k)| *k == Kind::File)
+                        .map(|(t, _)| *t)
+                        .collect();
+                    for (t, k) in &on {
+                        if *k != Kind::File {
+                            self.set_aside(
+                                *t,
+                                &child_rel,
+                                "a file of the same name exists on another tier",
+                            );
+                        }
+                    }
+                    if let Some((layout, size)) = self.adopt_file(&child_rel, &file_tiers) {
+                        self.account_resize(&layout, 0, size);
+                        for t in layout.tiers() {
+                            self.tiers[t].counters.files.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if let FileLayout::Whole { tier } = layout {
+                            self.placer.record_existing(ino, tier, size);
+                        }
+                        let node = FileNode::new(layout, size, self.tiers.len());
+                        tree.insert(ino, &name, NodeData::File(Arc::new(node)));
+                    }
+                } else {
+                    let (t, k) = on[0];
+                    for (other, _) in &on[1..] {
+                        self.set_aside(
+                            *other,
+                            &child_rel,
+                            "a duplicate of an entry on another tier",
+                        );
+                    }
+                    if t != 0 {
+                        // Non-file objects live on the first tier: move it there.
+                        let from = self.tiers[t].path(&child_rel);
+                        let to = self.tiers[0].path(&child_rel);
+                        if let Err(e) = fs::rename(&from, &to) {
+                            log::warn!("cannot move {} to the first tier: {e}", from.display());
+                        }
+                    }
+                    tree.insert(ino, &name, NodeData::Other(k));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Renames a conflicting backing entry out of the way (kept, visible, never deleted).
+    fn set_aside(&self, tier: usize, rel: &Path, why: &str) {
+        let from = self.tiers[tier].path(rel);
+        let mut to = from.clone().into_os_string();
+        to.push(format!(".tierfs-conflict-{}", self.tiers[tier].name));
+        log::warn!(
+            "{}: {why}; renamed to {}",
+            from.display(),
+            Path::new(&to).display()
+        );
+        if let Err(e) = fs::rename(&from, &to) {
+            log::warn!("rename failed: {e}");
+        }
+    }
+
+    /// Works out the layout and size of a file whose pieces were found on `on` tiers.
+    fn adopt_file(&self, rel: &Path, on: &[usize]) -> Option<(FileLayout, u64)> {
+        let n = self.tiers.len();
+        let mut layouts = Vec::new();
+        for &t in on {
+            let p = self.tiers[t].path(rel);
+            let l = match sys::lgetxattr(&p, OsStr::new(LAYOUT_XATTR)) {
+                Ok(v) => match FileLayout::decode(&String::from_utf8_lossy(&v), n) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        log::warn!(
+                            "{}: {e}; treating it as a whole file on its tier",
+                            p.display()
+                        );
+                        FileLayout::Whole { tier: t }
+                    }
+                },
+                Err(_) => FileLayout::Whole { tier: t },
+            };
+            let len = fs::symlink_metadata(&p).map(|m| m.len()).unwrap_or(0);
+            layouts.push((t, l, len));
+        }
+        if let Some((_, FileLayout::Stripe(m), _)) = layouts
+            .iter()
+            .find(|(_, l, _)| matches!(l, FileLayout::Stripe(_)))
+        {
+            let m = m.clone();
+            let mut size = 0;
+            for (t, l, len) in &layouts {
+                if !m.tiers.contains(t) || *l != FileLayout::Stripe(m.clone()) {
+                    self.set_aside(
+                        *t,
+                        rel,
+                        "a piece that does not belong to the file's stripe layout",
+                    );
+                    continue;
+                }
+                size = size.max(m.logical_end(*t, *len));
+            }
+            for t in &m.tiers {
+                let p = self.tiers[*t].path(rel);
+                if !p.exists() {
+                    log::warn!(
+                        "{}: stripe piece missing; its stripes read as zeros",
+                        p.display()
+                    );
+                    let _ = fs::File::create(&p);
+                }
+            }
+            return Some((FileLayout::Stripe(m), size));
+        }
+        // Whole files: one copy is the rule; two mean a move or a cross-tier rename was
+        // interrupted. Keep the newest; an identical older copy is dropped, a different one
+        // is set aside.
+        let newest = layouts
+            .iter()
+            .max_by_key(|(t, _, _)| {
+                fs::symlink_metadata(self.tiers[*t].path(rel))
+                    .map(|m| (m.mtime(), m.mtime_nsec()))
+                    .unwrap_or((0, 0))
+            })?
+            .clone();
+        for (t, _, len) in &layouts {
+            if *t == newest.0 {
+                continue;
+            }
+            let p = self.tiers[*t].path(rel);
+            if *len == newest.2 && files_equal(&p, &self.tiers[newest.0].path(rel)) {
+                log::warn!(
+                    "{}: duplicate of the copy on tier '{}'; removed",
+                    p.display(),
+                    self.tiers[newest.0].name
+                );
+                let _ = fs::remove_file(&p);
+            } else {
+                self.set_aside(
+                    *t,
+                    rel,
+                    "an older, different copy of a file held by another tier",
+                );
+            }
+        }
+        Some((FileLayout::Whole { tier: newest.0 }, newest.2))
+    }
+
+    // ----- helpers ---------------------------------------------------------------------
+
+    fn tier_err(&self, tier: usize, op: &'static str, path: &Path, e: std::io::Error) -> Error {
+        self.tiers[tier]
+            .counters
+            .errors
+            .fetch_add(1, Ordering::Relaxed);
+        Error::tier(&self.tiers[tier].name, op, path, e)
+    }
+
+    /// Adjusts the per-tier `used` counters for a size change of a file.
+    fn account_resize(&self, layout: &FileLayout, old: u64, new: u64) {
+        match layout {
+            FileLayout::Whole { tier } => self.tiers[*tier].add_used(new as i64 - old as i64),
+            FileLayout::Stripe(m) => {
+                for t in &m.tiers {
+                    let d = m.piece_len(*t, new) as i64 - m.piece_len(*t, old) as i64;
+                    self.tiers[*t].add_used(d);
+                }
+            }
+        }
+    }
+
+    fn reserved(&self, parent: u64, name: &OsStr) -> bool {
+        parent == ROOT_INO && name == self.stats_dir
+    }
+
+    fn check_writable_parent(&self, parent: u64, name: &OsStr) -> Result<()> {
+        if Virtual::from_ino(parent).is_some() {
+            return Err(Error::Access("the stats folder is read-only"));
+        }
+        if self.reserved(parent, name) {
+            return Err(Error::Exists);
+        }
+        name_ok(name)
+    }
+
+    fn virtual_attr(&self, v: Virtual) -> Attr {
+        let (kind, perm, nlink) = if v == Virtual::Dir {
+            (Kind::Dir, 0o555, 2)
+        } else {
+            (Kind::File, 0o444, 1)
+        };
+        Attr {
+            ino: v.ino(),
+            kind,
+            size: 0,
+            blocks: 0,
+            perm,
+            nlink,
+            uid: self.euid,
+            gid: sys_egid(),
+            rdev: 0,
+            atime: SystemTime::now(),
+            mtime: SystemTime::now(),
+            ctime: self.started,
+        }
+    }
+
+    fn attr_from_meta(&self, ino: u64, kind: Kind, m: &Metadata, size: Option<u64>) -> Attr {
+        let size = size.unwrap_or(m.len());
+        Attr {
+            ino,
+            kind,
+            size,
+            blocks: if kind == Kind::File {
+                m.blocks().max(size.div_ceil(512).min(m.blocks()))
+            } else {
+                m.blocks()
+            },
+            perm: (m.mode() & 0o7777) as u16,
+            nlink: if kind == Kind::Dir {
+                m.nlink() as u32
+            } else {
+                1
+            },
+            uid: m.uid(),
+            gid: m.gid(),
+            rdev: m.rdev() as u32,
+            atime: time_of(m.atime(), m.atime_nsec()),
+            mtime: time_of(m.mtime(), m.mtime_nsec()),
+            ctime: time_of(m.ctime(), m.ctime_nsec()),
+        }
+    }
+
+    /// Attributes of a node, read from its primary backing object; the tree lock is held.
+    fn attr_locked(&self, tree: &Tree, ino: u64) -> Result<Attr> {
+        if let Some(v) = Virtual::from_ino(ino) {
+            return Ok(self.virtual_attr(v));
+        }
+        let node = tree.get(ino)?;
+        let kind = node.kind();
+        match &node.data {
+            NodeData::File(f) => {
+                let st = f.state.read();
+                let primary = st.layout.primary();
+                let size = f.size();
+                let m = if let Some(p) = &st.pieces[primary] {
+                    p.file()
+                        .metadata()
+                        .map_err(|e| self.tier_err(primary, "fstat", Path::new("(open file)"), e))?
+                } else {
+                    let rel = tree.rel(ino).ok_or(Error::NotFound)?;
+                    let path = self.tiers[primary].path(&rel);
+                    fs::symlink_metadata(&path)
+                        .map_err(|e| self.tier_err(primary, "stat", &path, e))?
+                };
+                let mut a = self.attr_from_meta(ino, kind, &m, Some(size));
+                if !node.linked {
+                    a.nlink = 0;
+                }
+                Ok(a)
+            }
+            _ => {
+                let rel = tree.rel(ino).ok_or(Error::NotFound)?;
+                let path = self.tiers[0].path(&rel);
+                let m =
+                    fs::symlink_metadata(&path).map_err(|e| self.tier_err(0, "stat", &path, e))?;
+                Ok(self.attr_from_meta(ino, kind, &m, None))
+            }
+        }
+    }
+
+    /// Backing paths of a node: every tier for folders, the layout's tiers for files, the
+    /// first tier for the rest.
+    fn backing_paths(&self, tree: &Tree, ino: u64) -> Result<Vec<(usize, PathBuf)>> {
+        let node = tree.get(ino)?;
+        let rel = tree.rel(ino).ok_or(Error::NotFound)?;
+        Ok(match &node.data {
+            NodeData::Dir { .. } => self.tiers.iter().map(|t| (t.index, t.path(&rel))).collect(),
+            NodeData::File(f) => f
+                .state
+                .read()
+                .layout
+                .tiers()
+                .into_iter()
+                .map(|t| (t, self.tiers[t].path(&rel)))
+                .collect(),
+            NodeData::Other(_) => vec![(0, self.tiers[0].path(&rel))],
+        })
+    }
+
+    fn new_fh(&self, h: Handle) -> u64 {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.handles.lock().insert(fh, h);
+        fh
+    }
+
+    fn handle(&self, fh: u64) -> Result<Handle> {
+        self.handles
+            .lock()
+            .get(&fh)
+            .cloned()
+            .ok_or(Error::BadHandle)
+    }
+
+    /// Gives a new backing object the caller's ownership when we are root.
+    fn chown_new(&self, path: &Path, ctx: Ctx, tier: usize) -> Result<()> {
+        if self.euid == 0 && (ctx.uid != 0 || ctx.gid != 0) {
+            std::os::unix::fs::lchown(path, Some(ctx.uid), Some(ctx.gid))
+                .map_err(|e| self.tier_err(tier, "chown", path, e))?;
+        }
+        Ok(())
+    }
+
+    // ----- namespace -------------------------------------------------------------------
+
+    pub fn lookup(&self, parent: u64, name: &OsStr) -> Result<Attr> {
+        if self.reserved(parent, name) {
+            return Ok(self.virtual_attr(Virtual::Dir));
+        }
+        if parent == Virtual::Dir.ino() {
+            return Virtual::FILES
+                .iter()
+                .find(|v| name == v.name())
+                .map(|v| self.virtual_attr(*v))
+                .ok_or(Error::NotFound);
+        }
+        if name.len() > NAME_MAX {
+            return Err(Error::NameTooLong);
+        }
+        let mut tree = self.tree.write();
+        let ino = tree.child(parent, name)?;
+        let a = self.attr_locked(&tree, ino)?;
+        if let Some(n) = tree.nodes.get_mut(&ino) {
+            n.nlookup += 1;
+        }
+        Ok(a)
+    }
+
+    /// Counts a reference handed to the kernel by create/mkdir/symlink/mknod.
+    fn remember(&self, tree: &mut Tree, ino: u64) {
+        if let Some(n) = tree.nodes.get_mut(&ino) {
+            n.nlookup += 1;
+        }
+    }
+
+    pub fn forget(&self, ino: u64, n: u64) {
+        if ino == ROOT_INO || Virtual::from_ino(ino).is_some() {
+            return;
+        }
+        let mut tree = self.tree.write();
+        if let Some(node) = tree.nodes.get_mut(&ino) {
+            node.nlookup = node.nlookup.saturating_sub(n);
+        }
+        tree.maybe_drop(ino);
+    }
+
+    pub fn getattr(&self, ino: u64) -> Result<Attr> {
+        let tree = self.tree.read();
+        self.attr_locked(&tree, ino)
+    }
+
+    pub fn setattr(&self, ino: u64, s: SetAttr) -> Result<Attr> {
+        if Virtual::from_ino(ino).is_some() {
+            return Err(Error::Access("the stats files are read-only"));
+        }
+        let tree = self.tree.read();
+        let node = tree.get(ino)?;
+        let open_pieces: Vec<(usize, Arc<Piece>)> = match &node.data {
+            NodeData::File(f) => f
+                .state
+                .read()
+                .pieces
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| p.clone().map(|p| (i, p)))
+                .collect(),
+            _ => Vec::new(),
+        };
+        // An unlinked but open file has no paths: act on its descriptors.
+        let paths = if node.linked {
+            self.backing_paths(&tree, ino)?
+        } else {
+            Vec::new()
+        };
+        if let Some(size) = s.size {
+            match &node.data {
+                NodeData::File(f) => self.truncate(&tree, ino, f, size)?,
+                NodeData::Dir { .. } => return Err(Error::IsDir),
+                _ => return Err(Error::Invalid("truncate of a special file")),
+            }
+        }
+        if let Some(mode) = s.mode {
+            let perm = fs::Permissions::from_mode(mode & 0o7777);
+            if node.kind() != Kind::Symlink {
+                for (t, p) in &paths {
+                    fs::set_permissions(p, perm.clone())
+                        .map_err(|e| self.tier_err(*t, "chmod", p, e))?;
+                }
+                for (t, p) in &open_pieces {
+                    if paths.is_empty() {
+                        p.file().set_permissions(perm.clone()).map_err(|e| {
+                            self.tier_err(*t, "fchmod", Path::new("(open file)"), e)
+                        })?;
+                    }
+                }
+            }
+        }
+        if s.uid.is_some() || s.gid.is_some() {
+            for (t, p) in &paths {
+                std::os::unix::fs::lchown(p, s.uid, s.gid)
+                    .map_err(|e| self.tier_err(*t, "chown", p, e))?;
+            }
+            if paths.is_empty() {
+                for (t, p) in &open_pieces {
+                    std::os::unix::fs::fchown(p.file(), s.uid, s.gid)
+                        .map_err(|e| self.tier_err(*t, "fchown", Path::new("(open file)"), e))?;
+                }
+            }
+        }
+        if s.atime.is_some() || s.mtime.is_some() {
+            let a = s.atime.unwrap_or(SetTime::Omit);
+            let m = s.mtime.unwrap_or(SetTime::Omit);
+            for (t, p) in &paths {
+                sys::lutimens(p, a, m).map_err(|e| self.tier_err(*t, "utimens", p, e))?;
+            }
+        }
+        self.attr_locked(&tree, ino)
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<OsString> {
+        let tree = self.tree.read();
+        let node = tree.get(ino)?;
+        if node.kind() != Kind::Symlink {
+            return Err(Error::Invalid("not a symlink"));
+        }
+        let rel = tree.rel(ino).ok_or(Error::NotFound)?;
+        let p = self.tiers[0].path(&rel);
+        fs::read_link(&p)
+            .map(|t| t.into_os_string())
+            .map_err(|e| self.tier_err(0, "readlink", &p, e))
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &OsStr, mode: u32, ctx: Ctx) -> Result<Attr> {
+        self.check_writable_parent(parent, name)?;
+        let mut tree = self.tree.write();
+        if tree.children(parent)?.contains_key(name) {
+            return Err(Error::Exists);
+        }
+        let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
+        let mut made: Vec<PathBuf> = Vec::new();
+        for t in &self.tiers {
+            let p = t.path(&rel);
+            let r = fs::create_dir(&p)
+                .and_then(|_| fs::set_permissions(&p, fs::Permissions::from_mode(mode & 0o7777)));
+            if let Err(e) = r
+                .map_err(|e| self.tier_err(t.index, "mkdir", &p, e))
+                .and_then(|_| self.chown_new(&p, ctx, t.index))
+            {
+                for m in made {
+                    let _ = fs::remove_dir(m);
+                }
+                return Err(e);
+            }
+            made.push(p);
+        }
+        let ino = tree.insert(
+            parent,
+            name,
+            NodeData::Dir {
+                children: BTreeMap::new(),
+            },
+        );
+        self.remember(&mut tree, ino);
+        self.attr_locked(&tree, ino)
+    }
+
+    pub fn symlink(&self, parent: u64, name: &OsStr, target: &Path, ctx: Ctx) -> Result<Attr> {
+        self.check_writable_parent(parent, name)?;
+        let mut tree = self.tree.write();
+        if tree.children(parent)?.contains_key(name) {
+            return Err(Error::Exists);
+        }
+        let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
+        let p = self.tiers[0].path(&rel);
+        std::os::unix::fs::symlink(target, &p).map_err(|e| self.tier_err(0, "symlink", &p, e))?;
+        self.chown_new(&p, ctx, 0)?;
+        let ino = tree.insert(parent, name, NodeData::Other(Kind::Symlink));
+        self.remember(&mut tree, ino);
+        self.attr_locked(&tree, ino)
+    }
+
+    /// mknod: regular files become ordinary tierfs files; FIFOs and sockets live on the
+    /// first tier; device nodes are refused (a pooled data filesystem has no use for them).
+    pub fn mknod(&self, parent: u64, name: &OsStr, mode: u32, rdev: u32, ctx: Ctx) -> Result<Attr> {
+        let fmt = mode & libc::S_IFMT;
+        if fmt == libc::S_IFREG || fmt == 0 {
+            let (a, fh) = self.create(parent, name, mode, libc::O_RDWR, ctx)?;
+            self.release(fh)?;
+            return Ok(a);
+        }
+        let kind = match fmt {
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFSOCK => Kind::Socket,
+            _ => return Err(Error::NotPermitted("device nodes are not supported")),
+        };
+        self.check_writable_parent(parent, name)?;
+        let mut tree = self.tree.write();
+        if tree.children(parent)?.contains_key(name) {
+            return Err(Error::Exists);
+        }
+        let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
+        let p = self.tiers[0].path(&rel);
+        sys::mknod(&p, mode, rdev as u64).map_err(|e| self.tier_err(0, "mknod", &p, e))?;
+        self.chown_new(&p, ctx, 0)?;
+        let ino = tree.insert(parent, name, NodeData::Other(kind));
+        self.remember(&mut tree, ino);
+        self.attr_locked(&tree, ino)
+    }
+
+    /// Unlinks a node's backing objects and detaches it from the tree (tree lock held).
+    fn detach(
+        &self,
+        tree: &mut Tree,
+        parent: u64,
+        name: &OsStr,
+        ino: u64,
+        remove_backing: bool,
+    ) -> Result<()> {
+        if remove_backing {
+            let paths = self.backing_paths(tree, ino)?;
+            let is_dir = matches!(tree.get(ino)?.data, NodeData::Dir { .. });
+            for (t, p) in paths {
+                let r = if is_dir {
+                    fs::remove_dir(&p)
+                } else {
+                    fs::remove_file(&p)
+                };
+                match r {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(self.tier_err(
+                            t,
+                            if is_dir { "rmdir" } else { "unlink" },
+                            &p,
+                            e,
+                        ))
+                    }
+                }
+            }
+        }
+        if let Ok(c) = tree.children_mut(parent) {
+            c.remove(name);
+        }
+        let node = tree.nodes.get_mut(&ino).ok_or(Error::NotFound)?;
+        node.linked = false;
+        if let NodeData::File(f) = &node.data {
+            let st = f.state.read();
+            self.account_resize(&st.layout, f.size(), 0);
+            for t in st.layout.tiers() {
+                let _ = self.tiers[t].counters.files.fetch_update(
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                    |v| Some(v.saturating_sub(1)),
+                );
+            }
+            if let Some(c) = f.charge.lock().take() {
+                self.placer.release(c);
+            }
+        }
+        tree.maybe_drop(ino);
+        Ok(())
+    }
+
+    pub fn unlink(&self, parent: u64, name: &OsStr) -> Result<()> {
+        if Virtual::from_ino(parent).is_some() || self.reserved(parent, name) {
+            return Err(Error::Access("the stats folder is read-only"));
+        }
+        let mut tree = self.tree.write();
+        let ino = tree.child(parent, name)?;
+        if tree.get(ino)?.kind() == Kind::Dir {
+            return Err(Error::IsDir);
+        }
+        self.detach(&mut tree, parent, name, ino, true)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &OsStr) -> Result<()> {
+        if Virtual::from_ino(parent).is_some() || self.reserved(parent, name) {
+            return Err(Error::Access("the stats folder is read-only"));
+        }
+        let mut tree = self.tree.write();
+        let ino = tree.child(parent, name)?;
+        if !tree.children(ino)?.is_empty() {
+            return Err(Error::NotEmpty);
+        }
+        self.detach(&mut tree, parent, name, ino, true)
+    }
+
+    /// Hard links: refused with EPERM. A file's pieces can sit on several tiers and move
+    /// between them, and each tier's link would have to be made and undone together; no
+    /// DeepSpeed or copy path needs them.
+    pub fn link(&self) -> Result<Attr> {
+        Err(Error::NotPermitted(
+            "hard links are not supported by tierfs",
+        ))
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        newparent: u64,
+        newname: &OsStr,
+        flags: u32,
+    ) -> Result<()> {
+        if Virtual::from_ino(parent).is_some()
+            || Virtual::from_ino(newparent).is_some()
+            || self.reserved(parent, name)
+        {
+            return Err(Error::Access("the stats folder is read-only"));
+        }
+        self.check_writable_parent(newparent, newname)?;
+        if flags & libc::RENAME_EXCHANGE != 0 {
+            return Err(Error::Invalid("RENAME_EXCHANGE is not supported"));
+        }
+        let mut tree = self.tree.write();
+        let ino = tree.child(parent, name)?;
+        let kind = tree.get(ino)?.kind();
+        tree.children(newparent)?;
+        let target = tree.children(newparent)?.get(newname).copied();
+        if target == Some(ino) {
+            return Ok(());
+        }
+        if let Some(t) = target {
+            if flags & libc::RENAME_NOREPLACE != 0 {
+                return Err(Error::Exists);
+            }
+            let tk = tree.get(t)?.kind();
+            match (kind == Kind::Dir, tk == Kind::Dir) {
+                (true, false) => return Err(Error::NotDir),
+                (false, true) => return Err(Error::IsDir),
+                (true, true) if !tree.children(t)?.is_empty() => return Err(Error::NotEmpty),
+                _ => {}
+            }
+        }
+        if kind == Kind::Dir {
+            // Refuse to move a folder into itself.
+            let mut cur = newparent;
+            while cur != ROOT_INO {
+                if cur == ino {
+                    return Err(Error::Invalid("cannot move a folder into itself"));
+                }
+                cur = tree.get(cur)?.parent;
+            }
+        }
+        let from_rel = tree.rel(ino).ok_or(Error::NotFound)?;
+        let to_rel = tree.rel(newparent).ok_or(Error::NotFound)?.join(newname);
+        let src: Vec<usize> = self
+            .backing_paths(&tree, ino)?
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect();
+        // Pieces of the target on tiers the source does not cover would survive the backing
+        // renames: remove them first (a crash here loses the target, never the source).
+        if let Some(t) = target {
+            let tpaths = self.backing_paths(&tree, t)?;
+            for (tier, p) in tpaths {
+                if !src.contains(&tier) {
+                    let r = if kind == Kind::Dir {
+                        fs::remove_dir(&p)
+                    } else {
+                        fs::remove_file(&p)
+                    };
+                    if let Err(e) = r {
+                        if e.kind() != std::io::ErrorKind::NotFound {
+                            return Err(self.tier_err(tier, "unlink", &p, e));
+                        }
+                    }
+                }
+            }
+        }
+        let mut done: Vec<usize> = Vec::new();
+        for &t in &src {
+            let from = self.tiers[t].path(&from_rel);
+            let to = self.tiers[t].path(&to_rel);
+            let mut r = fs::rename(&from, &to);
+            if let Err(e) = &r {
+                if e.kind() == std::io::ErrorKind::NotFound && kind == Kind::Dir && !from.exists() {
+                    // The folder was missing on this tier: make it where it goes.
+                    r = fs::create_dir_all(&to);
+                }
+            }
+            if let Err(e) = r {
+                // Undo what moved so the tiers stay in agreement.
+                for &u in &done {
+                    let _ = fs::rename(self.tiers[u].path(&to_rel), self.tiers[u].path(&from_rel));
+                }
+                return Err(self.tier_err(t, "rename", &from, e));
+            }
+            done.push(t);
+        }
+        if let Some(t) = target {
+            self.detach(&mut tree, newparent, newname, t, false)?;
+        }
+        tree.children_mut(parent)?.remove(name);
+        tree.children_mut(newparent)?
+            .insert(newname.to_os_string(), ino);
+        let n = tree.nodes.get_mut(&ino).ok_or(Error::NotFound)?;
+        n.parent = newparent;
+        n.name = newname.to_os_string();
+        Ok(())
+    }
+
+    // ----- files -----------------------------------------------------------------------
+
+    /// Chooses the layout of a new file in `parent` (no tree lock needed).
+    fn choose_layout(&self, parent: u64) -> Result<(FileLayout, Option<Charge>)> {
+        let eligible: Vec<bool> = self.tiers.iter().map(|t| t.has_room_for(1 << 20)).collect();
+        match self.layout {
+            Layout::WholeFile => {
+                let c = self
+                    .placer
+                    .choose(parent, &eligible)
+                    .ok_or(Error::NoSpace(1 << 20))?;
+                Ok((FileLayout::Whole { tier: c.tier }, Some(c)))
+            }
+            Layout::Stripe => {
+                let pattern = placement::stripe_pattern(&self.placer.shares(), &eligible);
+                if pattern.is_empty() {
+                    return Err(Error::NoSpace(1 << 20));
+                }
+                if pattern.len() == 1 {
+                    return Ok((
+                        FileLayout::Whole {
+                            tier: pattern[0] as usize,
+                        },
+                        None,
+                    ));
+                }
+                Ok((
+                    FileLayout::Stripe(StripeMap::new(self.stripe_unit, pattern)),
+                    None,
+                ))
+            }
+        }
+    }
+
+    /// Creates the backing pieces of a new file; on failure nothing is left behind.
+    fn create_pieces(
+        &self,
+        rel: &Path,
+        layout: &FileLayout,
+        mode: u32,
+        ctx: Ctx,
+    ) -> Result<Vec<Option<Arc<Piece>>>> {
+        let mut pieces: Vec<Option<Arc<Piece>>> = vec![None; self.tiers.len()];
+        let mut made = Vec::new();
+        let encoded = layout.encode();
+        let result = (|| {
+            for t in layout.tiers() {
+                let tier = &self.tiers[t];
+                let p = tier.path(rel);
+                let mut r = Piece::open_new(&p, mode, tier.direct_io);
+                if let Err(e) = &r {
+                    if e.kind() == std::io::ErrorKind::NotFound {
+                        // The folder is missing on this tier (a failed mirror): make it.
+                        if let Some(dir) = p.parent() {
+                            let _ = fs::create_dir_all(dir);
+                        }
+                        r = Piece::open_new(&p, mode, tier.direct_io);
+                    }
+                }
+                let piece = r.map_err(|e| self.tier_err(t, "create", &p, e))?;
+                made.push(p.clone());
+                if let Err(e) = sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0)
+                {
+                    if matches!(layout, FileLayout::Stripe(_)) {
+                        return Err(self.tier_err(t, "set layout xattr on", &p, e));
+                    }
+                    if !self.xattr_warned.swap(true, Ordering::Relaxed) {
+                        log::warn!("tier '{}' has no user xattrs ({e}); whole files are recognised by where they sit", tier.name);
+                    }
+                }
+                self.chown_new(&p, ctx, t)?;
+                pieces[t] = Some(Arc::new(piece));
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            for p in made {
+                let _ = fs::remove_file(p);
+            }
+            return Err(e);
+        }
+        Ok(pieces)
+    }
+
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        ctx: Ctx,
+    ) -> Result<(Attr, u64)> {
+        self.check_writable_parent(parent, name)?;
+        let (mut layout, mut charge) = self.choose_layout(parent)?;
+        let mut tree = self.tree.write();
+        if let Some(existing) = tree.children(parent)?.get(name).copied() {
+            if let Some(c) = charge {
+                self.placer.release(c);
+            }
+            if flags & libc::O_EXCL != 0 {
+                return Err(Error::Exists);
+            }
+            drop(tree);
+            let fh = self.open(existing, flags)?.0;
+            let a = self.getattr(existing)?;
+            let mut tree = self.tree.write();
+            self.remember(&mut tree, existing);
+            return Ok((a, fh));
+        }
+        let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
+        let pieces = match self.create_pieces(&rel, &layout, mode & 0o7777, ctx) {
+            Ok(p) => p,
+            Err(e) if matches!(&e, Error::Tier { source, .. } if is_no_space(source)) => {
+                // The chosen tier filled up since we looked: try the others.
+                if let Some(c) = charge.take() {
+                    self.placer.release(c);
+                }
+                let failed = layout.tiers();
+                let eligible: Vec<bool> = self
+                    .tiers
+                    .iter()
+                    .map(|t| !failed.contains(&t.index) && t.has_room_for(1 << 20))
+                    .collect();
+                let c = self
+                    .placer
+                    .choose(parent, &eligible)
+                    .ok_or(Error::NoSpace(1 << 20))?;
+                layout = FileLayout::Whole { tier: c.tier };
+                charge = Some(c);
+                self.create_pieces(&rel, &layout, mode & 0o7777, ctx)?
+            }
+            Err(e) => {
+                if let Some(c) = charge {
+                    self.placer.release(c);
+                }
+                return Err(e);
+            }
+        };
+        for t in layout.tiers() {
+            self.tiers[t].counters.files.fetch_add(1, Ordering::Relaxed);
+        }
+        let node = Arc::new(FileNode::new(layout, 0, self.tiers.len()));
+        {
+            let mut st = node.state.write();
+            st.pieces = pieces;
+            st.opens = 1;
+        }
+        *node.charge.lock() = charge;
+        let ino = tree.insert(parent, name, NodeData::File(node.clone()));
+        self.remember(&mut tree, ino);
+        let attr = self.attr_locked(&tree, ino)?;
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let fh = self.new_fh(Handle::File { node, ino, write });
+        Ok((attr, fh))
+    }
+
+    pub fn open(&self, ino: u64, flags: i32) -> Result<(u64, OpenInfo)> {
+        let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if let Some(v) = Virtual::from_ino(ino) {
+            if write {
+                return Err(Error::Access("the stats files are read-only"));
+            }
+            if v == Virtual::Dir {
+                return Err(Error::IsDir);
+            }
+            let content = crate::stats::render(self, v);
+            return Ok((
+                self.new_fh(Handle::Virtual(Arc::new(content))),
+                OpenInfo { direct_io: true },
+            ));
+        }
+        let tree = self.tree.read();
+        let node = tree.get(ino)?;
+        let f = match &node.data {
+            NodeData::File(f) => f.clone(),
+            NodeData::Dir { .. } => return Err(Error::IsDir),
+            NodeData::Other(_) => return Err(Error::NotSupported("open of a special file")),
+        };
+        let rel = tree.rel(ino);
+        {
+            let mut st = f.state.write();
+            if st.opens == 0 {
+                let rel = rel.ok_or(Error::NotFound)?;
+                for t in st.layout.tiers() {
+                    let p = self.tiers[t].path(&rel);
+                    let piece = Piece::open(&p, self.tiers[t].direct_io)
+                        .map_err(|e| self.tier_err(t, "open", &p, e))?;
+                    st.pieces[t] = Some(Arc::new(piece));
+                }
+            }
+            st.opens += 1;
+        }
+        drop(tree);
+        Ok((
+            self.new_fh(Handle::File {
+                node: f,
+                ino,
+                write,
+            }),
+            OpenInfo::default(),
+        ))
+    }
+
+    pub fn release(&self, fh: u64) -> Result<()> {
+        let h = self.handles.lock().remove(&fh).ok_or(Error::BadHandle)?;
+        if let Handle::File { node, .. } = h {
+            let mut st = node.state.write();
+            st.opens = st.opens.saturating_sub(1);
+            if st.opens == 0 {
+                for p in st.pieces.iter_mut() {
+                    *p = None;
+                }
+            }
+            drop(st);
+            if node.dirty.swap(false, Ordering::Relaxed) {
+                let mut c = node.charge.lock();
+                if let Some(ch) = *c {
+                    *c = Some(self.placer.settle(ch, node.size()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `size` bytes at `off` and hands them to `reply` (from a per-thread aligned
+    /// buffer, so the hot path allocates nothing).
+    pub fn read_with<R>(
+        &self,
+        fh: u64,
+        off: u64,
+        size: u32,
+        reply: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        match self.handle(fh)? {
+            Handle::Virtual(content) => {
+                let start = (off as usize).min(content.len());
+                let end = (start + size as usize).min(content.len());
+                Ok(reply(&content[start..end]))
+            }
+            Handle::Dir(_) => Err(Error::IsDir),
+            Handle::File { node, .. } => READ_BUF.with(|b| {
+                let mut b = b.borrow_mut();
+                let st = node.state.read();
+                let fsize = node.size();
+                if off >= fsize {
+                    return Ok(reply(&[]));
+                }
+                let len = (size as u64).min(fsize - off) as usize;
+                // Read whole aligned blocks when we can, so the tier sees direct I/O.
+                b.resize(len.div_ceil(crate::io::ALIGN) * crate::io::ALIGN);
+                self.read_pieces(&st, off, &mut b[..len])?;
+                Ok(reply(&b[..len]))
+            }),
+        }
+    }
+
+    fn read_pieces(&self, st: &FileState, off: u64, buf: &mut [u8]) -> Result<()> {
+        match &st.layout {
+            FileLayout::Whole { tier } => {
+                let piece = st.pieces[*tier].as_ref().ok_or(Error::BadHandle)?;
+                let got = self.piece_read(*tier, piece, buf, off)?;
+                if got < buf.len() {
+                    return Err(Error::ShortRead {
+                        tier: self.tiers[*tier].name.clone(),
+                        path: PathBuf::from("(open file)"),
+                        offset: off,
+                        got,
+                        want: buf.len(),
+                    });
+                }
+            }
+            FileLayout::Stripe(m) => {
+                for ex in m.extents(off, buf.len()) {
+                    let piece = st.pieces[ex.tier].as_ref().ok_or(Error::BadHandle)?;
+                    let dst = &mut buf[ex.buf..ex.buf + ex.len];
+                    let got = self.piece_read(ex.tier, piece, dst, ex.local)?;
+                    // A piece shorter than the file is a hole (never written): zeros.
+                    dst[got..].fill(0);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn piece_read(&self, tier: usize, piece: &Piece, buf: &mut [u8], off: u64) -> Result<usize> {
+        let io = InFlight::start(&self.tiers[tier], false, buf.len() as u64);
+        match piece.read_at(buf, off) {
+            Ok(n) => {
+                io.finish(true, n as u64);
+                Ok(n)
+            }
+            Err(e) => {
+                io.finish(false, 0);
+                Err(Error::tier(
+                    &self.tiers[tier].name,
+                    "read",
+                    "(open file)",
+                    e,
+                ))
+            }
+        }
+    }
+
+    fn piece_write(&self, tier: usize, piece: &Piece, buf: &[u8], off: u64) -> std::io::Result<()> {
+        let io = InFlight::start(&self.tiers[tier], true, buf.len() as u64);
+        let r = piece.write_all_at(buf, off);
+        io.finish(r.is_ok(), buf.len() as u64);
+        r
+    }
+
+    /// Writes all of `data` at `off`, or fails with the tier's errno: never a short write.
+    pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
+        let (node, ino) = match self.handle(fh)? {
+            Handle::File { node, ino, write } => {
+                if !write {
+                    return Err(Error::BadHandle);
+                }
+                (node, ino)
+            }
+            Handle::Virtual(_) => return Err(Error::Access("the stats files are read-only")),
+            Handle::Dir(_) => return Err(Error::IsDir),
+        };
+        let end = off
+            .checked_add(data.len() as u64)
+            .ok_or(Error::Invalid("offset overflow"))?;
+        let mut moved = false;
+        loop {
+            let st = node.state.read();
+            let r = match &st.layout {
+                FileLayout::Whole { tier } => {
+                    let piece = st.pieces[*tier].as_ref().ok_or(Error::BadHandle)?;
+                    self.piece_write(*tier, piece, data, off)
+                        .map_err(|e| (*tier, e))
+                }
+                FileLayout::Stripe(m) => {
+                    m.extents(off, data.len()).into_iter().try_for_each(|ex| {
+                        let piece = st.pieces[ex.tier].as_ref().expect("stripe piece open");
+                        self.piece_write(ex.tier, piece, &data[ex.buf..ex.buf + ex.len], ex.local)
+                            .map_err(|e| (ex.tier, e))
+                    })
+                }
+            };
+            match r {
+                Ok(()) => {
+                    let old = node.size.fetch_max(end, Ordering::AcqRel);
+                    if end > old {
+                        self.account_resize(&st.layout, old, end);
+                    }
+                    node.dirty.store(true, Ordering::Relaxed);
+                    return Ok(data.len() as u32);
+                }
+                Err((tier, e))
+                    if is_no_space(&e)
+                        && !moved
+                        && matches!(st.layout, FileLayout::Whole { .. }) =>
+                {
+                    drop(st);
+                    log::warn!("tier '{}' is full while writing inode {ino}; moving the file to another tier", self.tiers[tier].name);
+                    self.relocate(ino, &node, tier, end)?;
+                    moved = true;
+                }
+                Err((tier, e)) => {
+                    return Err(Error::tier(
+                        &self.tiers[tier].name,
+                        "write",
+                        "(open file)",
+                        e,
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Moves a whole file off a full tier `from` to one with room for `need` bytes, copying
+    /// what it holds first: nothing written is lost, and the old copy is removed last.
+    fn relocate(&self, ino: u64, node: &Arc<FileNode>, from: usize, need: u64) -> Result<()> {
+        let tree = self.tree.read();
+        let rel = tree.rel(ino);
+        let mut st = node.state.write();
+        if st.layout != (FileLayout::Whole { tier: from }) {
+            return Ok(()); // another writer moved it already
+        }
+        let size = node.size();
+        let want = need.max(size) + (1 << 20);
+        let eligible: Vec<bool> = self
+            .tiers
+            .iter()
+            .map(|t| t.index != from && t.has_room_for(want))
+            .collect();
+        let parent = tree.nodes.get(&ino).map(|n| n.parent).unwrap_or(ROOT_INO);
+        let charge = self
+            .placer
+            .choose(parent, &eligible)
+            .ok_or(Error::NoSpace(want))?;
+        let to = charge.tier;
+        let old_piece = st.pieces[from].clone().ok_or(Error::BadHandle)?;
+        let meta = old_piece
+            .file()
+            .metadata()
+            .map_err(|e| self.tier_err(from, "fstat", Path::new("(open file)"), e))?;
+        let tmp_name = format!("{TMP_PREFIX}{ino}");
+        let tmp = match &rel {
+            Some(r) => self.tiers[to]
+                .path(r.parent().unwrap_or(Path::new("")))
+                .join(&tmp_name),
+            None => self.tiers[to].data.join(&tmp_name),
+        };
+        let new_piece = Piece::open_new(&tmp, meta.mode() & 0o7777, self.tiers[to].direct_io)
+            .map_err(|e| self.tier_err(to, "create", &tmp, e))?;
+        let copy = || -> Result<()> {
+            let mut buf = AlignedBuf::zeroed(1 << 20);
+            let mut off = 0;
+            while off < size {
+                let n = ((size - off) as usize).min(buf.len());
+                let got = self.piece_read(from, &old_piece, &mut buf[..n], off)?;
+                if got < n {
+                    return Err(Error::ShortRead {
+                        tier: self.tiers[from].name.clone(),
+                        path: tmp.clone(),
+                        offset: off,
+                        got,
+                        want: n,
+                    });
+                }
+                self.piece_write(to, &new_piece, &buf[..n], off)
+                    .map_err(|e| self.tier_err(to, "write", &tmp, e))?;
+                off += n as u64;
+            }
+            new_piece
+                .file()
+                .sync_all()
+                .map_err(|e| self.tier_err(to, "fsync", &tmp, e))?;
+            let layout = FileLayout::Whole { tier: to };
+            let _ = sys::lsetxattr(
+                &tmp,
+                OsStr::new(LAYOUT_XATTR),
+                layout.encode().as_bytes(),
+                0,
+            );
+            let _ = std::os::unix::fs::lchown(&tmp, Some(meta.uid()), Some(meta.gid()));
+            for name in
+                sys::llistxattr(&self.tiers[from].path(rel.as_deref().unwrap_or(Path::new(""))))
+                    .unwrap_or_default()
+            {
+                let name = OsStr::from_bytes(&name);
+                if name.as_bytes().starts_with(b"user.") && name != LAYOUT_XATTR {
+                    if let Ok(v) = sys::lgetxattr(
+                        &self.tiers[from].path(rel.as_deref().unwrap_or(Path::new(""))),
+                        name,
+                    ) {
+                        let _ = sys::lsetxattr(&tmp, name, &v, 0);
+                    }
+                }
+            }
+            match &rel {
+                Some(r) => {
+                    let dst = self.tiers[to].path(r);
+                    fs::rename(&tmp, &dst).map_err(|e| self.tier_err(to, "rename", &dst, e))?;
+                    let old = self.tiers[from].path(r);
+                    fs::remove_file(&old).map_err(|e| self.tier_err(from, "unlink", &old, e))?;
+                }
+                None => {
+                    let _ = fs::remove_file(&tmp);
+                }
+            }
+            Ok(())
+        };
+        if let Err(e) = copy() {
+            let _ = fs::remove_file(&tmp);
+            self.placer.release(charge);
+            return Err(e);
+        }
+        self.tiers[from].add_used(-(size as i64));
+        self.tiers[to].add_used(size as i64);
+        self.tiers[from]
+            .counters
+            .files
+            .fetch_sub(1, Ordering::Relaxed);
+        self.tiers[to]
+            .counters
+            .files
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = node.charge.lock().replace(self.placer.settle(charge, size)) {
+            self.placer.release(c);
+        }
+        st.pieces[from] = None;
+        st.pieces[to] = Some(Arc::new(new_piece));
+        st.layout = FileLayout::Whole { tier: to };
+        log::info!(
+            "moved inode {ino} ({size} bytes) from tier '{}' to '{}'",
+            self.tiers[from].name,
+            self.tiers[to].name
+        );
+        Ok(())
+    }
+
+    /// Sets a file's size, piece by piece (tree lock held for reading).
+    fn truncate(&self, tree: &Tree, ino: u64, f: &Arc<FileNode>, size: u64) -> Result<()> {
+        let st = f.state.write();
+        let rel = tree.rel(ino);
+        let set = |t: usize, len: u64| -> Result<()> {
+            if let Some(p) = &st.pieces[t] {
+                return p
+                    .file()
+                    .set_len(len)
+                    .map_err(|e| self.tier_err(t, "truncate", Path::new("(open file)"), e));
+            }
+            let rel = rel.as_ref().ok_or(Error::NotFound)?;
+            let p = self.tiers[t].path(rel);
+            fs::OpenOptions::new()
+                .write(true)
+                .custom_flags_nofollow()
+                .open(&p)
+                .and_then(|file| file.set_len(len))
+                .map_err(|e| self.tier_err(t, "truncate", &p, e))
+        };
+        let old = f.size();
+        match &st.layout {
+            FileLayout::Whole { tier } => set(*tier, size)?,
+            FileLayout::Stripe(m) => {
+                for t in &m.tiers {
+                    set(*t, m.piece_len(*t, size))?;
+                }
+            }
+        }
+        f.size.store(size, Ordering::Release);
+        self.account_resize(&st.layout, old, size);
+        f.dirty.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub fn fsync(&self, fh: u64, datasync: bool) -> Result<()> {
+        let node = match self.handle(fh)? {
+            Handle::File { node, .. } => node,
+            _ => return Ok(()),
+        };
+        let st = node.state.read();
+        for (t, p) in st.pieces.iter().enumerate() {
+            if let Some(p) = p {
+                let r = if datasync {
+                    p.file().sync_data()
+                } else {
+                    p.file().sync_all()
+                };
+                r.map_err(|e| self.tier_err(t, "fsync", Path::new("(open file)"), e))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn fallocate(&self, fh: u64, off: u64, len: u64, mode: i32) -> Result<()> {
+        let node = match self.handle(fh)? {
+            Handle::File {
+                node, write: true, ..
+            } => node,
+            Handle::File { .. } => return Err(Error::BadHandle),
+            _ => return Err(Error::Access("the stats files are read-only")),
+        };
+        let allowed = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE;
+        if mode & !allowed != 0 {
+            return Err(Error::NotSupported("this fallocate mode"));
+        }
+        if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 && mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
+            return Err(Error::Invalid("PUNCH_HOLE needs KEEP_SIZE"));
+        }
+        let end = off
+            .checked_add(len)
+            .ok_or(Error::Invalid("range overflow"))?;
+        let st = node.state.read();
+        // Each tier's stripes of a logical range are contiguous in its piece.
+        let ranges: Vec<(usize, u64, u64)> = match &st.layout {
+            FileLayout::Whole { tier } => vec![(*tier, off, len)],
+            FileLayout::Stripe(m) => m
+                .tiers
+                .iter()
+                .filter_map(|t| {
+                    let a = m.piece_len(*t, off);
+                    let b = m.piece_len(*t, end);
+                    (b > a).then_some((*t, a, b - a))
+                })
+                .collect(),
+        };
+        for (t, a, l) in ranges {
+            let p = st.pieces[t].as_ref().ok_or(Error::BadHandle)?;
+            sys::fallocate(std::os::fd::AsFd::as_fd(p.file()), mode, a, l)
+                .map_err(|e| self.tier_err(t, "fallocate", Path::new("(open file)"), e))?;
+        }
+        if mode & libc::FALLOC_FL_KEEP_SIZE == 0 {
+            let old = node.size.fetch_max(end, Ordering::AcqRel);
+            if end > old {
+                if let FileLayout::Stripe(m) = &st.layout {
+                    // Pieces past their share of the new size must read as the file's end.
+                    let holder = m.locate(end - 1).0;
+                    if let Some(p) = &st.pieces[holder] {
+                        let want = m.piece_len(holder, end);
+                        let cur = p.file().metadata().map(|m| m.len()).unwrap_or(0);
+                        if cur < want {
+                            p.file().set_len(want).map_err(|e| {
+                                self.tier_err(holder, "truncate", Path::new("(open file)"), e)
+                            })?;
+                        }
+                    }
+                }
+                self.account_resize(&st.layout, old, end);
+            }
+        }
+        Ok(())
+    }
+
+    // ----- directories -----------------------------------------------------------------
+
+    pub fn opendir(&self, ino: u64) -> Result<u64> {
+        let entries = if ino == Virtual::Dir.ino() {
+            let mut v = vec![
+                DirEntry {
+                    ino,
+                    kind: Kind::Dir,
+                    name: ".".into(),
+                },
+                DirEntry {
+                    ino: ROOT_INO,
+                    kind: Kind::Dir,
+                    name: "..".into(),
+                },
+            ];
+            v.extend(Virtual::FILES.iter().map(|f| DirEntry {
+                ino: f.ino(),
+                kind: Kind::File,
+                name: f.name().into(),
+            }));
+            v
+        } else {
+            let tree = self.tree.read();
+            let node = tree.get(ino)?;
+            let children = tree.children(ino)?;
+            let mut v = Vec::with_capacity(children.len() + 3);
+            v.push(DirEntry {
+                ino,
+                kind: Kind::Dir,
+                name: ".".into(),
+            });
+            v.push(DirEntry {
+                ino: node.parent,
+                kind: Kind::Dir,
+                name: "..".into(),
+            });
+            if ino == ROOT_INO {
+                v.push(DirEntry {
+                    ino: Virtual::Dir.ino(),
+                    kind: Kind::Dir,
+                    name: self.stats_dir.clone(),
+                });
+            }
+            for (name, c) in children {
+                if let Ok(n) = tree.get(*c) {
+                    v.push(DirEntry {
+                        ino: *c,
+                        kind: n.kind(),
+                        name: name.clone(),
+                    });
+                }
+            }
+            v
+        };
+        Ok(self.new_fh(Handle::Dir(Arc::new(entries))))
+    }
+
+    /// Entries from position `offset` of the snapshot taken at opendir.
+    pub fn readdir(&self, fh: u64, offset: u64) -> Result<Arc<Vec<DirEntry>>> {
+        match self.handle(fh)? {
+            Handle::Dir(e) => {
+                let _ = offset;
+                Ok(e)
+            }
+            _ => Err(Error::NotDir),
+        }
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.handles.lock().remove(&fh);
+    }
+
+    pub fn fsyncdir(&self, ino: u64) -> Result<()> {
+        if Virtual::from_ino(ino).is_some() {
+            return Ok(());
+        }
+        let tree = self.tree.read();
+        for (t, p) in self.backing_paths(&tree, ino)? {
+            fs::File::open(&p)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| self.tier_err(t, "fsync", &p, e))?;
+        }
+        Ok(())
+    }
+
+    pub fn statfs(&self) -> StatFs {
+        let bsize = 4096u64;
+        let (mut blocks, mut bfree, mut bavail, mut files, mut ffree) = (0, 0, 0, 0, 0);
+        for t in &self.tiers {
+            let Some(s) = t.space() else { continue };
+            let total = t.capacity.map_or(s.total, |c| c.min(s.total));
+            let used = t.counters.used.load(Ordering::Relaxed);
+            let cap_left = t.capacity.map_or(u64::MAX, |c| c.saturating_sub(used));
+            blocks += total / bsize;
+            bfree += s.free.min(cap_left) / bsize;
+            bavail += s.avail.min(cap_left) / bsize;
+            files += s.files;
+            ffree += s.files_free;
+        }
+        StatFs {
+            blocks,
+            bfree,
+            bavail,
+            files,
+            ffree,
+            bsize: bsize as u32,
+            namelen: NAME_MAX as u32,
+        }
+    }
+
+    // ----- xattrs ----------------------------------------------------------------------
+
+    fn xattr_path(&self, ino: u64) -> Result<(usize, PathBuf)> {
+        if Virtual::from_ino(ino).is_some() {
+            return Err(Error::NotSupported("xattrs on stats files"));
+        }
+        let tree = self.tree.read();
+        let node = tree.get(ino)?;
+        let rel = tree.rel(ino).ok_or(Error::NotFound)?;
+        let t = match &node.data {
+            NodeData::File(f) => f.state.read().layout.primary(),
+            _ => 0,
+        };
+        Ok((t, self.tiers[t].path(&rel)))
+    }
+
+    fn xattr_name_ok(name: &OsStr) -> Result<()> {
+        if name.as_bytes().starts_with(b"user.tierfs.") {
+            return Err(Error::NotPermitted(
+                "user.tierfs.* names are reserved by tierfs",
+            ));
+        }
+        if !name.as_bytes().starts_with(b"user.") {
+            return Err(Error::NotSupported("only user.* xattrs are stored"));
+        }
+        Ok(())
+    }
+
+    pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+        Self::xattr_name_ok(name)?;
+        if self.tree.read().get(ino)?.kind() == Kind::Symlink {
+            return Err(Error::NotPermitted("user xattrs on symlinks"));
+        }
+        let (t, p) = self.xattr_path(ino)?;
+        sys::lsetxattr(&p, name, value, flags).map_err(|e| self.tier_err(t, "setxattr", &p, e))
+    }
+
+    pub fn getxattr(&self, ino: u64, name: &OsStr) -> Result<Vec<u8>> {
+        if Self::xattr_name_ok(name).is_err() {
+            return Err(Error::NoAttr);
+        }
+        let (t, p) = self.xattr_path(ino)?;
+        sys::lgetxattr(&p, name).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENODATA) => Error::NoAttr,
+            Some(libc::EOPNOTSUPP) => Error::NoAttr,
+            _ => self.tier_err(t, "getxattr", &p, e),
+        })
+    }
+
+    pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
+        if Virtual::from_ino(ino).is_some() {
+            return Ok(Vec::new());
+        }
+        let (t, p) = self.xattr_path(ino)?;
+        let names = match sys::llistxattr(&p) {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Vec::new(),
+            Err(e) => return Err(self.tier_err(t, "listxattr", &p, e)),
+        };
+        let mut out = Vec::new();
+        for n in names {
+            if n.starts_with(b"user.") && !n.starts_with(b"user.tierfs.") {
+                out.extend_from_slice(&n);
+                out.push(0);
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
+        Self::xattr_name_ok(name).map_err(|_| Error::NoAttr)?;
+        let (t, p) = self.xattr_path(ino)?;
+        sys::lremovexattr(&p, name).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENODATA) => Error::NoAttr,
+            _ => self.tier_err(t, "removexattr", &p, e),
+        })
+    }
+
+    // ----- introspection (for the stats files) -----------------------------------------
+
+    /// Every file: (path, size, layout), in path order.
+    pub fn file_list(&self) -> Vec<(PathBuf, u64, FileLayout)> {
+        let tree = self.tree.read();
+        let mut out = Vec::new();
+        let mut stack = vec![ROOT_INO];
+        while let Some(ino) = stack.pop() {
+            if let Ok(children) = tree.children(ino) {
+                for c in children.values() {
+                    match tree.nodes.get(c).map(|n| &n.data) {
+                        Some(NodeData::Dir { .. }) => stack.push(*c),
+                        Some(NodeData::File(f)) => {
+                            if let Some(rel) = tree.rel(*c) {
+                                out.push((rel, f.size(), f.layout()));
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Closes every open piece (called at unmount; data is already on the tiers).
+    pub fn shutdown(&self) {
+        let tree = self.tree.read();
+        for n in tree.nodes.values() {
+            if let NodeData::File(f) = &n.data {
+                let st = f.state.read();
+                for p in st.pieces.iter().flatten() {
+                    let _ = p.file().sync_data();
+                }
+            }
+        }
+    }
+}
+
+fn sys_egid() -> u32 {
+    // SAFETY: getegid cannot fail.
+    unsafe { libc::getegid() }
+}
+
+fn files_equal(a: &Path, b: &Path) -> bool {
+    use std::io::Read;
+    let (Ok(mut fa), Ok(mut fb)) = (fs::File::open(a), fs::File::open(b)) else {
+        return false;
+    };
+    let mut ba = vec![0u8; 1 << 20];
+    let mut bb = vec![0u8; 1 << 20];
+    loop {
+        let na = match fa.read(&mut ba) {
+            Ok(n) => n,
+            Err(_) => return false,
+        };
+        let mut nb = 0;
+        while nb < na {
+            match fb.read(&mut bb[nb..na]) {
+                Ok(0) => return false,
+                Ok(n) => nb += n,
+                Err(_) => return false,
+            }
+        }
+        if na == 0 {
+            return fb.read(&mut bb[..1]).map(|n| n == 0).unwrap_or(false);
+        }
+        if ba[..na] != bb[..na] {
+            return false;
+        }
+    }
+}
+
+trait NoFollow {
+    fn custom_flags_nofollow(&mut self) -> &mut Self;
+}
+
+impl NoFollow for fs::OpenOptions {
+    fn custom_flags_nofollow(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        self.custom_flags(libc::O_NOFOLLOW)
+    }
+}

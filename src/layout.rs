@@ -1,0 +1,321 @@
+//! A file's layout over the tiers: which tier holds which logical bytes, and how that is
+//! persisted so a remount (or `tierfs export`) finds the same bytes.
+//!
+//! Every piece of a file is a plain file at the file's own path in its tier's `data/` tree.
+//! The layout is written once, at creation, into the piece's `user.tierfs.layout` xattr
+//! (format versioned); it never changes afterwards except by moving a whole file. The
+//! logical size is not stored at all: it is derived from the piece sizes, which the
+//! filesystem keeps exact (every truncate sets each piece to its share of the new size), so
+//! there is no second copy of the size to disagree after a crash.
+//!
+//! A piece with no layout xattr is a whole file on the tier it sits on: that lets a tier
+//! folder filled by hand (or on a filesystem without user xattrs) be mounted as is.
+
+/// Name of the xattr that stores a piece's layout. Hidden from users.
+pub const LAYOUT_XATTR: &str = "user.tierfs.layout";
+/// Current on-disk layout format.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Where a file's bytes live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileLayout {
+    /// All bytes on one tier.
+    Whole { tier: usize },
+    /// `unit`-sized stripes assigned to tiers by a repeating pattern.
+    Stripe(StripeMap),
+}
+
+impl FileLayout {
+    /// Tiers that hold a piece of this file, in ascending order.
+    pub fn tiers(&self) -> Vec<usize> {
+        match self {
+            FileLayout::Whole { tier } => vec![*tier],
+            FileLayout::Stripe(m) => m.tiers.clone(),
+        }
+    }
+
+    /// The tier whose piece carries the file's metadata (mode, owner, times, xattrs).
+    pub fn primary(&self) -> usize {
+        match self {
+            FileLayout::Whole { tier } => *tier,
+            FileLayout::Stripe(m) => m.pattern[0] as usize,
+        }
+    }
+
+    /// Serialized form for the layout xattr.
+    pub fn encode(&self) -> String {
+        match self {
+            FileLayout::Whole { tier } => {
+                format!("tierfs-layout v{FORMAT_VERSION} whole-file tier={tier}")
+            }
+            FileLayout::Stripe(m) => {
+                let p: Vec<String> = m.pattern.iter().map(|t| t.to_string()).collect();
+                format!(
+                    "tierfs-layout v{FORMAT_VERSION} stripe unit={} pattern={}",
+                    m.unit,
+                    p.join(",")
+                )
+            }
+        }
+    }
+
+    /// Parses [`FileLayout::encode`]'s output; `ntiers` bounds the tier indices.
+    pub fn decode(s: &str, ntiers: usize) -> Result<FileLayout, String> {
+        let mut words = s.split_whitespace();
+        if words.next() != Some("tierfs-layout") {
+            return Err(format!("not a tierfs layout: {s:?}"));
+        }
+        let version = words.next().unwrap_or("");
+        if version != format!("v{FORMAT_VERSION}") {
+            return Err(format!(
+                "layout format {version} is not supported by this tierfs (v{FORMAT_VERSION})"
+            ));
+        }
+        let kind = words.next().unwrap_or("");
+        let mut kv = std::collections::HashMap::new();
+        for w in words {
+            let (k, v) = w
+                .split_once('=')
+                .ok_or_else(|| format!("bad layout field {w:?}"))?;
+            kv.insert(k, v);
+        }
+        match kind {
+            "whole-file" => {
+                let tier: usize = kv
+                    .get("tier")
+                    .and_then(|t| t.parse().ok())
+                    .ok_or("whole-file layout without tier")?;
+                if tier >= ntiers {
+                    return Err(format!("layout names tier {tier}, config has {ntiers}"));
+                }
+                Ok(FileLayout::Whole { tier })
+            }
+            "stripe" => {
+                let unit: u64 = kv
+                    .get("unit")
+                    .and_then(|t| t.parse().ok())
+                    .filter(|u| *u > 0)
+                    .ok_or("stripe layout without unit")?;
+                let pattern: Result<Vec<u8>, _> = kv
+                    .get("pattern")
+                    .ok_or("stripe layout without pattern")?
+                    .split(',')
+                    .map(|t| t.parse::<u8>())
+                    .collect();
+                let pattern = pattern.map_err(|e| format!("bad stripe pattern: {e}"))?;
+                if pattern.is_empty() || pattern.iter().any(|t| *t as usize >= ntiers) {
+                    return Err(format!(
+                        "stripe pattern {pattern:?} does not fit {ntiers} tiers"
+                    ));
+                }
+                Ok(FileLayout::Stripe(StripeMap::new(unit, pattern)))
+            }
+            other => Err(format!("unknown layout kind {other:?}")),
+        }
+    }
+}
+
+/// Stripe arithmetic: logical offset <-> (tier, offset in that tier's piece).
+///
+/// Stripe k of the file goes to tier `pattern[k % P]`. A tier's piece holds its stripes
+/// back to back in logical order, so each piece is itself written sequentially when the
+/// file is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StripeMap {
+    pub unit: u64,
+    pub pattern: Vec<u8>,
+    /// Distinct tiers of the pattern, ascending.
+    pub tiers: Vec<usize>,
+    /// For each slot of the pattern: how many earlier slots hold the same tier.
+    rank: Vec<u64>,
+    /// Per tier index: slots per cycle (0 for tiers not in the pattern).
+    per_cycle: Vec<u64>,
+    /// Per tier index: the slots it occupies, in order.
+    slots: Vec<Vec<u64>>,
+}
+
+/// One contiguous run of a logical range that lives in a single piece.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extent {
+    pub tier: usize,
+    /// Offset inside the tier's piece.
+    pub local: u64,
+    /// Offset inside the caller's buffer.
+    pub buf: usize,
+    pub len: usize,
+}
+
+impl StripeMap {
+    pub fn new(unit: u64, pattern: Vec<u8>) -> StripeMap {
+        assert!(unit > 0 && !pattern.is_empty());
+        let n = *pattern.iter().max().unwrap() as usize + 1;
+        let mut per_cycle = vec![0u64; n];
+        let mut slots = vec![Vec::new(); n];
+        let mut rank = Vec::with_capacity(pattern.len());
+        for (slot, t) in pattern.iter().enumerate() {
+            let t = *t as usize;
+            rank.push(per_cycle[t]);
+            per_cycle[t] += 1;
+            slots[t].push(slot as u64);
+        }
+        let tiers = (0..n).filter(|t| per_cycle[*t] > 0).collect();
+        StripeMap {
+            unit,
+            pattern,
+            tiers,
+            rank,
+            per_cycle,
+            slots,
+        }
+    }
+
+    fn period(&self) -> u64 {
+        self.pattern.len() as u64
+    }
+
+    /// The tier and piece offset of logical byte `off`.
+    pub fn locate(&self, off: u64) -> (usize, u64) {
+        let stripe = off / self.unit;
+        let cycle = stripe / self.period();
+        let slot = (stripe % self.period()) as usize;
+        let tier = self.pattern[slot] as usize;
+        let local_stripe = cycle * self.per_cycle[tier] + self.rank[slot];
+        (tier, local_stripe * self.unit + off % self.unit)
+    }
+
+    /// Splits the logical range `[off, off+len)` into per-piece extents, in logical order.
+    pub fn extents(&self, off: u64, len: usize) -> Vec<Extent> {
+        let mut out = Vec::new();
+        let mut done = 0usize;
+        while done < len {
+            let pos = off + done as u64;
+            let in_unit = (self.unit - pos % self.unit) as usize;
+            let n = in_unit.min(len - done);
+            let (tier, local) = self.locate(pos);
+            out.push(Extent {
+                tier,
+                local,
+                buf: done,
+                len: n,
+            });
+            done += n;
+        }
+        out
+    }
+
+    /// The size `tier`'s piece has when the logical file is `size` bytes long.
+    pub fn piece_len(&self, tier: usize, size: u64) -> u64 {
+        let pc = self.per_cycle.get(tier).copied().unwrap_or(0);
+        if pc == 0 || size == 0 {
+            return 0;
+        }
+        let full_stripes = size / self.unit;
+        let tail = size % self.unit;
+        let cycles = full_stripes / self.period();
+        let rem_slot = full_stripes % self.period();
+        let before = self.slots[tier].iter().filter(|s| **s < rem_slot).count() as u64;
+        let mut len = (cycles * pc + before) * self.unit;
+        if tail > 0 && self.pattern[rem_slot as usize] as usize == tier {
+            len += tail;
+        }
+        len
+    }
+
+    /// The logical end (one past the last byte) of a piece of `len` bytes on `tier`.
+    pub fn logical_end(&self, tier: usize, len: u64) -> u64 {
+        let pc = self.per_cycle.get(tier).copied().unwrap_or(0);
+        if pc == 0 || len == 0 {
+            return 0;
+        }
+        let last = len - 1;
+        let local_stripe = last / self.unit;
+        let cycle = local_stripe / pc;
+        let k = (local_stripe % pc) as usize;
+        let slot = self.slots[tier][k];
+        (cycle * self.period() + slot) * self.unit + last % self.unit + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_decode_round_trip() {
+        for l in [
+            FileLayout::Whole { tier: 2 },
+            FileLayout::Stripe(StripeMap::new(1 << 20, vec![0, 1, 0, 2])),
+        ] {
+            assert_eq!(FileLayout::decode(&l.encode(), 3).unwrap(), l);
+        }
+        assert!(FileLayout::decode("tierfs-layout v9 whole-file tier=0", 3).is_err());
+        assert!(FileLayout::decode("tierfs-layout v1 whole-file tier=5", 3).is_err());
+        assert!(FileLayout::decode("junk", 3).is_err());
+        assert!(FileLayout::decode("tierfs-layout v1 stripe unit=0 pattern=0", 3).is_err());
+    }
+
+    #[test]
+    fn locate_packs_each_tier_contiguously() {
+        let m = StripeMap::new(10, vec![0, 1, 0]);
+        assert_eq!(m.locate(0), (0, 0));
+        assert_eq!(m.locate(15), (1, 5));
+        assert_eq!(m.locate(20), (0, 10));
+        assert_eq!(m.locate(30), (0, 20));
+        assert_eq!(m.locate(45), (1, 15));
+    }
+
+    #[test]
+    fn piece_lengths_and_logical_end_agree() {
+        let m = StripeMap::new(8, vec![0, 1, 0, 2, 1]);
+        for size in 0..200u64 {
+            let mut end = 0;
+            let mut total = 0;
+            for t in 0..3 {
+                let l = m.piece_len(t, size);
+                total += l;
+                end = end.max(m.logical_end(t, l));
+            }
+            assert_eq!(total, size, "size {size}");
+            assert_eq!(end, size, "size {size}");
+        }
+    }
+
+    #[test]
+    fn extents_cover_range_in_order() {
+        let m = StripeMap::new(4, vec![1, 0]);
+        let ex = m.extents(3, 7);
+        assert_eq!(ex.iter().map(|e| e.len).sum::<usize>(), 7);
+        assert_eq!(
+            ex[0],
+            Extent {
+                tier: 1,
+                local: 3,
+                buf: 0,
+                len: 1
+            }
+        );
+        assert_eq!(
+            ex[1],
+            Extent {
+                tier: 0,
+                local: 0,
+                buf: 1,
+                len: 4
+            }
+        );
+        assert_eq!(
+            ex[2],
+            Extent {
+                tier: 1,
+                local: 4,
+                buf: 5,
+                len: 2
+            }
+        );
+        // every logical byte maps to a distinct (tier, local) position
+        let mut seen = std::collections::HashSet::new();
+        for off in 0..100 {
+            assert!(seen.insert(m.locate(off)));
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! Where new bytes go: the paper's Eq. 1 (tier i gets B_i / sum(B) of the work), applied to
+//! whole files or to stripes.
+//!
+//! The placer is pure bookkeeping with no I/O, so its decisions are unit-tested and benched
+//! on their own. Two decisions live here:
+//! - `whole-file`: each new file goes to the tier that is furthest below its fair share of the
+//!   bytes, judged both within the file's directory and globally. DeepSpeed writes one folder
+//!   per rank and creates a subgroup's files (master, `exp_avg`, `exp_avg_sq`, gradients) one
+//!   after another, so per-directory balance splits every subgroup across the tiers and keeps
+//!   every tier busy while a rank swaps; the global term keeps the split right when each
+//!   folder holds only a few files.
+//! - `stripe`: a short weighted round-robin pattern of tier indices, fixed per file when it is
+//!   created (and persisted with it), so a file's layout never depends on later measurements.
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+
+/// The bandwidth used for Eq. 1 when a tier has different read and write bandwidths: the
+/// optimizer step reads and writes every byte once, so a tier's time per byte is
+/// 1/R + 1/W, i.e. the harmonic mean.
+pub fn effective_bandwidth(read_bps: f64, write_bps: f64) -> f64 {
+    if read_bps <= 0.0 || write_bps <= 0.0 {
+        return 0.0;
+    }
+    2.0 * read_bps * write_bps / (read_bps + write_bps)
+}
+
+/// Eq. 1: each tier's fraction of the bytes. All zero bandwidths give equal shares.
+pub fn shares(bandwidths: &[f64]) -> Vec<f64> {
+    let sum: f64 = bandwidths
+        .iter()
+        .filter(|b| b.is_finite() && **b > 0.0)
+        .sum();
+    if sum <= 0.0 {
+        let n = bandwidths.len().max(1) as f64;
+        return vec![1.0 / n; bandwidths.len()];
+    }
+    bandwidths
+        .iter()
+        .map(|b| {
+            if b.is_finite() && *b > 0.0 {
+                b / sum
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+/// Longest stripe pattern; 64 slots approximate any share to within 1/128.
+pub const MAX_PATTERN: usize = 64;
+
+/// A weighted round-robin sequence of tier indices over the `eligible` tiers whose counts
+/// follow `shares` as closely as a pattern of at most [`MAX_PATTERN`] slots allows, spread
+/// evenly (smooth WRR) so consecutive stripes land on different tiers. Empty when no tier
+/// is eligible.
+pub fn stripe_pattern(shares: &[f64], eligible: &[bool]) -> Vec<u8> {
+    let w: Vec<f64> = shares
+        .iter()
+        .zip(eligible)
+        .map(|(s, e)| if *e { s.max(0.0) } else { 0.0 })
+        .collect();
+    let sum: f64 = w.iter().sum();
+    let w: Vec<f64> = if sum > 0.0 {
+        w.iter().map(|x| x / sum).collect()
+    } else {
+        let n = eligible.iter().filter(|e| **e).count();
+        if n == 0 {
+            return Vec::new();
+        }
+        eligible
+            .iter()
+            .map(|e| if *e { 1.0 / n as f64 } else { 0.0 })
+            .collect()
+    };
+    // Shortest pattern whose counts are within 2% of every share, else the best of all.
+    let mut best: Option<(f64, Vec<usize>)> = None;
+    for len in 1..=MAX_PATTERN {
+        let counts = apportion(&w, len);
+        let err = counts
+            .iter()
+            .zip(&w)
+            .map(|(c, s)| (*c as f64 / len as f64 - s).abs())
+            .fold(0.0, f64::max);
+        if best.as_ref().is_none_or(|(e, _)| err < *e - 1e-12) {
+            best = Some((err, counts));
+        }
+        if err <= 0.02 {
+            break;
+        }
+    }
+    let counts = best.map(|(_, c)| c).unwrap_or_default();
+    smooth_wrr(&counts)
+}
+
+/// Largest-remainder apportionment of `len` slots by weights `w` (which sum to 1).
+fn apportion(w: &[f64], len: usize) -> Vec<usize> {
+    let exact: Vec<f64> = w.iter().map(|x| x * len as f64).collect();
+    let mut counts: Vec<usize> = exact.iter().map(|x| x.floor() as usize).collect();
+    let mut left = len - counts.iter().sum::<usize>();
+    let mut order: Vec<usize> = (0..w.len()).collect();
+    order.sort_by(|a, b| {
+        let ra = exact[*a] - exact[*a].floor();
+        let rb = exact[*b] - exact[*b].floor();
+        rb.total_cmp(&ra).then(a.cmp(b))
+    });
+    for i in order {
+        if left == 0 {
+            break;
+        }
+        if w[i] > 0.0 {
+            counts[i] += 1;
+            left -= 1;
+        }
+    }
+    counts
+}
+
+/// Interleaves `counts[i]` copies of each index i as evenly as possible.
+fn smooth_wrr(counts: &[usize]) -> Vec<u8> {
+    let total: usize = counts.iter().sum();
+    let mut current = vec![0i64; counts.len()];
+    let mut out = Vec::with_capacity(total);
+    for _ in 0..total {
+        for (c, w) in current.iter_mut().zip(counts) {
+            *c += *w as i64;
+        }
+        let (best, _) = current
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(&a.0)))
+            .expect("at least one tier");
+        current[best] -= total as i64;
+        out.push(best as u8);
+    }
+    out
+}
+
+/// Bytes assigned per tier, for one scope (a directory, or the whole mount).
+#[derive(Debug, Default, Clone)]
+struct Ledger {
+    assigned: Vec<u64>,
+    files: u64,
+    bytes: u64,
+}
+
+impl Ledger {
+    fn deficit(&self, tier: usize, share: f64, est: u64) -> f64 {
+        let total: u64 = self.assigned.iter().sum();
+        share * (total + est) as f64 - self.assigned.get(tier).copied().unwrap_or(0) as f64
+    }
+    fn charge(&mut self, n: usize, tier: usize, delta: i64) {
+        if self.assigned.len() < n {
+            self.assigned.resize(n, 0);
+        }
+        let a = &mut self.assigned[tier];
+        *a = (*a as i64 + delta).max(0) as u64;
+    }
+}
+
+/// Size assumed for a new file in a directory that has no finished file yet. Any constant
+/// works: DeepSpeed's files of one subgroup have equal sizes, so early choices balance by
+/// count until real sizes are known.
+const DEFAULT_ESTIMATE: u64 = 1 << 20;
+
+/// Whole-file placement state: who got how many bytes, per directory and overall.
+#[derive(Debug)]
+pub struct Placer {
+    tiers: usize,
+    shares: Mutex<Vec<f64>>,
+    ledgers: Mutex<(Ledger, HashMap<u64, Ledger>)>,
+}
+
+/// What a placement charged, to be settled once the file's real size is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    pub dir: u64,
+    pub tier: usize,
+    pub bytes: u64,
+}
+
+impl Placer {
+    pub fn new(shares: Vec<f64>) -> Placer {
+        Placer {
+            tiers: shares.len(),
+            shares: Mutex::new(shares),
+            ledgers: Mutex::new((Ledger::default(), HashMap::new())),
+        }
+    }
+
+    /// The current Eq. 1 shares.
+    pub fn shares(&self) -> Vec<f64> {
+        self.shares.lock().clone()
+    }
+
+    /// Replaces the shares (e.g. after a new measurement).
+    pub fn set_shares(&self, shares: Vec<f64>) {
+        assert_eq!(shares.len(), self.tiers);
+        *self.shares.lock() = shares;
+    }
+
+    /// Records a file found at mount time, so placement continues from the real state.
+    pub fn record_existing(&self, dir: u64, tier: usize, bytes: u64) {
+        let mut l = self.ledgers.lock();
+        l.0.charge(self.tiers, tier, bytes as i64);
+        let d = l.1.entry(dir).or_default();
+        d.charge(self.tiers, tier, bytes as i64);
+        d.files += 1;
+        d.bytes += bytes;
+    }
+
+    /// Picks the tier for a new file in directory `dir` among the `eligible` ones and charges
+    /// it an estimated size. `None` when no tier is eligible.
+    pub fn choose(&self, dir: u64, eligible: &[bool]) -> Option<Charge> {
+        let shares = self.shares.lock().clone();
+        let mut l = self.ledgers.lock();
+        let (global, dirs) = &mut *l;
+        let d = dirs.entry(dir).or_default();
+        let est = if d.files > 0 {
+            (d.bytes / d.files).max(1)
+        } else {
+            DEFAULT_ESTIMATE
+        };
+        let mut best: Option<(f64, usize)> = None;
+        for (i, share) in shares.iter().enumerate() {
+            if !eligible.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            // A tier with no share (no bandwidth) only takes files when nothing else can.
+            let score = if *share > 0.0 {
+                d.deficit(i, *share, est) + global.deficit(i, *share, est)
+            } else {
+                f64::MIN / 4.0
+            };
+            if best.is_none_or(|(s, _)| score > s + 1e-9) {
+                best = Some((score, i));
+            }
+        }
+        let (_, tier) = best?;
+        d.charge(self.tiers, tier, est as i64);
+        global.charge(self.tiers, tier, est as i64);
+        Some(Charge {
+            dir,
+            tier,
+            bytes: est,
+        })
+    }
+
+    /// Replaces an earlier charge with the file's real size; returns the new charge.
+    pub fn settle(&self, charge: Charge, actual: u64) -> Charge {
+        let delta = actual as i64 - charge.bytes as i64;
+        let mut l = self.ledgers.lock();
+        l.0.charge(self.tiers, charge.tier, delta);
+        let d = l.1.entry(charge.dir).or_default();
+        d.charge(self.tiers, charge.tier, delta);
+        // The first settle of a file counts it for the directory's size estimate.
+        d.files += 1;
+        d.bytes += actual;
+        Charge {
+            bytes: actual,
+            ..charge
+        }
+    }
+
+    /// Takes a file's bytes off the books (unlink, or a move to another tier).
+    pub fn release(&self, charge: Charge) {
+        let mut l = self.ledgers.lock();
+        l.0.charge(self.tiers, charge.tier, -(charge.bytes as i64));
+        if let Some(d) = l.1.get_mut(&charge.dir) {
+            d.charge(self.tiers, charge.tier, -(charge.bytes as i64));
+        }
+    }
+
+    /// Bytes assigned per tier overall.
+    pub fn assigned(&self) -> Vec<u64> {
+        let l = self.ledgers.lock();
+        let mut a = l.0.assigned.clone();
+        a.resize(self.tiers, 0);
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn eq1_shares_follow_bandwidth() {
+        let s = shares(&[2e9, 1e9]);
+        assert!((s[0] - 2.0 / 3.0).abs() < 1e-12);
+        assert!((s[1] - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(shares(&[0.0, 0.0]), vec![0.5, 0.5]);
+        assert_eq!(shares(&[1.0, 0.0]), vec![1.0, 0.0]);
+    }
+
+    #[test]
+    fn harmonic_mean_of_read_and_write() {
+        assert_eq!(effective_bandwidth(1.0, 1.0), 1.0);
+        assert!((effective_bandwidth(1200.0, 800.0) - 960.0).abs() < 1e-9);
+        assert_eq!(effective_bandwidth(0.0, 5.0), 0.0);
+    }
+
+    #[test]
+    fn stripe_pattern_two_to_one() {
+        let p = stripe_pattern(&shares(&[2.0, 1.0]), &[true, true]);
+        assert_eq!(p, vec![0, 1, 0]);
+    }
+
+    #[test]
+    fn stripe_pattern_respects_eligibility_and_precision() {
+        assert_eq!(stripe_pattern(&[0.5, 0.5], &[false, true]), vec![1]);
+        assert!(stripe_pattern(&[0.5, 0.5], &[false, false]).is_empty());
+        let s = shares(&[1200.0, 400.0, 333.0]);
+        let p = stripe_pattern(&s, &[true, true, true]);
+        for (i, share) in s.iter().enumerate() {
+            let got = p.iter().filter(|t| **t as usize == i).count() as f64 / p.len() as f64;
+            assert!(
+                (got - share).abs() <= 0.02,
+                "tier {i}: {got} vs {share} in {p:?}"
+            );
+        }
+        // Evenly spread: no tier appears more than twice in a row for these shares.
+        assert!(
+            p.windows(3).all(|w| !(w[0] == w[1] && w[1] == w[2])),
+            "{p:?}"
+        );
+    }
+
+    fn run_files(placer: &Placer, dir: u64, n: usize, size: u64) -> Vec<usize> {
+        (0..n)
+            .map(|_| {
+                let c = placer.choose(dir, &[true, true]).unwrap();
+                placer.settle(c, size);
+                c.tier
+            })
+            .collect()
+    }
+
+    #[test]
+    fn whole_file_split_follows_shares_in_one_folder() {
+        let p = Placer::new(shares(&[2e9, 1e9]));
+        let tiers = run_files(&p, 7, 12, 8 << 20);
+        assert_eq!(tiers.iter().filter(|t| **t == 0).count(), 8, "{tiers:?}");
+        // Every run of three consecutive files (one DeepSpeed subgroup) uses both tiers.
+        assert!(
+            tiers.chunks(3).all(|c| c.contains(&0) && c.contains(&1)),
+            "{tiers:?}"
+        );
+    }
+
+    #[test]
+    fn whole_file_split_follows_shares_across_single_file_folders() {
+        let p = Placer::new(shares(&[2e9, 1e9]));
+        let mut on0 = 0;
+        for dir in 0..30 {
+            on0 += run_files(&p, 100 + dir, 1, 4 << 20)
+                .iter()
+                .filter(|t| **t == 0)
+                .count();
+        }
+        assert!((18..=22).contains(&on0), "{on0} of 30 on tier 0");
+    }
+
+    #[test]
+    fn ineligible_tier_gets_nothing_and_none_when_all_full() {
+        let p = Placer::new(shares(&[2e9, 1e9]));
+        for _ in 0..5 {
+            assert_eq!(p.choose(1, &[false, true]).unwrap().tier, 1);
+        }
+        assert!(p.choose(1, &[false, false]).is_none());
+    }
+
+    #[test]
+    fn release_returns_bytes() {
+        let p = Placer::new(shares(&[1.0, 1.0]));
+        let c = p.choose(1, &[true, true]).unwrap();
+        let c = p.settle(c, 100);
+        assert_eq!(p.assigned()[c.tier], 100);
+        p.release(c);
+        assert_eq!(p.assigned()[c.tier], 0);
+    }
+}

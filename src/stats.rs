@@ -1,0 +1,214 @@
+//! The `/proc`-like files under the mount's stats folder (`.tierfs/` by default).
+//!
+//! Each file is rendered whole when it is opened, so one `cat` sees one consistent
+//! snapshot; later reads of the same handle see the same bytes. `stats.json` holds
+//! everything the text files show, for tools (`tierfs stat` reads it).
+
+use crate::fs::{TierFs, Virtual};
+use crate::layout::FileLayout;
+use crate::units::{fmt_bytes, fmt_rate};
+use serde::{Deserialize, Serialize};
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+/// One tier's figures in `stats.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TierStats {
+    pub name: String,
+    pub path: String,
+    /// Bandwidth used for placement, bytes/s.
+    pub read_bps: f64,
+    pub write_bps: f64,
+    /// "config" or "probe".
+    pub bandwidth_source: String,
+    pub direct_io: bool,
+    /// Eq. 1 share of new bytes, 0..1.
+    pub share: f64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub in_flight: u64,
+    pub errors: u64,
+    pub files: u64,
+    /// Logical bytes held.
+    pub used: u64,
+    /// Bytes it can still take (free space less reserve, within capacity).
+    pub free: u64,
+    pub capacity: Option<u64>,
+}
+
+/// One file in `stats.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct FileStats {
+    pub path: String,
+    pub size: u64,
+    /// "whole-file" or "stripe".
+    pub layout: String,
+    /// Tier names holding pieces.
+    pub tiers: Vec<String>,
+}
+
+/// The whole of `stats.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Snapshot {
+    pub format: u32,
+    pub pid: u32,
+    pub uptime_s: f64,
+    pub layout: String,
+    pub tiers: Vec<TierStats>,
+    pub files: Vec<FileStats>,
+}
+
+/// Takes a consistent-enough snapshot of the counters and the tree.
+pub fn snapshot(fs: &TierFs) -> Snapshot {
+    let shares = fs.placer().shares();
+    let tiers = fs
+        .tiers()
+        .iter()
+        .map(|t| {
+            let c = &t.counters;
+            TierStats {
+                name: t.name.clone(),
+                path: t.root.display().to_string(),
+                read_bps: t.read_bps,
+                write_bps: t.write_bps,
+                bandwidth_source: format!("{:?}", t.bandwidth_source).to_lowercase(),
+                direct_io: t.direct_io,
+                share: shares[t.index],
+                bytes_read: c.bytes_read.load(Ordering::Relaxed),
+                bytes_written: c.bytes_written.load(Ordering::Relaxed),
+                reads: c.reads.load(Ordering::Relaxed),
+                writes: c.writes.load(Ordering::Relaxed),
+                in_flight: c.in_flight.load(Ordering::Relaxed),
+                errors: c.errors.load(Ordering::Relaxed),
+                files: c.files.load(Ordering::Relaxed),
+                used: c.used.load(Ordering::Relaxed),
+                free: t.room(),
+                capacity: t.capacity,
+            }
+        })
+        .collect();
+    let names: Vec<String> = fs.tiers().iter().map(|t| t.name.clone()).collect();
+    let files = fs
+        .file_list()
+        .into_iter()
+        .map(|(path, size, layout)| FileStats {
+            path: format!("/{}", path.display()),
+            size,
+            layout: match layout {
+                FileLayout::Whole { .. } => "whole-file".into(),
+                FileLayout::Stripe(_) => "stripe".into(),
+            },
+            tiers: layout.tiers().iter().map(|t| names[*t].clone()).collect(),
+        })
+        .collect();
+    Snapshot {
+        format: 1,
+        pid: std::process::id(),
+        uptime_s: fs
+            .started()
+            .elapsed()
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0),
+        layout: match fs.layout_kind() {
+            crate::config::Layout::WholeFile => "whole-file".into(),
+            crate::config::Layout::Stripe => "stripe".into(),
+        },
+        tiers,
+        files,
+    }
+}
+
+/// The bytes of one virtual file.
+pub fn render(fs: &TierFs, v: Virtual) -> Vec<u8> {
+    match v {
+        Virtual::Dir => Vec::new(),
+        Virtual::Config => fs.config_text().as_bytes().to_vec(),
+        Virtual::StatsJson => {
+            let mut s = serde_json::to_string_pretty(&snapshot(fs)).unwrap_or_default();
+            s.push('\n');
+            s.into_bytes()
+        }
+        Virtual::Tiers => tiers_table(&snapshot(fs)).into_bytes(),
+        Virtual::Files => files_table(&snapshot(fs)).into_bytes(),
+    }
+}
+
+/// The `tiers` file (and the body of `tierfs stat`).
+pub fn tiers_table(s: &Snapshot) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<8} {:>10} {:>10} {:>6} {:>10} {:>10} {:>9} {:>9} {:>5} {:>6} {:>6} {:>10} {:>10}  PATH",
+        "TIER",
+        "READ_BW",
+        "WRITE_BW",
+        "SHARE",
+        "READ",
+        "WRITTEN",
+        "READS",
+        "WRITES",
+        "INFL",
+        "ERRORS",
+        "FILES",
+        "USED",
+        "FREE"
+    );
+    let total_used: u64 = s.tiers.iter().map(|t| t.used).sum();
+    for t in &s.tiers {
+        let _ = writeln!(
+            out,
+            "{:<8} {:>10} {:>10} {:>5.1}% {:>10} {:>10} {:>9} {:>9} {:>5} {:>6} {:>6} {:>10} {:>10}  {}{}",
+            t.name,
+            fmt_rate(t.read_bps),
+            fmt_rate(t.write_bps),
+            t.share * 100.0,
+            fmt_bytes(t.bytes_read),
+            fmt_bytes(t.bytes_written),
+            t.reads,
+            t.writes,
+            t.in_flight,
+            t.errors,
+            t.files,
+            fmt_bytes(t.used),
+            fmt_bytes(t.free),
+            t.path,
+            if t.direct_io { "" } else { " (buffered)" }
+        );
+    }
+    let _ = writeln!(
+        out,
+        "layout {}; {} files, {} in all; bandwidth from {}",
+        s.layout,
+        s.files.len(),
+        fmt_bytes(total_used),
+        s.tiers
+            .iter()
+            .map(|t| format!("{}={}", t.name, t.bandwidth_source))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    out
+}
+
+/// The `files` file: one line per file.
+pub fn files_table(s: &Snapshot) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>14}  {:<10}  {:<16}  PATH",
+        "SIZE", "LAYOUT", "TIERS"
+    );
+    for f in &s.files {
+        let _ = writeln!(
+            out,
+            "{:>14}  {:<10}  {:<16}  {}",
+            f.size,
+            f.layout,
+            f.tiers.join(","),
+            f.path
+        );
+    }
+    out
+}

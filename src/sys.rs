@@ -1,0 +1,262 @@
+//! Thin, safe wrappers over the few libc calls std does not offer (xattrs, statvfs, flock,
+//! utimensat, fallocate, posix_fadvise). Each returns `io::Result` with the OS error.
+
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn cpath(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn cname(n: &OsStr) -> io::Result<CString> {
+    CString::new(n.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn check_size(r: libc::ssize_t) -> io::Result<usize> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Reads an xattr of `path` (not following a final symlink).
+pub fn lgetxattr(path: &Path, name: &OsStr) -> io::Result<Vec<u8>> {
+    let p = cpath(path)?;
+    let n = cname(name)?;
+    loop {
+        // SAFETY: p and n are valid NUL-terminated strings; a null buffer with size 0 asks
+        // only for the value's length.
+        let len = check_size(unsafe {
+            libc::lgetxattr(p.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0)
+        })?;
+        let mut buf = vec![0u8; len];
+        // SAFETY: buf is valid for writes of buf.len() bytes.
+        let r =
+            unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        match check_size(r) {
+            Ok(got) => {
+                buf.truncate(got);
+                return Ok(buf);
+            }
+            // The value grew between the two calls: ask again.
+            Err(e) if e.raw_os_error() == Some(libc::ERANGE) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Sets an xattr of `path` (not following a final symlink). `flags`: XATTR_CREATE/REPLACE.
+pub fn lsetxattr(path: &Path, name: &OsStr, value: &[u8], flags: i32) -> io::Result<()> {
+    let p = cpath(path)?;
+    let n = cname(name)?;
+    // SAFETY: valid strings; value is valid for reads of value.len() bytes.
+    check(unsafe {
+        libc::lsetxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            flags,
+        )
+    })
+}
+
+/// Lists xattr names of `path` (not following a final symlink).
+pub fn llistxattr(path: &Path) -> io::Result<Vec<Vec<u8>>> {
+    let p = cpath(path)?;
+    loop {
+        // SAFETY: null buffer with size 0 asks for the list's length.
+        let len = check_size(unsafe { libc::llistxattr(p.as_ptr(), std::ptr::null_mut(), 0) })?;
+        let mut buf = vec![0u8; len];
+        // SAFETY: buf is valid for writes of buf.len() bytes.
+        let r = unsafe { libc::llistxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+        match check_size(r) {
+            Ok(got) => {
+                buf.truncate(got);
+                return Ok(buf
+                    .split(|b| *b == 0)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| s.to_vec())
+                    .collect());
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ERANGE) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Removes an xattr of `path` (not following a final symlink).
+pub fn lremovexattr(path: &Path, name: &OsStr) -> io::Result<()> {
+    let p = cpath(path)?;
+    let n = cname(name)?;
+    // SAFETY: valid NUL-terminated strings.
+    check(unsafe { libc::lremovexattr(p.as_ptr(), n.as_ptr()) })
+}
+
+/// Filesystem space of the filesystem holding `path`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Space {
+    pub block_size: u64,
+    pub total: u64,
+    pub free: u64,
+    pub avail: u64,
+    pub files: u64,
+    pub files_free: u64,
+    pub name_max: u64,
+}
+
+pub fn statvfs(path: &Path) -> io::Result<Space> {
+    let p = cpath(path)?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: p is a valid string and s a valid out-pointer.
+    check(unsafe { libc::statvfs(p.as_ptr(), &mut s) })?;
+    let f = s.f_frsize as u64;
+    Ok(Space {
+        block_size: f,
+        total: s.f_blocks as u64 * f,
+        free: s.f_bfree as u64 * f,
+        avail: s.f_bavail as u64 * f,
+        files: s.f_files as u64,
+        files_free: s.f_ffree as u64,
+        name_max: s.f_namemax as u64,
+    })
+}
+
+/// Takes an exclusive, non-blocking flock on `fd`.
+pub fn try_lock_exclusive(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: fd is a valid open descriptor for the duration of the call.
+    check(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) })
+}
+
+/// A time to set with utimensat: `None` leaves it unchanged.
+#[derive(Debug, Clone, Copy)]
+pub enum SetTime {
+    Omit,
+    Now,
+    At(std::time::SystemTime),
+}
+
+fn timespec(t: SetTime) -> libc::timespec {
+    match t {
+        SetTime::Omit => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_OMIT,
+        },
+        SetTime::Now => libc::timespec {
+            tv_sec: 0,
+            tv_nsec: libc::UTIME_NOW,
+        },
+        SetTime::At(t) => {
+            let (sec, nsec) = match t.duration_since(std::time::UNIX_EPOCH) {
+                Ok(d) => (d.as_secs() as i64, d.subsec_nanos() as i64),
+                Err(e) => {
+                    let d = e.duration();
+                    let mut s = -(d.as_secs() as i64);
+                    let mut n = -(d.subsec_nanos() as i64);
+                    if n < 0 {
+                        s -= 1;
+                        n += 1_000_000_000;
+                    }
+                    (s, n)
+                }
+            };
+            libc::timespec {
+                tv_sec: sec as libc::time_t,
+                tv_nsec: nsec as _,
+            }
+        }
+    }
+}
+
+/// Sets atime/mtime of `path` without following a final symlink.
+pub fn lutimens(path: &Path, atime: SetTime, mtime: SetTime) -> io::Result<()> {
+    let p = cpath(path)?;
+    let ts = [timespec(atime), timespec(mtime)];
+    // SAFETY: p is valid; ts is an array of two timespecs as utimensat requires.
+    check(unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            p.as_ptr(),
+            ts.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+}
+
+/// fallocate(2) on an open file.
+pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+    // SAFETY: fd is valid for the call; fallocate has no memory arguments.
+    check(unsafe {
+        libc::fallocate(
+            fd.as_raw_fd(),
+            mode,
+            offset as libc::off_t,
+            len as libc::off_t,
+        )
+    })
+}
+
+/// mknod(2) for FIFOs and sockets.
+pub fn mknod(path: &Path, mode: u32, rdev: u64) -> io::Result<()> {
+    let p = cpath(path)?;
+    // SAFETY: p is a valid string.
+    check(unsafe { libc::mknod(p.as_ptr(), mode as libc::mode_t, rdev as libc::dev_t) })
+}
+
+/// renameat2 with flags (RENAME_NOREPLACE / RENAME_EXCHANGE).
+pub fn rename2(from: &Path, to: &Path, flags: u32) -> io::Result<()> {
+    let f = cpath(from)?;
+    let t = cpath(to)?;
+    // SAFETY: valid strings; AT_FDCWD resolves them as absolute paths.
+    check(unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            flags,
+        )
+    })
+}
+
+/// Whether `uid` is the effective user of this process.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xattr_round_trip_and_space() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("f");
+        std::fs::write(&f, b"x").unwrap();
+        match lsetxattr(&f, OsStr::new("user.t"), b"v", 0) {
+            Ok(()) => {
+                assert_eq!(lgetxattr(&f, OsStr::new("user.t")).unwrap(), b"v");
+                assert!(llistxattr(&f).unwrap().contains(&b"user.t".to_vec()));
+                lremovexattr(&f, OsStr::new("user.t")).unwrap();
+                assert!(lgetxattr(&f, OsStr::new("user.t")).is_err());
+            }
+            Err(e) => assert_eq!(e.raw_os_error(), Some(libc::EOPNOTSUPP)),
+        }
+        let s = statvfs(d.path()).unwrap();
+        assert!(s.total > 0 && s.avail <= s.total);
+    }
+}

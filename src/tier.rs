@@ -1,0 +1,291 @@
+//! One storage tier: its folder, the lock that makes it ours, its bandwidth and its counters.
+//!
+//! A tier folder holds two things: `data/`, the mirrored directory tree with each file's
+//! piece at the file's own path, and `.tierfs-meta/`, our private state (the lock file, the
+//! format marker, the probe cache). Keeping user data under `data/` means no user name can
+//! collide with our own files.
+
+use crate::error::{Error, Result};
+use crate::sys;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The folder inside a tier that mirrors the mounted tree.
+pub const DATA_DIR: &str = "data";
+/// The folder inside a tier for tierfs's own files.
+pub const META_DIR: &str = ".tierfs-meta";
+/// Free space a tier keeps back before it stops taking new files: a full backing filesystem
+/// misbehaves (ext4 reserves, Lustre grants), and the pieces already there must still grow.
+pub const FREE_RESERVE: u64 = 64 << 20;
+
+/// Counters of one tier, updated lock-free on the data path.
+#[derive(Debug, Default)]
+pub struct TierCounters {
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub in_flight: AtomicU64,
+    pub errors: AtomicU64,
+    /// Files that have a piece on this tier.
+    pub files: AtomicU64,
+    /// Logical bytes of pieces on this tier (what `capacity` limits).
+    pub used: AtomicU64,
+    /// Nanoseconds spent in backing reads and writes (busy time, for bandwidth).
+    pub read_ns: AtomicU64,
+    pub write_ns: AtomicU64,
+}
+
+/// Where a tier's bandwidth figure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BandwidthSource {
+    Config,
+    Probe,
+}
+
+/// An open, locked tier.
+#[derive(Debug)]
+pub struct Tier {
+    pub index: usize,
+    pub name: String,
+    pub root: PathBuf,
+    pub data: PathBuf,
+    pub read_bps: f64,
+    pub write_bps: f64,
+    pub bandwidth_source: BandwidthSource,
+    pub capacity: Option<u64>,
+    /// The tier's filesystem accepts O_DIRECT.
+    pub direct_io: bool,
+    pub counters: TierCounters,
+    _lock: File,
+}
+
+impl Tier {
+    /// Opens the tier folder `root` (which must exist), takes its lock, and makes the
+    /// `data/` and `.tierfs-meta/` folders.
+    pub fn open(
+        index: usize,
+        name: &str,
+        root: &Path,
+        read_bps: f64,
+        write_bps: f64,
+        bandwidth_source: BandwidthSource,
+        capacity: Option<u64>,
+    ) -> Result<Tier> {
+        let meta = root.join(META_DIR);
+        let data = root.join(DATA_DIR);
+        for d in [&meta, &data] {
+            if let Err(e) = std::fs::create_dir(d) {
+                if e.kind() != std::io::ErrorKind::AlreadyExists {
+                    return Err(Error::tier(name, "mkdir", d, e));
+                }
+            }
+        }
+        let lock_path = meta.join("lock");
+        let mut lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+            .map_err(|e| Error::tier(name, "open", &lock_path, e))?;
+        if let Err(e) = sys::try_lock_exclusive(lock.as_fd()) {
+            let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
+            let holder = holder.trim();
+            return Err(Error::tier(
+                name,
+                "lock",
+                &lock_path,
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "tier folder {} is in use by another tierfs daemon ({}); unmount that mount first",
+                        root.display(),
+                        if holder.is_empty() { "pid unknown" } else { holder }
+                    ),
+                ),
+            ));
+        }
+        let _ = lock.set_len(0);
+        let _ = writeln!(lock, "pid {}", std::process::id());
+        let format = meta.join("format");
+        if !format.exists() {
+            let text = format!(
+                "tierfs tier format {}\nname {}\n",
+                crate::layout::FORMAT_VERSION,
+                name
+            );
+            std::fs::write(&format, text).map_err(|e| Error::tier(name, "write", &format, e))?;
+        } else if let Ok(text) = std::fs::read_to_string(&format) {
+            let v = text
+                .lines()
+                .next()
+                .and_then(|l| l.strip_prefix("tierfs tier format "))
+                .and_then(|v| v.trim().parse::<u32>().ok());
+            if v != Some(crate::layout::FORMAT_VERSION) {
+                return Err(Error::tier(
+                    name,
+                    "check format of",
+                    &format,
+                    std::io::Error::other(format!(
+                        "this tier was written by an incompatible tierfs (format {v:?}, this tierfs reads {})",
+                        crate::layout::FORMAT_VERSION
+                    )),
+                ));
+            }
+        }
+        let direct_io = crate::io::dir_accepts_direct_io(&data);
+        Ok(Tier {
+            index,
+            name: name.to_string(),
+            root: root.to_path_buf(),
+            data,
+            read_bps,
+            write_bps,
+            bandwidth_source,
+            capacity,
+            direct_io,
+            counters: TierCounters::default(),
+            _lock: lock,
+        })
+    }
+
+    /// The probe cache file of a tier folder.
+    pub fn probe_cache(root: &Path) -> PathBuf {
+        root.join(META_DIR).join("probe.json")
+    }
+
+    /// The backing path of a relative path in this tier.
+    pub fn path(&self, rel: &Path) -> PathBuf {
+        if rel.as_os_str().is_empty() {
+            self.data.clone()
+        } else {
+            self.data.join(rel)
+        }
+    }
+
+    /// The backing filesystem's space.
+    pub fn space(&self) -> Option<sys::Space> {
+        sys::statvfs(&self.data).ok()
+    }
+
+    /// Bytes this tier can still take: the smaller of its filesystem's free space (less the
+    /// reserve) and what is left of its configured capacity.
+    pub fn room(&self) -> u64 {
+        let fs_room = self
+            .space()
+            .map(|s| s.avail.saturating_sub(FREE_RESERVE))
+            .unwrap_or(0);
+        match self.capacity {
+            Some(c) => fs_room.min(c.saturating_sub(self.counters.used.load(Ordering::Relaxed))),
+            None => fs_room,
+        }
+    }
+
+    /// Whether a new file of about `bytes` may be placed here.
+    pub fn has_room_for(&self, bytes: u64) -> bool {
+        self.room() > bytes
+    }
+
+    pub fn add_used(&self, delta: i64) {
+        if delta >= 0 {
+            self.counters
+                .used
+                .fetch_add(delta as u64, Ordering::Relaxed);
+        } else {
+            let d = (-delta) as u64;
+            let _ = self
+                .counters
+                .used
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                    Some(u.saturating_sub(d))
+                });
+        }
+    }
+}
+
+/// Counts one backing request for the stats while it is in flight.
+pub struct InFlight<'a> {
+    tier: &'a Tier,
+    write: bool,
+    bytes: u64,
+    start: std::time::Instant,
+}
+
+impl<'a> InFlight<'a> {
+    pub fn start(tier: &'a Tier, write: bool, bytes: u64) -> Self {
+        tier.counters.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight {
+            tier,
+            write,
+            bytes,
+            start: std::time::Instant::now(),
+        }
+    }
+
+    /// Records the outcome; `done` is the bytes actually moved.
+    pub fn finish(self, ok: bool, done: u64) {
+        let c = &self.tier.counters;
+        let ns = self.start.elapsed().as_nanos() as u64;
+        if ok {
+            if self.write {
+                c.writes.fetch_add(1, Ordering::Relaxed);
+                c.bytes_written.fetch_add(done, Ordering::Relaxed);
+                c.write_ns.fetch_add(ns, Ordering::Relaxed);
+            } else {
+                c.reads.fetch_add(1, Ordering::Relaxed);
+                c.bytes_read.fetch_add(done, Ordering::Relaxed);
+                c.read_ns.fetch_add(ns, Ordering::Relaxed);
+            }
+        } else {
+            c.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        let _ = self.bytes;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.tier.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_open_of_a_tier_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let t = Tier::open(0, "a", d.path(), 1.0, 1.0, BandwidthSource::Config, None).unwrap();
+        assert!(t.data.is_dir());
+        let e = Tier::open(0, "a", d.path(), 1.0, 1.0, BandwidthSource::Config, None).unwrap_err();
+        assert!(e.to_string().contains("in use by another tierfs"), "{e}");
+        drop(t);
+        Tier::open(0, "a", d.path(), 1.0, 1.0, BandwidthSource::Config, None).unwrap();
+    }
+
+    #[test]
+    fn capacity_limits_room() {
+        let d = tempfile::tempdir().unwrap();
+        let t = Tier::open(
+            0,
+            "a",
+            d.path(),
+            1.0,
+            1.0,
+            BandwidthSource::Config,
+            Some(1000),
+        )
+        .unwrap();
+        assert!(t.room() <= 1000);
+        t.add_used(900);
+        assert!(!t.has_room_for(200));
+        t.add_used(-900);
+        assert!(t.has_room_for(200) || t.room() < 200);
+    }
+}

@@ -319,11 +319,8 @@ mod tests {
                 "tier {i}: {got} vs {share} in {p:?}"
             );
         }
-        // Evenly spread: no tier appears more than twice in a row for these shares.
-        assert!(
-            p.windows(3).all(|w| !(w[0] == w[1] && w[1] == w[2])),
-            "{p:?}"
-        );
+        // Evenly spread: the 62% tier never takes more than 3 stripes in a row.
+        assert!(p.windows(4).all(|w| !w.iter().all(|t| *t == w[0])), "{p:?}");
     }
 
     fn run_files(placer: &Placer, dir: u64, n: usize, size: u64) -> Vec<usize> {

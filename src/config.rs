@@ -100,7 +100,8 @@ pub struct MountSection {
     /// Daemon log file; `None` means stderr (or `<first tier>/.tierfs-meta/daemon.log` when
     /// the daemon runs in the background).
     pub log_file: Option<PathBuf>,
-    /// FUSE worker threads. Default: 8.
+    /// FUSE worker threads. Default: 64 (each blocks on one backing request; fewer than the
+    /// requests in flight lets a slow tier hold up a fast one).
     pub threads: usize,
 }
 
@@ -127,7 +128,7 @@ pub const STRIPE_ALIGN: u64 = 4096;
 /// `mount.stats_dir` when the file does not say.
 pub const DEFAULT_STATS_DIR: &str = ".tierfs";
 /// `mount.threads` when the file does not say.
-pub const DEFAULT_THREADS: usize = 8;
+pub const DEFAULT_THREADS: usize = 64;
 /// Largest accepted `mount.threads`.
 pub const MAX_THREADS: usize = 256;
 /// Longest accepted tier name.
@@ -926,7 +927,7 @@ path = "/lus/proj/tierfs/${HOSTNAME}"
         assert_eq!(c.mount.stats_dir, ".tierfs");
         assert!(!c.mount.allow_other);
         assert_eq!(c.mount.log_file, None);
-        assert_eq!(c.mount.threads, 8);
+        assert_eq!(c.mount.threads, DEFAULT_THREADS);
         assert_eq!(c.source, Path::new("/etc/tierfs/test.toml"));
     }
 

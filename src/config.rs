@@ -29,7 +29,8 @@
 //! stats_dir = ".tierfs"               # virtual folder at the mount root
 //! allow_other = false
 //! log_file = "/tmp/tierfs-${USER}.log"
-//! threads = 8                         # 1..=256
+//! threads = 64                        # 1..=256
+//! passthrough = "auto"                # "auto" | "on" | "off": kernel passthrough for whole files
 //! ```
 
 use std::ffi::{CStr, CString};
@@ -103,6 +104,31 @@ pub struct MountSection {
     /// FUSE worker threads. Default: 64 (each blocks on one backing request; fewer than the
     /// requests in flight lets a slow tier hold up a fast one).
     pub threads: usize,
+    /// Kernel FUSE passthrough for whole files. Default `auto`.
+    pub passthrough: Passthrough,
+}
+
+/// `mount.passthrough`: let the kernel do a whole file's I/O on its backing file itself
+/// (Linux >= 6.9, daemon with CAP_SYS_ADMIN).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Passthrough {
+    /// Use it where the kernel and privileges allow and the file qualifies; else the daemon.
+    Auto,
+    /// Like auto, but refuse to mount when the kernel or privileges cannot do it.
+    On,
+    /// Never: every byte goes through the daemon.
+    Off,
+}
+
+impl Passthrough {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Passthrough::Auto => "auto",
+            Passthrough::On => "on",
+            Passthrough::Off => "off",
+        }
+    }
 }
 
 /// A whole validated configuration.
@@ -150,6 +176,7 @@ impl Default for MountSection {
             allow_other: false,
             log_file: None,
             threads: DEFAULT_THREADS,
+            passthrough: Passthrough::Auto,
         }
     }
 }
@@ -196,6 +223,7 @@ struct RawMount {
     log_file: Option<String>,
     /// Signed so that `threads = -1` gets our range message rather than serde's.
     threads: Option<i64>,
+    passthrough: Option<String>,
 }
 
 /// A size or bandwidth as written: a string (`"1MiB"`), or a bare number (`capacity = 4096`),
@@ -554,6 +582,19 @@ impl MountConfig {
             }
         };
 
+        let passthrough = match raw.mount.passthrough.as_deref() {
+            None | Some("auto") => Passthrough::Auto,
+            Some("on") => Passthrough::On,
+            Some("off") => Passthrough::Off,
+            Some(other) => {
+                p.add(
+                    "mount.passthrough",
+                    format_args!("{other:?} is not one of \"auto\", \"on\", \"off\""),
+                );
+                Passthrough::Auto
+            }
+        };
+
         p.into_result(MountConfig {
             source: source.to_path_buf(),
             tiers,
@@ -566,6 +607,7 @@ impl MountConfig {
                 allow_other: raw.mount.allow_other,
                 log_file,
                 threads,
+                passthrough,
             },
         })
     }
@@ -632,6 +674,7 @@ impl MountConfig {
             }
         }
         let _ = writeln!(s, "threads = {}", self.mount.threads);
+        let _ = writeln!(s, "passthrough = \"{}\"", self.mount.passthrough.as_str());
         s
     }
 

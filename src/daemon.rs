@@ -85,7 +85,12 @@ pub fn mountpoint_state(mp: &Path) -> MountpointState {
         Ok(m) if !m.is_dir() => MountpointState::NotADirectory,
         Ok(_) => {
             if is_mountpoint(mp) {
-                MountpointState::Mounted
+                // stat can answer from the kernel's attribute cache for up to the attribute
+                // TTL after a FUSE daemon died; statfs always asks the daemon.
+                match crate::sys::statvfs(mp).map_err(|e| e.raw_os_error()) {
+                    Err(Some(libc::ENOTCONN | libc::ECONNABORTED)) => MountpointState::Dead,
+                    _ => MountpointState::Mounted,
+                }
             } else {
                 MountpointState::Usable
             }

@@ -161,11 +161,20 @@ pub struct StatFs {
 }
 
 /// How the adapter should open a handle.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct OpenInfo {
     /// Bypass the kernel page cache (virtual files, whose size is not known in advance).
     pub direct_io: bool,
+    /// Open in kernel passthrough on this backing piece: the kernel then does the handle's
+    /// reads and writes itself. The adapter registers the piece once per inode and calls
+    /// [`TierFs::passthrough_refused`] if the kernel will not take it.
+    pub passthrough: Option<Arc<Piece>>,
 }
+
+/// Headroom a tier must have beyond a file's size before the file may be opened in
+/// passthrough: passthrough writes bypass the daemon, so the move-on-ENOSPC rescue cannot
+/// run for them and a full tier would fail the caller.
+pub const PASSTHROUGH_HEADROOM: u64 = 1 << 30;
 
 /// A regular file's state while the mount runs.
 #[derive(Debug)]
@@ -184,6 +193,10 @@ struct FileState {
     /// Open pieces by tier index, present while `opens > 0`.
     pieces: Vec<Option<Arc<Piece>>>,
     opens: u32,
+    /// How many of `opens` are kernel passthrough handles. The kernel keeps an inode either
+    /// in passthrough or in cached mode, so while this is non-zero every open must be
+    /// passthrough, and while other opens exist none may be.
+    pt_opens: u32,
 }
 
 impl FileNode {
@@ -194,6 +207,7 @@ impl FileNode {
                 layout,
                 pieces: vec![None; ntiers],
                 opens: 0,
+                pt_opens: 0,
             }),
             charge: Mutex::new(None),
             dirty: AtomicBool::new(false),
@@ -327,6 +341,7 @@ enum Handle {
         node: Arc<FileNode>,
         ino: u64,
         write: bool,
+        passthrough: bool,
     },
     Virtual(Arc<Vec<u8>>),
     Dir(Arc<Vec<DirEntry>>),
@@ -351,6 +366,9 @@ pub struct TierFs {
     started: SystemTime,
     euid: u32,
     xattr_warned: AtomicBool,
+    /// Kernel passthrough may be offered (config allows it and the kernel has not refused).
+    passthrough: AtomicBool,
+    passthrough_mode: crate::config::Passthrough,
 }
 
 fn name_ok(name: &OsStr) -> Result<()> {
@@ -431,6 +449,10 @@ impl TierFs {
             started: SystemTime::now(),
             euid: sys::euid(),
             xattr_warned: AtomicBool::new(false),
+            passthrough: AtomicBool::new(
+                config.mount.passthrough != crate::config::Passthrough::Off,
+            ),
+            passthrough_mode: config.mount.passthrough,
         };
         fs.scan()?;
         Ok(fs)
@@ -458,6 +480,75 @@ impl TierFs {
 
     pub fn stats_dir_name(&self) -> &OsStr {
         &self.stats_dir
+    }
+
+    /// The configured passthrough mode.
+    pub fn passthrough_mode(&self) -> crate::config::Passthrough {
+        self.passthrough_mode
+    }
+
+    /// Whether passthrough may still be offered.
+    pub fn passthrough_enabled(&self) -> bool {
+        self.passthrough.load(Ordering::Relaxed)
+    }
+
+    /// Stops offering passthrough (the kernel or our privileges do not allow it).
+    pub fn disable_passthrough(&self, why: &str) {
+        if self.passthrough.swap(false, Ordering::Relaxed) {
+            log::warn!("kernel passthrough off: {why}; all I/O goes through the daemon");
+        }
+    }
+
+    /// The rule for opening a file in passthrough (state lock held): only whole files; only
+    /// when the inode has no daemon-served open (the kernel keeps one mode per inode), or
+    /// already has passthrough opens (then it must); on a healthy tier with room to spare,
+    /// since a passthrough write that hits ENOSPC cannot be rescued by moving the file; and
+    /// for O_DIRECT opens only on a tier that takes 1 KiB-aligned direct I/O, since
+    /// DeepSpeed's tails are not 4 KiB-aligned and the kernel passes the caller's alignment
+    /// straight to the tier.
+    fn passthrough_piece(&self, st: &FileState, size: u64, flags: i32) -> Option<Arc<Piece>> {
+        if !self.passthrough.load(Ordering::Relaxed) {
+            return None;
+        }
+        let FileLayout::Whole { tier } = st.layout else {
+            return None;
+        };
+        let piece = st.pieces[tier].clone()?;
+        if st.pt_opens > 0 {
+            return Some(piece);
+        }
+        if st.opens > 0 {
+            return None;
+        }
+        let t = &self.tiers[tier];
+        if !t.is_healthy() || t.room() < size.saturating_add(PASSTHROUGH_HEADROOM) {
+            return None;
+        }
+        if flags & libc::O_DIRECT != 0 && !t.small_direct_io {
+            return None;
+        }
+        Some(piece)
+    }
+
+    /// The adapter could not register a passthrough handle: serve it through the daemon.
+    pub fn passthrough_refused(&self, fh: u64) {
+        let mut handles = self.handles.lock();
+        if let Some(Handle::File {
+            node, passthrough, ..
+        }) = handles.get_mut(&fh)
+        {
+            if *passthrough {
+                *passthrough = false;
+                let mut st = node.state.write();
+                st.pt_opens = st.pt_opens.saturating_sub(1);
+                if let FileLayout::Whole { tier } = st.layout {
+                    self.tiers[tier]
+                        .counters
+                        .pt_open
+                        .fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
     }
 
     // ----- mount-time scan -------------------------------------------------------------
@@ -682,10 +773,7 @@ impl TierFs {
     // ----- helpers ---------------------------------------------------------------------
 
     fn tier_err(&self, tier: usize, op: &'static str, path: &Path, e: std::io::Error) -> Error {
-        self.tiers[tier]
-            .counters
-            .errors
-            .fetch_add(1, Ordering::Relaxed);
+        self.tiers[tier].note_error(&e);
         Error::tier(&self.tiers[tier].name, op, path, e)
     }
 
@@ -786,6 +874,8 @@ impl TierFs {
                     fs::symlink_metadata(&path)
                         .map_err(|e| self.tier_err(primary, "stat", &path, e))?
                 };
+                // While the kernel writes through passthrough, the piece's size is the truth.
+                let size = if st.pt_opens > 0 { m.len() } else { size };
                 let mut a = self.attr_from_meta(ino, kind, &m, Some(size));
                 if !node.linked {
                     a.nlink = 0;
@@ -1027,7 +1117,7 @@ impl TierFs {
     pub fn mknod(&self, parent: u64, name: &OsStr, mode: u32, rdev: u32, ctx: Ctx) -> Result<Attr> {
         let fmt = mode & libc::S_IFMT;
         if fmt == libc::S_IFREG || fmt == 0 {
-            let (a, fh) = self.create(parent, name, mode, libc::O_RDWR, ctx)?;
+            let (a, fh, _) = self.create(parent, name, mode, libc::O_RDWR, ctx)?;
             self.release(fh)?;
             return Ok(a);
         }
@@ -1248,7 +1338,11 @@ impl TierFs {
 
     /// Chooses the layout of a new file in `parent` (no tree lock needed).
     fn choose_layout(&self, parent: u64) -> Result<(FileLayout, Option<Charge>)> {
-        let eligible: Vec<bool> = self.tiers.iter().map(|t| t.has_room_for(1 << 20)).collect();
+        let eligible: Vec<bool> = self
+            .tiers
+            .iter()
+            .map(|t| t.is_healthy() && t.has_room_for(1 << 20))
+            .collect();
         match self.layout {
             Layout::WholeFile => {
                 let c = self
@@ -1335,7 +1429,7 @@ impl TierFs {
         mode: u32,
         flags: i32,
         ctx: Ctx,
-    ) -> Result<(Attr, u64)> {
+    ) -> Result<(Attr, u64, OpenInfo)> {
         self.check_writable_parent(parent, name)?;
         let (mut layout, mut charge) = self.choose_layout(parent)?;
         let mut tree = self.tree.write();
@@ -1347,11 +1441,11 @@ impl TierFs {
                 return Err(Error::Exists);
             }
             drop(tree);
-            let fh = self.open(existing, flags)?.0;
+            let (fh, info) = self.open(existing, flags)?;
             let a = self.getattr(existing)?;
             let mut tree = self.tree.write();
             self.remember(&mut tree, existing);
-            return Ok((a, fh));
+            return Ok((a, fh, info));
         }
         let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
         let pieces = match self.create_pieces(&rel, &layout, mode & 0o7777, ctx) {
@@ -1365,7 +1459,9 @@ impl TierFs {
                 let eligible: Vec<bool> = self
                     .tiers
                     .iter()
-                    .map(|t| !failed.contains(&t.index) && t.has_room_for(1 << 20))
+                    .map(|t| {
+                        !failed.contains(&t.index) && t.is_healthy() && t.has_room_for(1 << 20)
+                    })
                     .collect();
                 let c = self
                     .placer
@@ -1386,18 +1482,44 @@ impl TierFs {
             self.tiers[t].counters.files.fetch_add(1, Ordering::Relaxed);
         }
         let node = Arc::new(FileNode::new(layout, 0, self.tiers.len()));
-        {
+        let pt = {
             let mut st = node.state.write();
             st.pieces = pieces;
+            let pt = self.passthrough_piece(&st, 0, flags);
             st.opens = 1;
-        }
+            if pt.is_some() {
+                self.note_pt_open(&mut st);
+            }
+            pt
+        };
         *node.charge.lock() = charge;
         let ino = tree.insert(parent, name, NodeData::File(node.clone()));
         self.remember(&mut tree, ino);
         let attr = self.attr_locked(&tree, ino)?;
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let fh = self.new_fh(Handle::File { node, ino, write });
-        Ok((attr, fh))
+        let fh = self.new_fh(Handle::File {
+            node,
+            ino,
+            write,
+            passthrough: pt.is_some(),
+        });
+        Ok((
+            attr,
+            fh,
+            OpenInfo {
+                direct_io: false,
+                passthrough: pt,
+            },
+        ))
+    }
+
+    fn note_pt_open(&self, st: &mut FileState) {
+        st.pt_opens += 1;
+        if let FileLayout::Whole { tier } = st.layout {
+            let c = &self.tiers[tier].counters;
+            c.pt_open.fetch_add(1, Ordering::Relaxed);
+            c.pt_opens_total.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     pub fn open(&self, ino: u64, flags: i32) -> Result<(u64, OpenInfo)> {
@@ -1412,7 +1534,10 @@ impl TierFs {
             let content = crate::stats::render(self, v);
             return Ok((
                 self.new_fh(Handle::Virtual(Arc::new(content))),
-                OpenInfo { direct_io: true },
+                OpenInfo {
+                    direct_io: true,
+                    passthrough: None,
+                },
             ));
         }
         let tree = self.tree.read();
@@ -1423,7 +1548,7 @@ impl TierFs {
             NodeData::Other(_) => return Err(Error::NotSupported("open of a special file")),
         };
         let rel = tree.rel(ino);
-        {
+        let pt = {
             let mut st = f.state.write();
             if st.opens == 0 {
                 let rel = rel.ok_or(Error::NotFound)?;
@@ -1434,23 +1559,52 @@ impl TierFs {
                     st.pieces[t] = Some(Arc::new(piece));
                 }
             }
+            let pt = self.passthrough_piece(&st, f.size(), flags);
             st.opens += 1;
-        }
+            if pt.is_some() {
+                self.note_pt_open(&mut st);
+            }
+            pt
+        };
         drop(tree);
         Ok((
             self.new_fh(Handle::File {
                 node: f,
                 ino,
                 write,
+                passthrough: pt.is_some(),
             }),
-            OpenInfo::default(),
+            OpenInfo {
+                direct_io: false,
+                passthrough: pt,
+            },
         ))
     }
 
     pub fn release(&self, fh: u64) -> Result<()> {
         let h = self.handles.lock().remove(&fh).ok_or(Error::BadHandle)?;
-        if let Handle::File { node, .. } = h {
+        if let Handle::File {
+            node, passthrough, ..
+        } = h
+        {
             let mut st = node.state.write();
+            if passthrough {
+                st.pt_opens = st.pt_opens.saturating_sub(1);
+                if let FileLayout::Whole { tier } = st.layout {
+                    self.tiers[tier]
+                        .counters
+                        .pt_open
+                        .fetch_sub(1, Ordering::Relaxed);
+                    // The kernel wrote without us: the backing file's size is the truth.
+                    if let Some(p) = &st.pieces[tier] {
+                        if let Ok(m) = p.file().metadata() {
+                            let old = node.size.swap(m.len(), Ordering::AcqRel);
+                            self.account_resize(&st.layout, old, m.len());
+                            node.dirty.store(true, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
             st.opens = st.opens.saturating_sub(1);
             if st.opens == 0 {
                 for p in st.pieces.iter_mut() {
@@ -1537,12 +1691,7 @@ impl TierFs {
             }
             Err(e) => {
                 io.finish(false, 0);
-                Err(Error::tier(
-                    &self.tiers[tier].name,
-                    "read",
-                    "(open file)",
-                    e,
-                ))
+                Err(self.tier_err(tier, "read", Path::new("(open file)"), e))
             }
         }
     }
@@ -1551,13 +1700,18 @@ impl TierFs {
         let io = InFlight::start(&self.tiers[tier], true, buf.len() as u64);
         let r = piece.write_all_at(buf, off);
         io.finish(r.is_ok(), buf.len() as u64);
+        if let Err(e) = &r {
+            self.tiers[tier].note_error(e);
+        }
         r
     }
 
     /// Writes all of `data` at `off`, or fails with the tier's errno: never a short write.
     pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
         let (node, ino) = match self.handle(fh)? {
-            Handle::File { node, ino, write } => {
+            Handle::File {
+                node, ino, write, ..
+            } => {
                 if !write {
                     return Err(Error::BadHandle);
                 }
@@ -1566,6 +1720,10 @@ impl TierFs {
             Handle::Virtual(_) => return Err(Error::Access("the stats files are read-only")),
             Handle::Dir(_) => return Err(Error::IsDir),
         };
+        if data.is_empty() {
+            // Writing nothing changes nothing, not even the size (POSIX).
+            return Ok(0);
+        }
         let end = off
             .checked_add(data.len() as u64)
             .ok_or(Error::Invalid("offset overflow"))?;
@@ -1631,7 +1789,7 @@ impl TierFs {
         let eligible: Vec<bool> = self
             .tiers
             .iter()
-            .map(|t| t.index != from && t.has_room_for(want))
+            .map(|t| t.index != from && t.is_healthy() && t.has_room_for(want))
             .collect();
         let parent = tree.nodes.get(&ino).map(|n| n.parent).unwrap_or(ROOT_INO);
         let charge = self

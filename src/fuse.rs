@@ -8,12 +8,15 @@
 use crate::error::Error;
 use crate::fs::{Attr, Ctx, Kind, SetAttr, TierFs};
 use crate::sys::SetTime;
+use fuser::BackingId;
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request, TimeOrNow, WriteFlags,
 };
+use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
@@ -31,11 +34,66 @@ const TTL: Duration = Duration::from_secs(1);
 /// The `fuser::Filesystem` over a shared core.
 pub struct FuseAdapter {
     fs: Arc<TierFs>,
+    /// Kernel passthrough registrations, one per inode, shared by all its passthrough
+    /// handles (the kernel requires the same backing id for every open of an inode) and
+    /// dropped when the last one is released.
+    backing: Mutex<HashMap<u64, (Arc<BackingId>, usize)>>,
+    /// Passthrough handles and their inode.
+    pt_handles: Mutex<HashMap<u64, u64>>,
 }
 
 impl FuseAdapter {
     pub fn new(fs: Arc<TierFs>) -> FuseAdapter {
-        FuseAdapter { fs }
+        FuseAdapter {
+            fs,
+            backing: Mutex::new(HashMap::new()),
+            pt_handles: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Registers the inode's backing file with the kernel (once per inode); `None` when the
+    /// kernel or our privileges refuse, after which passthrough is off for the mount.
+    fn backing_for(
+        &self,
+        ino: u64,
+        fh: u64,
+        piece: &crate::io::Piece,
+        open: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
+        let mut map = self.backing.lock();
+        if let Some((id, n)) = map.get_mut(&ino) {
+            *n += 1;
+            self.pt_handles.lock().insert(fh, ino);
+            return Some(id.clone());
+        }
+        match open(piece.file()) {
+            Ok(id) => {
+                let id = Arc::new(id);
+                map.insert(ino, (id.clone(), 1));
+                self.pt_handles.lock().insert(fh, ino);
+                Some(id)
+            }
+            Err(e) => {
+                drop(map);
+                self.fs
+                    .disable_passthrough(&format!("the kernel refused a backing file ({e})"));
+                self.fs.passthrough_refused(fh);
+                None
+            }
+        }
+    }
+
+    fn release_backing(&self, fh: u64) {
+        let Some(ino) = self.pt_handles.lock().remove(&fh) else {
+            return;
+        };
+        let mut map = self.backing.lock();
+        if let Some((_, n)) = map.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&ino);
+            }
+        }
     }
 }
 
@@ -92,7 +150,7 @@ fn ctx(req: &Request) -> Ctx {
     }
 }
 
-fn open_flags(info: crate::fs::OpenInfo) -> FopenFlags {
+fn open_flags(info: &crate::fs::OpenInfo) -> FopenFlags {
     if info.direct_io {
         FopenFlags::FOPEN_DIRECT_IO
     } else {
@@ -102,6 +160,24 @@ fn open_flags(info: crate::fs::OpenInfo) -> FopenFlags {
 
 impl Filesystem for FuseAdapter {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if self.fs.passthrough_enabled() {
+            let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
+                && config.set_max_stack_depth(1).is_ok();
+            if !ok {
+                if self.fs.passthrough_mode() == crate::config::Passthrough::On {
+                    return Err(std::io::Error::other(
+                        "mount.passthrough = \"on\" but this kernel has no FUSE passthrough (Linux >= 6.9); use \"auto\"",
+                    ));
+                }
+                self.fs
+                    .disable_passthrough("this kernel has no FUSE passthrough (Linux >= 6.9)");
+            } else if crate::sys::euid() != 0 {
+                // Registering a backing file needs CAP_SYS_ADMIN.
+                self.fs.disable_passthrough(
+                    "not root (registering backing files needs CAP_SYS_ADMIN)",
+                );
+            }
+        }
         let _ = config.set_max_write(MAX_REQUEST);
         let _ = config.set_max_readahead(MAX_REQUEST);
         let _ = config.set_max_background(MAX_BACKGROUND);
@@ -275,7 +351,15 @@ impl Filesystem for FuseAdapter {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.open(ino.0, flags.0) {
-            Ok((fh, info)) => reply.opened(FileHandle(fh), open_flags(info)),
+            Ok((fh, info)) => {
+                if let Some(piece) = &info.passthrough {
+                    if let Some(id) = self.backing_for(ino.0, fh, piece, |f| reply.open_backing(f))
+                    {
+                        return reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &id);
+                    }
+                }
+                reply.opened(FileHandle(fh), open_flags(&info))
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -343,6 +427,7 @@ impl Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.release_backing(fh.0);
         match self.fs.release(fh.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -480,15 +565,45 @@ impl Filesystem for FuseAdapter {
             .fs
             .create(parent.0, name, mode & !umask, flags, ctx(req))
         {
-            Ok((a, fh)) => reply.created(
-                &TTL,
-                &fattr(&a),
-                Generation(0),
-                FileHandle(fh),
-                FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
-            ),
+            Ok((a, fh, info)) => {
+                if let Some(piece) = &info.passthrough {
+                    if let Some(id) = self.backing_for(a.ino, fh, piece, |f| reply.open_backing(f))
+                    {
+                        return reply.created_passthrough(
+                            &TTL,
+                            &fattr(&a),
+                            Generation(0),
+                            FileHandle(fh),
+                            FopenFlags::empty(),
+                            &id,
+                        );
+                    }
+                }
+                reply.created(
+                    &TTL,
+                    &fattr(&a),
+                    Generation(0),
+                    FileHandle(fh),
+                    open_flags(&info),
+                )
+            }
             Err(e) => reply.error(errno(&e)),
         }
+    }
+
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        // No ioctls of our own; tools probe a few (e.g. FS_IOC_GETFLAGS) and expect ENOTTY.
+        reply.error(Errno::from_i32(libc::ENOTTY));
     }
 
     fn fallocate(

@@ -250,8 +250,13 @@ fn read_full(f: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {
     Ok(done)
 }
 
-/// Whether the filesystem holding `dir` accepts O_DIRECT (tmpfs, for one, does not).
+/// Whether the filesystem holding `dir` accepts O_DIRECT (tmpfs before Linux 6.6 does not).
 pub fn dir_accepts_direct_io(dir: &Path) -> bool {
+    dir_accepts_direct_io_of(dir, ALIGN)
+}
+
+/// Whether `dir` accepts an O_DIRECT write of `len` bytes at offset 0 from an aligned buffer.
+pub fn dir_accepts_direct_io_of(dir: &Path, len: usize) -> bool {
     let p = dir.join(format!(".tierfs-dio-{}", std::process::id()));
     let r = OpenOptions::new()
         .read(true)
@@ -261,7 +266,7 @@ pub fn dir_accepts_direct_io(dir: &Path) -> bool {
         .custom_flags(libc::O_DIRECT)
         .open(&p)
         .and_then(|f| {
-            let b = AlignedBuf::zeroed(ALIGN);
+            let b = AlignedBuf::zeroed(len);
             f.write_all_at(&b, 0)
         });
     let _ = std::fs::remove_file(&p);

@@ -216,11 +216,10 @@ impl Placer {
         let mut l = self.ledgers.lock();
         let (global, dirs) = &mut *l;
         let d = dirs.entry(dir).or_default();
-        let est = if d.files > 0 {
-            (d.bytes / d.files).max(1)
-        } else {
-            DEFAULT_ESTIMATE
-        };
+        let est = d
+            .bytes
+            .checked_div(d.files)
+            .map_or(DEFAULT_ESTIMATE, |avg| avg.max(1));
         let mut best: Option<(f64, usize)> = None;
         for (i, share) in shares.iter().enumerate() {
             if !eligible.get(i).copied().unwrap_or(false) {

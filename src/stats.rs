@@ -36,6 +36,16 @@ pub struct TierStats {
     /// Bytes it can still take (free space less reserve, within capacity).
     pub free: u64,
     pub capacity: Option<u64>,
+    /// Healthy: takes new data. False after EIO/EROFS.
+    pub healthy: bool,
+    /// Kernel passthrough handles open now / opened since mount. Their bytes bypass the
+    /// daemon and appear only in the device counters.
+    pub passthrough_open: u64,
+    pub passthrough_opens: u64,
+    /// Bytes read/written on the tier's block device since mount, by anyone (None without
+    /// a block device, e.g. NFS or Lustre).
+    pub device_read: Option<u64>,
+    pub device_written: Option<u64>,
 }
 
 /// One file in `stats.json`.
@@ -56,6 +66,8 @@ pub struct Snapshot {
     pub pid: u32,
     pub uptime_s: f64,
     pub layout: String,
+    /// Whether kernel passthrough is offered for whole files now.
+    pub passthrough: bool,
     pub tiers: Vec<TierStats>,
     pub files: Vec<FileStats>,
 }
@@ -86,6 +98,11 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
                 used: c.used.load(Ordering::Relaxed),
                 free: t.room(),
                 capacity: t.capacity,
+                healthy: t.is_healthy(),
+                passthrough_open: c.pt_open.load(Ordering::Relaxed),
+                passthrough_opens: c.pt_opens_total.load(Ordering::Relaxed),
+                device_read: t.device_bytes().map(|d| d.0),
+                device_written: t.device_bytes().map(|d| d.1),
             }
         })
         .collect();
@@ -115,6 +132,7 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
             crate::config::Layout::WholeFile => "whole-file".into(),
             crate::config::Layout::Stripe => "stripe".into(),
         },
+        passthrough: fs.passthrough_enabled(),
         tiers,
         files,
     }
@@ -176,6 +194,28 @@ pub fn tiers_table(s: &Snapshot) -> String {
             t.path,
             if t.direct_io { "" } else { " (buffered)" }
         );
+    }
+    for t in &s.tiers {
+        let mut notes = Vec::new();
+        if !t.healthy {
+            notes.push("FAILED: takes no new data".to_string());
+        }
+        if t.passthrough_opens > 0 {
+            notes.push(format!(
+                "passthrough: {} open, {} since mount (their bytes bypass the daemon)",
+                t.passthrough_open, t.passthrough_opens
+            ));
+        }
+        if let (Some(r), Some(w)) = (t.device_read, t.device_written) {
+            notes.push(format!(
+                "device: {} read, {} written since mount",
+                fmt_bytes(r),
+                fmt_bytes(w)
+            ));
+        }
+        if !notes.is_empty() {
+            let _ = writeln!(out, "  {}: {}", t.name, notes.join("; "));
+        }
     }
     let _ = writeln!(
         out,

@@ -37,6 +37,10 @@ pub struct TierCounters {
     /// Nanoseconds spent in backing reads and writes (busy time, for bandwidth).
     pub read_ns: AtomicU64,
     pub write_ns: AtomicU64,
+    /// Kernel passthrough handles open now, and opened since mount. Their I/O never reaches
+    /// the daemon, so it shows in the device counters, not in the byte counters above.
+    pub pt_open: AtomicU64,
+    pub pt_opens_total: AtomicU64,
 }
 
 /// Where a tier's bandwidth figure came from.
@@ -60,6 +64,15 @@ pub struct Tier {
     pub capacity: Option<u64>,
     /// The tier's filesystem accepts O_DIRECT.
     pub direct_io: bool,
+    /// It also accepts O_DIRECT of 1 KiB-aligned lengths (DeepSpeed's tails), which 4Kn
+    /// drives and Lustre refuse.
+    pub small_direct_io: bool,
+    /// False after the tier failed in a way that means it is broken (EIO, EROFS).
+    healthy: std::sync::atomic::AtomicBool,
+    /// The block device under the tier (`/sys/dev/block/MAJ:MIN/stat`), if any, and its
+    /// sector counters at mount: bytes moved by passthrough are counted from there.
+    device_stat: Option<PathBuf>,
+    device_base: (u64, u64),
     pub counters: TierCounters,
     _lock: File,
 }
@@ -139,6 +152,20 @@ impl Tier {
             }
         }
         let direct_io = crate::io::dir_accepts_direct_io(&data);
+        let small_direct_io = direct_io && crate::io::dir_accepts_direct_io_of(&data, 1024);
+        let device_stat = {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(&data).ok().and_then(|m| {
+                // SAFETY: major/minor are pure arithmetic on the device number.
+                let (ma, mi) = (libc::major(m.dev()), libc::minor(m.dev()));
+                let p = PathBuf::from(format!("/sys/dev/block/{ma}:{mi}/stat"));
+                p.exists().then_some(p)
+            })
+        };
+        let device_base = device_stat
+            .as_deref()
+            .and_then(read_device_bytes)
+            .unwrap_or((0, 0));
         Ok(Tier {
             index,
             name: name.to_string(),
@@ -149,9 +176,42 @@ impl Tier {
             bandwidth_source,
             capacity,
             direct_io,
+            small_direct_io,
+            healthy: std::sync::atomic::AtomicBool::new(true),
+            device_stat,
+            device_base,
             counters: TierCounters::default(),
             _lock: lock,
         })
+    }
+
+    /// Whether the tier is usable for new data.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Records a failure; errors that mean the tier itself is broken mark it unhealthy.
+    pub fn note_error(&self, e: &std::io::Error) {
+        self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        if matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EROFS))
+            && self.healthy.swap(false, Ordering::Relaxed)
+        {
+            log::error!(
+                "tier '{}' failed ({e}); it takes no new data until remounted",
+                self.name
+            );
+        }
+    }
+
+    /// Bytes read and written on the tier's block device since mount (all processes, and
+    /// the passthrough I/O the daemon never sees); `None` without a block device (NFS,
+    /// Lustre).
+    pub fn device_bytes(&self) -> Option<(u64, u64)> {
+        let (r, w) = read_device_bytes(self.device_stat.as_deref()?)?;
+        Some((
+            r.saturating_sub(self.device_base.0),
+            w.saturating_sub(self.device_base.1),
+        ))
     }
 
     /// The probe cache file of a tier folder.
@@ -208,6 +268,16 @@ impl Tier {
     }
 }
 
+fn read_device_bytes(stat: &Path) -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string(stat).ok()?;
+    let f: Vec<u64> = s
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // Fields 3 and 7 (1-based) are sectors read and written, in 512-byte units.
+    Some((f.get(2)? * 512, f.get(6)? * 512))
+}
+
 /// Counts one backing request for the stats while it is in flight.
 pub struct InFlight<'a> {
     tier: &'a Tier,
@@ -241,9 +311,8 @@ impl<'a> InFlight<'a> {
                 c.bytes_read.fetch_add(done, Ordering::Relaxed);
                 c.read_ns.fetch_add(ns, Ordering::Relaxed);
             }
-        } else {
-            c.errors.fetch_add(1, Ordering::Relaxed);
         }
+        // Failures are counted by `Tier::note_error`, which also judges the tier's health.
         let _ = self.bytes;
     }
 }

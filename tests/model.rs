@@ -1,0 +1,972 @@
+//! Model-based test of file semantics through a real mount, with shrinking (proptest).
+//!
+//! proptest generates sequences of operations over a small fixed set of paths (so names
+//! collide: creates hit existing files and folders, renames land on existing files, across
+//! folders and into their own subtree). Each operation runs through std::fs / libc on the
+//! tierfs mount and on a plain temp directory, the reference; results, errnos and bytes
+//! must agree. The reference is opened without O_DIRECT (ext4 refuses the unaligned direct
+//! I/O that tierfs accepts). Through the mount a handle may be opened with O_DIRECT: its
+//! page-aligned reads and writes go direct, and for unaligned ones the flag is switched
+//! off around the call (fcntl F_SETFL), so buffered and direct I/O mix on one file.
+//!
+//! Operations: create (O_CREAT, O_EXCL, O_TRUNC), open (read-only or read-write, with and
+//! without O_DIRECT), close, pwrite and pread at random offsets and lengths (unaligned,
+//! page-aligned, next to stripe boundaries, up to 3 MiB), truncate and ftruncate up and
+//! down, fallocate (allocate, keep size, punch hole), rename (files and folders, over
+//! existing files, across folders), unlink (also of open files, which stay readable and
+//! writable through their handles), mkdir, rmdir, fsync/fdatasync, stat, fstat, and
+//! remount (close everything, unmount, mount again). After every sequence, and at every
+//! remount, the two trees are compared byte for byte, and each tier folder is checked to
+//! hold only folders and pieces of files that exist (no stray piece or temporary).
+//!
+//! Configurations: whole-file over 2 tiers, stripe with a 64 KiB unit (the minimum) over 2
+//! and over 3 tiers, and stripe with the harness's 1 MiB unit over 2 tiers.
+//!
+//! Size of the run, from the environment (the defaults are a quick CI run):
+//! - `TIERFS_MODEL_CASES`: sequences per configuration (default 6)
+//! - `TIERFS_MODEL_OPS`: longest sequence, in operations (default 60)
+//! - `TIERFS_MODEL_SEED`: RNG seed (default: random; printed either way)
+//!
+//! Long run (>= 100,000 operations):
+//! `TIERFS_MODEL_CASES=250 TIERFS_MODEL_OPS=200 cargo test --release --test model -- --nocapture`
+//!
+//! Each test prints `model[CONFIG]: N ops in C cases, M mismatches (seed S)` to stderr,
+//! uncaptured, and the last one to finish adds the total. Needs FUSE; where it is missing
+//! the tests print the harness's SKIP line and pass.
+
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use proptest::strategy::Union;
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use tierfs::io::{AlignedBuf, ALIGN};
+
+const MIB: u64 = 1 << 20;
+const UNIT: u64 = 64 << 10;
+
+/// Every path an operation can name. "a/x" walks through a file when "a" is one; "e/d"
+/// and "d/f/a" let folders move across and into each other.
+const PATHS: [&str; 12] = [
+    "a", "b", "d", "e", "d/a", "d/b", "d/f", "d/f/a", "e/a", "e/d", "e/d/a", "a/x",
+];
+
+// ----- operations and their generators -------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Falloc {
+    Alloc,
+    KeepSize,
+    PunchHole,
+}
+
+impl Falloc {
+    fn mode(self) -> i32 {
+        match self {
+            Falloc::Alloc => 0,
+            Falloc::KeepSize => libc::FALLOC_FL_KEEP_SIZE,
+            Falloc::PunchHole => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        }
+    }
+}
+
+/// One step. `h` picks an open handle (modulo how many are open; skipped when none is).
+/// `aligned` rounds a read or write to whole pages, so a direct handle does direct I/O.
+#[derive(Clone, Debug)]
+enum Op {
+    Create {
+        path: usize,
+        excl: bool,
+        trunc: bool,
+        write: bool,
+        direct: bool,
+    },
+    Open {
+        path: usize,
+        write: bool,
+        trunc: bool,
+        direct: bool,
+    },
+    Close {
+        h: usize,
+    },
+    Write {
+        h: usize,
+        off: u64,
+        len: usize,
+        aligned: bool,
+        seed: u64,
+    },
+    Read {
+        h: usize,
+        off: u64,
+        len: usize,
+        aligned: bool,
+    },
+    Truncate {
+        path: usize,
+        size: u64,
+    },
+    FTruncate {
+        h: usize,
+        size: u64,
+    },
+    Fallocate {
+        h: usize,
+        off: u64,
+        len: u64,
+        mode: Falloc,
+    },
+    Rename {
+        from: usize,
+        to: usize,
+    },
+    Unlink {
+        path: usize,
+    },
+    Mkdir {
+        path: usize,
+    },
+    Rmdir {
+        path: usize,
+    },
+    Fsync {
+        h: usize,
+        datasync: bool,
+    },
+    Stat {
+        path: usize,
+    },
+    FStat {
+        h: usize,
+    },
+    Remount,
+}
+
+/// Offsets: anywhere in the first 4 MiB, page-aligned, and next to stripe boundaries.
+fn offset() -> BoxedStrategy<u64> {
+    prop_oneof![
+        3 => 0..4 * MIB,
+        2 => (0..1024u64).prop_map(|k| k * 4096),
+        2 => (0..64u64, -3i64..=3).prop_map(|(k, d)| (k * UNIT).saturating_add_signed(d)),
+        1 => 0..300u64,
+    ]
+    .boxed()
+}
+
+/// Lengths: mostly small and unaligned, some page multiples, a few of 2..3 MiB.
+fn length() -> BoxedStrategy<usize> {
+    prop_oneof![
+        1 => Just(0usize),
+        4 => 0..8192usize,
+        2 => (1..64usize).prop_map(|k| k * 4096),
+        2 => 0..(256usize << 10),
+        1 => (2usize << 20)..=(3usize << 20),
+    ]
+    .boxed()
+}
+
+/// Sizes for truncate: zero, small, aligned, on and next to stripe boundaries, large.
+fn new_size() -> BoxedStrategy<u64> {
+    prop_oneof![
+        1 => Just(0u64),
+        2 => 0..2 * UNIT,
+        2 => (0..1024u64).prop_map(|k| k * 4096),
+        2 => (0..64u64, -3i64..=3).prop_map(|(k, d)| (k * UNIT).saturating_add_signed(d)),
+        1 => 0..6 * MIB,
+    ]
+    .boxed()
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let p = || 0..PATHS.len();
+    let h = || 0..8usize;
+    let arms: Vec<(u32, BoxedStrategy<Op>)> = vec![
+        (
+            8,
+            (
+                p(),
+                prop::bool::weighted(0.2),
+                prop::bool::weighted(0.2),
+                prop::bool::weighted(0.85),
+                any::<bool>(),
+            )
+                .prop_map(|(path, excl, trunc, write, direct)| Op::Create {
+                    path,
+                    excl,
+                    trunc,
+                    write,
+                    direct,
+                })
+                .boxed(),
+        ),
+        (
+            6,
+            (
+                p(),
+                prop::bool::weighted(0.6),
+                prop::bool::weighted(0.1),
+                any::<bool>(),
+            )
+                .prop_map(|(path, write, trunc, direct)| Op::Open {
+                    path,
+                    write,
+                    trunc,
+                    direct,
+                })
+                .boxed(),
+        ),
+        (4, h().prop_map(|h| Op::Close { h }).boxed()),
+        (
+            16,
+            (h(), offset(), length(), any::<bool>(), any::<u64>())
+                .prop_map(|(h, off, len, aligned, seed)| Op::Write {
+                    h,
+                    off,
+                    len,
+                    aligned,
+                    seed,
+                })
+                .boxed(),
+        ),
+        (
+            10,
+            (h(), offset(), length(), any::<bool>())
+                .prop_map(|(h, off, len, aligned)| Op::Read {
+                    h,
+                    off,
+                    len,
+                    aligned,
+                })
+                .boxed(),
+        ),
+        (
+            4,
+            (p(), new_size())
+                .prop_map(|(path, size)| Op::Truncate { path, size })
+                .boxed(),
+        ),
+        (
+            4,
+            (h(), new_size())
+                .prop_map(|(h, size)| Op::FTruncate { h, size })
+                .boxed(),
+        ),
+        (
+            4,
+            (
+                h(),
+                offset(),
+                1..3 * MIB,
+                prop_oneof![
+                    Just(Falloc::Alloc),
+                    Just(Falloc::KeepSize),
+                    Just(Falloc::PunchHole)
+                ],
+            )
+                .prop_map(|(h, off, len, mode)| Op::Fallocate { h, off, len, mode })
+                .boxed(),
+        ),
+        (
+            8,
+            (p(), p())
+                .prop_map(|(from, to)| Op::Rename { from, to })
+                .boxed(),
+        ),
+        (4, p().prop_map(|path| Op::Unlink { path }).boxed()),
+        (6, p().prop_map(|path| Op::Mkdir { path }).boxed()),
+        (4, p().prop_map(|path| Op::Rmdir { path }).boxed()),
+        (
+            2,
+            (h(), any::<bool>())
+                .prop_map(|(h, datasync)| Op::Fsync { h, datasync })
+                .boxed(),
+        ),
+        (4, p().prop_map(|path| Op::Stat { path }).boxed()),
+        (2, h().prop_map(|h| Op::FStat { h }).boxed()),
+        // Remounts are the slowest step (an unmount waits for the daemon to exit): rarer here.
+        (1, Just(Op::Remount).boxed()),
+    ];
+    Union::new_weighted(arms)
+}
+
+// ----- the two sides -------------------------------------------------------------------
+
+/// One configuration.
+#[derive(Clone, Copy, Debug)]
+struct Spec {
+    name: &'static str,
+    layout: &'static str,
+    /// (tier name, bandwidth)
+    tiers: &'static [(&'static str, &'static str)],
+    stripe_unit: &'static str,
+}
+
+/// A live mount of `setup` with `spec`'s stripe unit; unmounted on drop.
+struct Mounted<'a> {
+    setup: &'a Setup,
+    up: bool,
+}
+
+fn mount<'a>(setup: &'a Setup, spec: &Spec) -> Result<Mounted<'a>, String> {
+    let text = setup.config_text();
+    let from = "stripe_unit = \"1MiB\"";
+    assert!(text.contains(from), "the harness config changed: {text}");
+    let text = text.replace(from, &format!("stripe_unit = \"{}\"", spec.stripe_unit));
+    std::fs::write(setup.config_path(), text).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(setup.mountpoint()).map_err(|e| e.to_string())?;
+    let cfg = setup.config_path();
+    let mnt = setup.mountpoint();
+    let out = setup.tierfs(&[
+        "mount",
+        "--config",
+        cfg.to_str().unwrap(),
+        mnt.to_str().unwrap(),
+    ]);
+    if !out.status.success() {
+        return Err(format!(
+            "tierfs mount failed: {}\nlog:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(setup.log_path()).unwrap_or_default()
+        ));
+    }
+    Ok(Mounted { setup, up: true })
+}
+
+impl Mounted<'_> {
+    fn unmount(mut self) -> Result<(), String> {
+        self.up = false;
+        let mnt = self.setup.mountpoint();
+        let out = self.setup.tierfs(&["unmount", mnt.to_str().unwrap()]);
+        if out.status.success() {
+            Ok(())
+        } else {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&mnt)
+                .status();
+            Err(format!(
+                "tierfs unmount failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    }
+}
+
+impl Drop for Mounted<'_> {
+    fn drop(&mut self) {
+        if self.up {
+            self.up = false;
+            let mnt = self.setup.mountpoint();
+            let out = self.setup.tierfs(&["unmount", mnt.to_str().unwrap()]);
+            if !out.status.success() {
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(&mnt)
+                    .status();
+            }
+        }
+    }
+}
+
+/// An open file on both sides; `direct`: the mount's descriptor has O_DIRECT.
+struct Pair {
+    m: File,
+    r: File,
+    direct: bool,
+}
+
+type Res<T> = Result<T, i32>;
+
+fn res<T>(r: std::io::Result<T>) -> Res<T> {
+    r.map_err(|e| e.raw_os_error().unwrap_or(-1))
+}
+
+fn show<T: std::fmt::Debug>(r: &Res<T>) -> String {
+    match r {
+        Ok(v) => {
+            let s = format!("Ok({v:?})");
+            if s.len() > 200 {
+                format!("{}...", &s[..200])
+            } else {
+                s
+            }
+        }
+        Err(e) => format!("Err({})", std::io::Error::from_raw_os_error(*e)),
+    }
+}
+
+fn same<T: PartialEq + std::fmt::Debug>(what: &str, m: Res<T>, r: Res<T>) -> Result<(), String> {
+    if m == r {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what}: the mount gave {}, the reference {}",
+            show(&m),
+            show(&r)
+        ))
+    }
+}
+
+fn diff_bytes(got: &[u8], want: &[u8]) -> Option<String> {
+    if got == want {
+        return None;
+    }
+    let first = got
+        .iter()
+        .zip(want)
+        .position(|(a, b)| a != b)
+        .unwrap_or(got.len().min(want.len()));
+    Some(format!(
+        "{} bytes where the reference has {}; first difference at byte {first}",
+        got.len(),
+        want.len()
+    ))
+}
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).unwrap()
+}
+
+fn truncate_path(p: &Path, size: u64) -> std::io::Result<()> {
+    let c = cpath(p);
+    // SAFETY: c is a valid NUL-terminated path.
+    if unsafe { libc::truncate(c.as_ptr(), size as libc::off_t) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn fallocate(f: &File, mode: i32, off: u64, len: u64) -> std::io::Result<()> {
+    // SAFETY: fallocate only acts on the descriptor, which `f` keeps open.
+    let r = unsafe { libc::fallocate(f.as_raw_fd(), mode, off as libc::off_t, len as libc::off_t) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Sets or clears O_DIRECT on an open descriptor.
+fn set_direct(f: &File, on: bool) -> std::io::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL only read and set the status flags of a descriptor `f` owns.
+    unsafe {
+        let fl = libc::fcntl(f.as_raw_fd(), libc::F_GETFL);
+        if fl < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let fl = if on {
+            fl | libc::O_DIRECT
+        } else {
+            fl & !libc::O_DIRECT
+        };
+        if libc::fcntl(f.as_raw_fd(), libc::F_SETFL, fl) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn is_aligned(off: u64, len: usize) -> bool {
+    off % ALIGN as u64 == 0 && len % ALIGN == 0 && len > 0
+}
+
+/// Reads until `buf` is full or the file ends.
+fn read_full(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], off + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
+
+/// Runs `f` on the mount's descriptor with O_DIRECT off when the request is unaligned.
+fn buffered<T>(p: &Pair, f: impl FnOnce(&File) -> std::io::Result<T>) -> std::io::Result<T> {
+    if !p.direct {
+        return f(&p.m);
+    }
+    set_direct(&p.m, false)?;
+    let r = f(&p.m);
+    set_direct(&p.m, true)?;
+    r
+}
+
+fn m_write(p: &Pair, data: &[u8], off: u64) -> std::io::Result<()> {
+    if p.direct && is_aligned(off, data.len()) {
+        let mut b = AlignedBuf::zeroed(data.len());
+        b.copy_from_slice(data);
+        p.m.write_all_at(&b, off)
+    } else {
+        buffered(p, |f| f.write_all_at(data, off))
+    }
+}
+
+fn m_read(p: &Pair, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    if p.direct && is_aligned(off, len) {
+        let mut b = AlignedBuf::zeroed(len);
+        let n = read_full(&p.m, &mut b, off)?;
+        Ok(b[..n].to_vec())
+    } else {
+        buffered(p, |f| {
+            let mut v = vec![0u8; len];
+            let n = read_full(f, &mut v, off)?;
+            v.truncate(n);
+            Ok(v)
+        })
+    }
+}
+
+fn r_read(f: &File, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    let mut v = vec![0u8; len];
+    let n = read_full(f, &mut v, off)?;
+    v.truncate(n);
+    Ok(v)
+}
+
+/// What stat shows that both sides must agree on: folder or file, and a file's size.
+fn shape(m: std::io::Result<std::fs::Metadata>) -> Res<(bool, u64)> {
+    res(m).map(|m| (m.is_dir(), if m.is_dir() { 0 } else { m.len() }))
+}
+
+struct World<'a> {
+    setup: &'a Setup,
+    spec: Spec,
+    mounted: Option<Mounted<'a>>,
+    refdir: PathBuf,
+    hs: Vec<Pair>,
+}
+
+impl World<'_> {
+    fn m(&self, i: usize) -> PathBuf {
+        self.setup.mountpoint().join(PATHS[i])
+    }
+    fn r(&self, i: usize) -> PathBuf {
+        self.refdir.join(PATHS[i])
+    }
+
+    fn open_pair(&mut self, i: usize, write: bool, extra: i32, direct: bool) -> Result<(), String> {
+        let (mp, rp) = (self.m(i), self.r(i));
+        // O_DIRECT on a folder is refused by FUSE and not by ext4: ask only for files.
+        let direct = direct && !rp.is_dir();
+        let opts = |flags: i32| {
+            let mut o = OpenOptions::new();
+            o.read(true).write(write).mode(0o644).custom_flags(flags);
+            o
+        };
+        let m = res(opts(extra | if direct { libc::O_DIRECT } else { 0 }).open(&mp));
+        let r = res(opts(extra).open(&rp));
+        let what = format!(
+            "open {:?} (write {write}, flags {extra:#o}, direct {direct})",
+            PATHS[i]
+        );
+        match (m, r) {
+            (Ok(m), Ok(r)) => {
+                self.hs.push(Pair { m, r, direct });
+                Ok(())
+            }
+            (m, r) => same(&what, m.map(|_| ()), r.map(|_| ())),
+        }
+    }
+
+    fn remount(&mut self) -> Result<(), String> {
+        self.hs.clear();
+        if let Some(m) = self.mounted.take() {
+            m.unmount()?;
+        }
+        self.mounted = Some(mount(self.setup, &self.spec)?);
+        self.compare().map_err(|e| format!("after remount: {e}"))
+    }
+
+    /// Runs one operation on both sides; `Ok(false)` when it did not apply.
+    fn step(&mut self, op: &Op) -> Result<bool, String> {
+        let pick = |hs: &Vec<Pair>, h: usize| (!hs.is_empty()).then(|| h % hs.len());
+        match *op {
+            Op::Create {
+                path,
+                excl,
+                trunc,
+                write,
+                direct,
+            } => {
+                let mut flags = libc::O_CREAT;
+                if excl {
+                    flags |= libc::O_EXCL;
+                }
+                if trunc && write {
+                    flags |= libc::O_TRUNC;
+                }
+                self.open_pair(path, write, flags, direct)?;
+            }
+            Op::Open {
+                path,
+                write,
+                trunc,
+                direct,
+            } => {
+                let flags = if trunc && write { libc::O_TRUNC } else { 0 };
+                self.open_pair(path, write, flags, direct)?;
+            }
+            Op::Close { h } => {
+                let Some(k) = pick(&self.hs, h) else {
+                    return Ok(false);
+                };
+                self.hs.remove(k);
+            }
+            Op::Write {
+                h,
+                off,
+                len,
+                aligned,
+                seed,
+            } => {
+                let Some(k) = pick(&self.hs, h) else {
+                    return Ok(false);
+                };
+                let (off, len) = if aligned {
+                    (off / 4096 * 4096, len.div_ceil(4096).max(1) * 4096)
+                } else {
+                    (off, len)
+                };
+                let data = pattern(len, seed);
+                let p = &self.hs[k];
+                let m = res(m_write(p, &data, off));
+                let r = res(p.r.write_all_at(&data, off));
+                same(&format!("write {len} at {off} (direct {})", p.direct), m, r)?;
+            }
+            Op::Read {
+                h,
+                off,
+                len,
+                aligned,
+            } => {
+                let Some(k) = pick(&self.hs, h) else {
+                    return Ok(false);
+                };
+                let (off, len) = if aligned {
+                    (off / 4096 * 4096, len.div_ceil(4096).max(1) * 4096)
+                } else {
+                    (off, len)
+                };
+                let p = &self.hs[k];
+                let what = format!("read {len} at {off} (direct {})", p.direct);
+                match (res(m_read(p, off, len)), res(r_read(&p.r, off, len))) {
+                    (Ok(m), Ok(r)) => {
+                        if let Some(d) = diff_bytes(&m, &r) {
+                            return Err(format!("{what}: {d}"));
+                        }
+                    }
+                    (m, r) => same(&what, m.map(|_| ()), r.map(|_| ()))?,
+                }
+            }
+            Op::Truncate { path, size } => {
+                let m = res(truncate_path(&self.m(path), size));
+                let r = res(truncate_path(&self.r(path), size));
+                same(&format!("truncate {:?} to {size}", PATHS[path]), m, r)?;
+            }
+            Op::FTruncate { h, size } => {
+                let Some(k) = pick(&self.hs, h) else {
+                    return Ok(false);
+                };
+                let p = &self.hs[k];
+                same(
+                    &format!("ftruncate to {size}"),
+                    res(p.m.set_len(size)),
+                    res(p.r.set_len(size)),
+                )?;
+            }
+            Op::Fallocate { h, off, len, mode } => {
+                let Some(k) = pick(&self.hs, h) else {
+                    return Ok(false);
+                };
+                let p = &self.hs[k];
+                same(
+                    &format!("fallocate {mode:?} {len} at {off}"),
+                    res(fallocate(&p.m, mode.mode(), off, len)),
+                    res(fallocate(&p.r, mode.mode(), off, len)),
+                )?;
+            }
+            Op::Rename { from, to } => {
+                let m = res(std::fs::rename(self.m(from), self.m(to)));
+                let r = res(std::fs::rename(self.r(from), self.r(to)));
+                same(
+                    &format!("rename {:?} -> {:?}", PATHS[from], PATHS[to]),
+                    m,
+                    r,
+                )?;
+            }
+            Op::Unlink { path } => {
+                let m = res(std::fs::remove_file(self.m(path)));
+                let r = res(std::fs::remove_file(self.r(path)));
+                same(&format!("unlink {:?}", PATHS[path]), m, r)?;
+            }
+            Op::Mkdir { path } => {
+                let m = res(std::fs::create_dir(self.m(path)));
+                let r = res(std::fs::create_dir(self.r(path)));
+                same(&format!("mkdir {:?}", PATHS[path]), m, r)?;
+            }
+            Op::Rmdir { path } => {
+                let m = res(std::fs::remove_dir(self.m(path)));
+                let r = res(std::fs::remove_dir(self.r(path)));
+                same(&format!("rmdir {:?}", PATHS[path]), m, r)?;
+            }
+            Op::Fsync { h, datasync } => {
+                let Some(k) = pick(&self.hs, h) else {
+                    return Ok(false);
+                };
+                let p = &self.hs[k];
+                let (m, r) = if datasync {
+                    (p.m.sync_data(), p.r.sync_data())
+                } else {
+                    (p.m.sync_all(), p.r.sync_all())
+                };
+                same("fsync", res(m), res(r))?;
+            }
+            Op::Stat { path } => {
+                let m = shape(std::fs::symlink_metadata(self.m(path)));
+                let r = shape(std::fs::symlink_metadata(self.r(path)));
+                same(&format!("stat {:?}", PATHS[path]), m, r)?;
+            }
+            Op::FStat { h } => {
+                let Some(k) = pick(&self.hs, h) else {
+                    return Ok(false);
+                };
+                let p = &self.hs[k];
+                same("fstat", shape(p.m.metadata()), shape(p.r.metadata()))?;
+            }
+            Op::Remount => self.remount()?,
+        }
+        Ok(true)
+    }
+
+    /// Both trees, byte for byte, and the tier folders.
+    fn compare(&self) -> Result<(), String> {
+        let m = listing(&self.setup.mountpoint(), true)?;
+        let r = listing(&self.refdir, false)?;
+        if m != r {
+            return Err(format!("trees differ:\n mount     {m:?}\n reference {r:?}"));
+        }
+        for (p, (is_dir, _)) in &r {
+            if *is_dir {
+                continue;
+            }
+            let mb = std::fs::read(self.setup.mountpoint().join(p))
+                .map_err(|e| format!("read {p:?} on the mount: {e}"))?;
+            let rb = std::fs::read(self.refdir.join(p)).map_err(|e| e.to_string())?;
+            if let Some(d) = diff_bytes(&mb, &rb) {
+                return Err(format!("content of {p:?}: {d}"));
+            }
+        }
+        // Each tier holds every folder, and only folders and pieces of existing files.
+        for i in 0..self.setup.tiers.len() {
+            let data = self.setup.tier_path(i).join("data");
+            let t = listing(&data, false)?;
+            for (p, (is_dir, _)) in &t {
+                match r.get(p) {
+                    Some((d, _)) if d == is_dir => {}
+                    _ => {
+                        return Err(format!(
+                            "tier {i} holds a stray {} {p:?}",
+                            if *is_dir { "folder" } else { "file" }
+                        ))
+                    }
+                }
+            }
+            for (p, (is_dir, _)) in &r {
+                if *is_dir && !t.contains_key(p) {
+                    return Err(format!("tier {i} lacks folder {p:?}"));
+                }
+            }
+        }
+        for (p, (is_dir, _)) in &r {
+            let on = (0..self.setup.tiers.len())
+                .filter(|i| self.setup.backing(*i, p.to_str().unwrap()).is_file())
+                .count();
+            if !*is_dir && on == 0 {
+                return Err(format!("file {p:?} has no piece on any tier"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Every entry under `root`: relative path -> (is a folder, file size).
+fn listing(root: &Path, is_mount: bool) -> Result<BTreeMap<PathBuf, (bool, u64)>, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        let rd = std::fs::read_dir(root.join(&rel))
+            .map_err(|e| format!("readdir {}: {e}", root.join(&rel).display()))?;
+        for ent in rd {
+            let ent = ent.map_err(|e| e.to_string())?;
+            if is_mount && rel.as_os_str().is_empty() && ent.file_name() == ".tierfs" {
+                continue;
+            }
+            let p = rel.join(ent.file_name());
+            let md = std::fs::symlink_metadata(root.join(&p))
+                .map_err(|e| format!("stat {}: {e}", root.join(&p).display()))?;
+            if md.is_dir() {
+                stack.push(p.clone());
+                out.insert(p, (true, 0));
+            } else {
+                out.insert(p, (false, md.len()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn run_case(spec: &Spec, ops: &[Op], count: &AtomicU64) -> Result<(), TestCaseError> {
+    let tiers = spec
+        .tiers
+        .iter()
+        .map(|(n, bw)| TierSpec::new(n, bw))
+        .collect();
+    let setup = Setup::new(tiers, spec.layout);
+    let refdir = setup.dir.path().join("ref");
+    std::fs::create_dir(&refdir).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let mut w = World {
+        setup: &setup,
+        spec: *spec,
+        mounted: Some(mount(&setup, spec).map_err(TestCaseError::fail)?),
+        refdir,
+        hs: Vec::new(),
+    };
+    for (i, op) in ops.iter().enumerate() {
+        match w.step(op) {
+            Ok(true) => {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(false) => {}
+            Err(m) => return Err(TestCaseError::fail(format!("op #{i} {op:?}: {m}"))),
+        }
+    }
+    let end = |m: String| TestCaseError::fail(format!("at the end: {m}"));
+    w.compare().map_err(end)?;
+    w.remount().map_err(end)?;
+    count.fetch_add(1, Ordering::Relaxed);
+    w.hs.clear();
+    if let Some(m) = w.mounted.take() {
+        m.unmount().map_err(end)?;
+    }
+    Ok(())
+}
+
+// ----- the runs ------------------------------------------------------------------------
+
+fn env_num(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
+        Err(_) => default,
+    }
+}
+
+const TESTS: u64 = 4;
+static TOTAL_OPS: AtomicU64 = AtomicU64::new(0);
+static TOTAL_MISMATCHES: AtomicU64 = AtomicU64::new(0);
+static FINISHED: AtomicU64 = AtomicU64::new(0);
+
+fn run(spec: Spec) {
+    if !fuse_available() {
+        return;
+    }
+    let cases = env_num("TIERFS_MODEL_CASES", 6) as u32;
+    let max_ops = env_num("TIERFS_MODEL_OPS", 60).max(1) as usize;
+    let seed = env_num(
+        "TIERFS_MODEL_SEED",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    );
+    let mut cfg = Config::with_cases(cases);
+    cfg.failure_persistence = None;
+    cfg.rng_seed = RngSeed::Fixed(seed);
+    // Each try mounts twice: keep shrinking bounded.
+    cfg.max_shrink_iters = 400;
+    let mut runner = TestRunner::new(cfg);
+    let count = AtomicU64::new(0);
+    let strategy = prop::collection::vec(op(), 1..=max_ops);
+    let started = std::time::Instant::now();
+    let result = runner.run(&strategy, |ops| run_case(&spec, &ops, &count));
+    let ops = count.load(Ordering::Relaxed);
+    let mismatches = u64::from(result.is_err());
+    let total = TOTAL_OPS.fetch_add(ops, Ordering::Relaxed) + ops;
+    let total_mm = TOTAL_MISMATCHES.fetch_add(mismatches, Ordering::Relaxed) + mismatches;
+    let mut err = std::io::stderr();
+    let _ = writeln!(
+        err,
+        "model[{}]: {ops} ops in {cases} cases (up to {max_ops} ops each), {mismatches} mismatches, {:.1} s (seed {seed})",
+        spec.name,
+        started.elapsed().as_secs_f64()
+    );
+    if FINISHED.fetch_add(1, Ordering::Relaxed) + 1 == TESTS {
+        let _ = writeln!(err, "model: {total} ops, {total_mm} mismatches");
+    }
+    match result {
+        Ok(()) => {}
+        Err(TestError::Fail(why, ops)) => panic!(
+            "model[{}] (TIERFS_MODEL_SEED={seed}): {why}\nminimal failing sequence ({} ops):\n{ops:#?}",
+            spec.name,
+            ops.len()
+        ),
+        Err(TestError::Abort(why)) => panic!("model[{}]: aborted: {why}", spec.name),
+    }
+}
+
+#[test]
+fn model_mount_whole_file_2_tiers() {
+    run(Spec {
+        name: "mount, whole-file, 2 tiers",
+        layout: "whole-file",
+        tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
+        stripe_unit: "1MiB",
+    });
+}
+
+#[test]
+fn model_mount_stripe_64k_2_tiers() {
+    run(Spec {
+        name: "mount, stripe 64KiB, 2 tiers",
+        layout: "stripe",
+        tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
+        stripe_unit: "64KiB",
+    });
+}
+
+#[test]
+fn model_mount_stripe_64k_3_tiers() {
+    run(Spec {
+        name: "mount, stripe 64KiB, 3 tiers",
+        layout: "stripe",
+        tiers: &[("nvme0", "3GB/s"), ("nvme1", "2GB/s"), ("pfs", "1GB/s")],
+        stripe_unit: "64KiB",
+    });
+}
+
+#[test]
+fn model_mount_stripe_1m_2_tiers() {
+    run(Spec {
+        name: "mount, stripe 1MiB, 2 tiers",
+        layout: "stripe",
+        tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
+        stripe_unit: "1MiB",
+    });
+}

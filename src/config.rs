@@ -82,6 +82,9 @@ pub struct TierConfig {
     pub write_bandwidth: Option<f64>,
     /// Bytes; `None` means "the device's free space".
     pub capacity: Option<u64>,
+    /// Requests in flight on this tier at most, across all ranks; `None`: the FUSE threads
+    /// divided evenly among the tiers, so a slow tier can never hold every thread.
+    pub max_in_flight: Option<usize>,
 }
 
 /// The validated `[placement]` section.
@@ -106,6 +109,9 @@ pub struct MountSection {
     pub threads: usize,
     /// Kernel FUSE passthrough for whole files. Default `auto`.
     pub passthrough: Passthrough,
+    /// Each tier serves one file at a time (the MLP-Offload paper's node-local lock around
+    /// swap-in and swap-out). Default `false`.
+    pub exclusive_tiers: bool,
 }
 
 /// `mount.passthrough`: let the kernel do a whole file's I/O on its backing file itself
@@ -177,6 +183,7 @@ impl Default for MountSection {
             log_file: None,
             threads: DEFAULT_THREADS,
             passthrough: Passthrough::Auto,
+            exclusive_tiers: false,
         }
     }
 }
@@ -205,6 +212,7 @@ struct RawTier {
     write_bandwidth: Option<Human>,
     read_bandwidth: Option<Human>,
     capacity: Option<Human>,
+    max_in_flight: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -224,6 +232,8 @@ struct RawMount {
     /// Signed so that `threads = -1` gets our range message rather than serde's.
     threads: Option<i64>,
     passthrough: Option<String>,
+    #[serde(default)]
+    exclusive_tiers: bool,
 }
 
 /// A size or bandwidth as written: a string (`"1MiB"`), or a bare number (`capacity = 4096`),
@@ -477,6 +487,18 @@ impl MountConfig {
                 }
             };
 
+            let max_in_flight = match t.max_in_flight {
+                None => None,
+                Some(n) if (1..=1024).contains(&n) => Some(n as usize),
+                Some(n) => {
+                    p.add(
+                        &key("max_in_flight"),
+                        format_args!("{n} is out of range; use 1 to 1024 or leave it out"),
+                    );
+                    None
+                }
+            };
+
             let Some(path) = path else { continue };
             for (j, o) in &tiers {
                 if let Some(why) = overlap(&path, &t.name, *j, o) {
@@ -490,6 +512,7 @@ impl MountConfig {
                 read_bandwidth,
                 write_bandwidth,
                 capacity,
+                max_in_flight,
             };
             tiers.push((i, tier));
         }
@@ -608,6 +631,7 @@ impl MountConfig {
                 log_file,
                 threads,
                 passthrough,
+                exclusive_tiers: raw.mount.exclusive_tiers,
             },
         })
     }
@@ -650,6 +674,14 @@ impl MountConfig {
                     let _ = writeln!(s, "# capacity: not set, the device's free space");
                 }
             }
+            match t.max_in_flight {
+                Some(n) => {
+                    let _ = writeln!(s, "max_in_flight = {n}");
+                }
+                None => {
+                    let _ = writeln!(s, "# max_in_flight: not set, threads / number of tiers");
+                }
+            }
         }
         let _ = writeln!(s, "\n[placement]");
         let _ = writeln!(s, "layout = {}", toml_str(self.placement.layout.as_str()));
@@ -675,6 +707,7 @@ impl MountConfig {
         }
         let _ = writeln!(s, "threads = {}", self.mount.threads);
         let _ = writeln!(s, "passthrough = \"{}\"", self.mount.passthrough.as_str());
+        let _ = writeln!(s, "exclusive_tiers = {}", self.mount.exclusive_tiers);
         s
     }
 

@@ -356,6 +356,12 @@ pub fn open_tiers(
         tier.read_bps = r;
         tier.write_bps = w;
         tier.bandwidth_source = src;
+        // By default each tier may hold an equal part of the FUSE threads, so a slow tier
+        // can never block all of them while a fast one idles.
+        let limit = t
+            .max_in_flight
+            .unwrap_or((config.mount.threads / config.tiers.len()).max(4));
+        tier.queue = crate::sched::TierQueue::new(limit, config.mount.exclusive_tiers);
         tiers.push(tier);
     }
     Ok(tiers)

@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Piece};
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
 use crate::placement::{self, Charge, Placer};
+use crate::sched::Class;
 use crate::sys::{self, SetTime};
 use crate::tier::{InFlight, Tier};
 use parking_lot::{Mutex, RwLock};
@@ -1683,6 +1684,9 @@ impl TierFs {
     }
 
     fn piece_read(&self, tier: usize, piece: &Piece, buf: &mut [u8], off: u64) -> Result<usize> {
+        let _slot = self.tiers[tier]
+            .queue
+            .acquire(Class::DemandRead, piece_id(piece));
         let io = InFlight::start(&self.tiers[tier], false, buf.len() as u64);
         match piece.read_at(buf, off) {
             Ok(n) => {
@@ -1697,6 +1701,9 @@ impl TierFs {
     }
 
     fn piece_write(&self, tier: usize, piece: &Piece, buf: &[u8], off: u64) -> std::io::Result<()> {
+        let _slot = self.tiers[tier]
+            .queue
+            .acquire(Class::DemandWrite, piece_id(piece));
         let io = InFlight::start(&self.tiers[tier], true, buf.len() as u64);
         let r = piece.write_all_at(buf, off);
         io.finish(r.is_ok(), buf.len() as u64);
@@ -2238,6 +2245,11 @@ impl TierFs {
             }
         }
     }
+}
+
+/// Identifies a file to the tier queue (one piece per file and tier while it is open).
+fn piece_id(p: &Piece) -> u64 {
+    p as *const Piece as u64
 }
 
 fn sys_egid() -> u32 {

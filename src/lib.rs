@@ -22,6 +22,7 @@ pub mod io;
 pub mod layout;
 pub mod placement;
 pub mod probe;
+pub mod sched;
 pub mod stats;
 pub mod sys;
 pub mod tier;

@@ -46,6 +46,8 @@ pub struct TierStats {
     /// a block device, e.g. NFS or Lustre).
     pub device_read: Option<u64>,
     pub device_written: Option<u64>,
+    /// The tier's admission queue: bound, waiting now, and requests that had to wait.
+    pub queue: crate::sched::QueueStats,
 }
 
 /// One file in `stats.json`.
@@ -103,6 +105,7 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
                 passthrough_opens: c.pt_opens_total.load(Ordering::Relaxed),
                 device_read: t.device_bytes().map(|d| d.0),
                 device_written: t.device_bytes().map(|d| d.1),
+                queue: t.queue.stats(),
             }
         })
         .collect();

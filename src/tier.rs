@@ -21,6 +21,9 @@ pub const META_DIR: &str = ".tierfs-meta";
 /// misbehaves (ext4 reserves, Lustre grants), and the pieces already there must still grow.
 pub const FREE_RESERVE: u64 = 64 << 20;
 
+/// Requests in flight per tier when nothing else says (`open_tiers` sets the real bound).
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 32;
+
 /// Counters of one tier, updated lock-free on the data path.
 #[derive(Debug, Default)]
 pub struct TierCounters {
@@ -74,6 +77,8 @@ pub struct Tier {
     device_stat: Option<PathBuf>,
     device_base: (u64, u64),
     pub counters: TierCounters,
+    /// Admission of requests to this tier (bounded, by priority class).
+    pub queue: crate::sched::TierQueue,
     _lock: File,
 }
 
@@ -181,6 +186,7 @@ impl Tier {
             device_stat,
             device_base,
             counters: TierCounters::default(),
+            queue: crate::sched::TierQueue::new(DEFAULT_MAX_IN_FLIGHT, false),
             _lock: lock,
         })
     }

@@ -8,8 +8,10 @@
 # Workload: fio O_DIRECT 1 MiB requests, libaio, 6 jobs x iodepth 8 (DeepSpeed-like: several
 # files in flight at once), time-based, write then read of the same files. Targets:
 #   direct   fio on the nvme tier itself (what DeepSpeed gets today)
-#   whole    tierfs, layout = "whole-file" (bandwidths from the probe of these tiers)
-#   stripe   tierfs, layout = "stripe", 1 MiB units
+#   whole-file       tierfs, layout = "whole-file", passthrough auto (kernel passthrough as root)
+#   whole-file+nopt  the same with passthrough = "off": every byte through the daemon
+#   stripe           tierfs, layout = "stripe", 1 MiB units (always through the daemon)
+# (bandwidths from `tierfs probe` of these tiers). LAYOUTS="..." picks targets.
 # Prints per-run MB/s (10^6 B/s) and the median per target; with --markdown, a table for
 # docs/PERFORMANCE.md. Environment: TIERBED (path of tierbed.sh), BENCH_DIR (work folder).
 set -euo pipefail
@@ -50,9 +52,13 @@ EOT
 echo "probing the tiers (tierfs probe --fresh) ..." >&2
 "$TIERFS" probe --config "$BENCH_DIR/probe.toml" --fresh --size 1GiB --secs 3 | tee "$BENCH_DIR/probe.txt" >&2
 
-config() {  # LAYOUT -> config path (bandwidths come from the cached probe)
-  local c=$BENCH_DIR/$1.toml
-  { cat "$BENCH_DIR/probe.toml"; printf '[placement]\nlayout = "%s"\n[mount]\nlog_file = "%s/daemon.log"\n%s\n' "$1" "$BENCH_DIR" "${MOUNT_EXTRA:-}"; } >"$c"
+config() {  # TARGET -> config path (bandwidths come from the cached probe)
+  # TARGET is a layout, optionally with "+nopt" for passthrough = "off" (daemon path only)
+  local c=$BENCH_DIR/$1.toml layout=${1%+nopt} pt=auto
+  [ "$1" = "$layout" ] || pt=off
+  { cat "$BENCH_DIR/probe.toml"
+    printf '[placement]\nlayout = "%s"\n[mount]\nlog_file = "%s/daemon.log"\npassthrough = "%s"\n%s\n' \
+      "$layout" "$BENCH_DIR" "$pt" "${MOUNT_EXTRA:-}"; } >"$c"
   echo "$c"
 }
 
@@ -74,7 +80,7 @@ run_target() {  # NAME DIR
   echo "run $run $1: write $w MB/s, read $r MB/s" >&2
 }
 
-LAYOUTS=${LAYOUTS:-whole-file stripe}
+LAYOUTS=${LAYOUTS:-whole-file whole-file+nopt stripe}
 for run in $(seq 1 "$RUNS"); do
   rm -rf "$NVME/direct"; run_target direct "$NVME/direct"; rm -rf "$NVME/direct"
   for layout in $LAYOUTS; do

@@ -51,14 +51,17 @@ pub enum Virtual {
     Files,
     Config,
     StatsJson,
+    /// Prometheus text exposition format (see `crate::metrics`).
+    Metrics,
 }
 
 impl Virtual {
-    pub const FILES: [Virtual; 4] = [
+    pub const FILES: [Virtual; 5] = [
         Virtual::Tiers,
         Virtual::Files,
         Virtual::Config,
         Virtual::StatsJson,
+        Virtual::Metrics,
     ];
 
     pub fn ino(self) -> u64 {
@@ -68,6 +71,7 @@ impl Virtual {
             Virtual::Files => 4,
             Virtual::Config => 5,
             Virtual::StatsJson => 6,
+            Virtual::Metrics => 7,
         }
     }
 
@@ -78,6 +82,7 @@ impl Virtual {
             4 => Virtual::Files,
             5 => Virtual::Config,
             6 => Virtual::StatsJson,
+            7 => Virtual::Metrics,
             _ => return None,
         })
     }
@@ -89,6 +94,7 @@ impl Virtual {
             Virtual::Files => "files",
             Virtual::Config => "config",
             Virtual::StatsJson => "stats.json",
+            Virtual::Metrics => "metrics",
         }
     }
 }

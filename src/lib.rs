@@ -20,6 +20,7 @@ pub mod fs;
 pub mod fuse;
 pub mod io;
 pub mod layout;
+pub mod metrics;
 pub mod placement;
 pub mod probe;
 pub mod sched;

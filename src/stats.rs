@@ -47,6 +47,7 @@ pub struct TierStats {
     pub device_read: Option<u64>,
     pub device_written: Option<u64>,
     /// The tier's admission queue: bound, waiting now, and requests that had to wait.
+    #[serde(default)]
     pub queue: crate::sched::QueueStats,
 }
 
@@ -153,6 +154,7 @@ pub fn render(fs: &TierFs, v: Virtual) -> Vec<u8> {
         }
         Virtual::Tiers => tiers_table(&snapshot(fs)).into_bytes(),
         Virtual::Files => files_table(&snapshot(fs)).into_bytes(),
+        Virtual::Metrics => crate::metrics::render(&snapshot(fs)).into_bytes(),
     }
 }
 

@@ -420,6 +420,12 @@ fn is_no_space(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 
+/// Write failures a whole file survives by moving to another tier: the tier is full, or it
+/// has turned read-only or failing (what it holds is copied while reads still work).
+fn is_rescuable(e: &std::io::Error) -> bool {
+    is_no_space(e) || matches!(e.raw_os_error(), Some(libc::EROFS) | Some(libc::EIO))
+}
+
 impl TierFs {
     /// Builds the filesystem over opened tiers and rebuilds the tree from what they hold.
     pub fn new(config: &MountConfig, tiers: Vec<Tier>) -> Result<TierFs> {
@@ -1457,8 +1463,8 @@ impl TierFs {
         let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
         let pieces = match self.create_pieces(&rel, &layout, mode & 0o7777, ctx) {
             Ok(p) => p,
-            Err(e) if matches!(&e, Error::Tier { source, .. } if is_no_space(source)) => {
-                // The chosen tier filled up since we looked: try the others.
+            Err(e) if matches!(&e, Error::Tier { source, .. } if is_rescuable(source)) => {
+                // The chosen tier filled up or failed since we looked: try the others.
                 if let Some(c) = charge.take() {
                     self.placer.release(c);
                 }
@@ -1767,13 +1773,28 @@ impl TierFs {
                     return Ok(data.len() as u32);
                 }
                 Err((tier, e))
-                    if is_no_space(&e)
+                    if is_rescuable(&e)
                         && !moved
                         && matches!(st.layout, FileLayout::Whole { .. }) =>
                 {
                     drop(st);
-                    log::warn!("tier '{}' is full while writing inode {ino}; moving the file to another tier", self.tiers[tier].name);
-                    self.relocate(ino, &node, tier, end)?;
+                    log::warn!(
+                        "tier '{}' refused a write to inode {ino} ({e}); moving the file to another tier",
+                        self.tiers[tier].name
+                    );
+                    if let Err(re) = self.relocate(ino, &node, tier, end) {
+                        // The caller gets the tier's own error; the log has why the move failed.
+                        log::error!(
+                            "moving inode {ino} off tier '{}' failed: {re}",
+                            self.tiers[tier].name
+                        );
+                        return Err(Error::tier(
+                            &self.tiers[tier].name,
+                            "write",
+                            "(open file)",
+                            e,
+                        ));
+                    }
                     moved = true;
                 }
                 Err((tier, e)) => {
@@ -1874,7 +1895,12 @@ impl TierFs {
                     let dst = self.tiers[to].path(r);
                     fs::rename(&tmp, &dst).map_err(|e| self.tier_err(to, "rename", &dst, e))?;
                     let old = self.tiers[from].path(r);
-                    fs::remove_file(&old).map_err(|e| self.tier_err(from, "unlink", &old, e))?;
+                    if let Err(e) = fs::remove_file(&old) {
+                        // A read-only tier keeps its stale copy; the mount-time scan prefers
+                        // the newer one and sets the old one aside.
+                        log::warn!("cannot remove the old copy {}: {e}", old.display());
+                        self.tiers[from].note_error(&e);
+                    }
                 }
                 None => {
                     let _ = fs::remove_file(&tmp);
@@ -2102,6 +2128,10 @@ impl TierFs {
             return Ok(());
         }
         let tree = self.tree.read();
+        if tree.get(ino).is_ok_and(|n| !n.linked) {
+            // A removed folder that is still open: nothing of it is left to sync.
+            return Ok(());
+        }
         for (t, p) in self.backing_paths(&tree, ino)? {
             fs::File::open(&p)
                 .and_then(|d| d.sync_all())

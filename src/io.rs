@@ -95,6 +95,9 @@ pub struct Piece {
     direct: Option<File>,
     /// Cleared the first time the tier refuses a direct request, so we stop trying.
     direct_ok: AtomicBool,
+    /// Set when the file could only be opened read-only: the errno a write then gets
+    /// (EACCES for a 0444 file, EROFS for a tier that turned read-only).
+    read_only: Option<i32>,
 }
 
 impl Piece {
@@ -122,13 +125,17 @@ impl Piece {
             }
             o
         };
-        let (file, write) = match opts(true, 0).open(path) {
-            Ok(f) => (f, true),
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied && create.is_none() => {
-                (opts(false, 0).open(path)?, false)
+        let (file, read_only) = match opts(true, 0).open(path) {
+            Ok(f) => (f, None),
+            Err(e)
+                if create.is_none()
+                    && matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EROFS)) =>
+            {
+                (opts(false, 0).open(path)?, e.raw_os_error())
             }
             Err(e) => return Err(e),
         };
+        let write = read_only.is_none();
         let direct = if direct {
             let mut o = OpenOptions::new();
             o.read(true)
@@ -143,6 +150,7 @@ impl Piece {
             file,
             direct,
             direct_ok,
+            read_only,
         })
     }
 
@@ -176,6 +184,9 @@ impl Piece {
 
     /// Writes all of `buf` at `off`, or fails: never a short write.
     pub fn write_all_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+        if let Some(errno) = self.read_only {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
         if let Some(d) = self.direct_file() {
             if off % ALIGN as u64 == 0 && buf.len() % ALIGN == 0 && !buf.is_empty() {
                 let r = if (buf.as_ptr() as usize) % ALIGN == 0 {
@@ -214,7 +225,14 @@ impl Piece {
                 };
                 match r {
                     Err(e) if self.refuse_direct(&e) => {}
-                    r => return r,
+                    // A full read is the common case; anything less is checked through the
+                    // buffered descriptor, which also serves a tier whose filesystem failed
+                    // (ext4 after errors=remount-ro refuses direct reads but not buffered).
+                    Ok(n) if n == buf.len() => return Ok(n),
+                    Ok(n) => return Ok(n + read_full(&self.file, &mut buf[n..], off + n as u64)?),
+                    Err(e) => {
+                        log::debug!("direct read failed ({e}); retrying buffered");
+                    }
                 }
             }
         }

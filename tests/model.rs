@@ -6,8 +6,9 @@
 //! tierfs mount and on a plain temp directory, the reference; results, errnos and bytes
 //! must agree. The reference is opened without O_DIRECT (ext4 refuses the unaligned direct
 //! I/O that tierfs accepts). Through the mount a handle may be opened with O_DIRECT: its
-//! page-aligned reads and writes go direct, and for unaligned ones the flag is switched
-//! off around the call (fcntl F_SETFL), so buffered and direct I/O mix on one file.
+//! page-aligned reads and writes go through that descriptor, and unaligned ones through a
+//! plain descriptor of the same file opened beside it, so direct and buffered I/O mix on
+//! one file.
 //!
 //! Operations: create (O_CREAT, O_EXCL, O_TRUNC), open (read-only or read-write, with and
 //! without O_DIRECT), close, pwrite and pread at random offsets and lengths (unaligned,
@@ -380,9 +381,12 @@ impl Drop for Mounted<'_> {
 
 /// An open file on both sides; `direct`: the mount's descriptor has O_DIRECT.
 struct Pair {
+    /// The mount's plain descriptor: unaligned I/O and everything but aligned I/O.
     m: File,
+    /// For a handle opened with O_DIRECT: that descriptor, which does the aligned I/O.
+    d: Option<File>,
+    /// The reference's descriptor.
     r: File,
-    direct: bool,
 }
 
 type Res<T> = Result<T, i32>;
@@ -495,39 +499,25 @@ fn read_full(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
     Ok(done)
 }
 
-/// Runs `f` on the mount's descriptor with O_DIRECT off when the request is unaligned.
-fn buffered<T>(p: &Pair, f: impl FnOnce(&File) -> std::io::Result<T>) -> std::io::Result<T> {
-    if !p.direct {
-        return f(&p.m);
-    }
-    set_direct(&p.m, false)?;
-    let r = f(&p.m);
-    set_direct(&p.m, true)?;
-    r
-}
-
 fn m_write(p: &Pair, data: &[u8], off: u64) -> std::io::Result<()> {
-    if p.direct && is_aligned(off, data.len()) {
-        let mut b = AlignedBuf::zeroed(data.len());
-        b.copy_from_slice(data);
-        p.m.write_all_at(&b, off)
-    } else {
-        buffered(p, |f| f.write_all_at(data, off))
+    match &p.d {
+        Some(d) if is_aligned(off, data.len()) => {
+            let mut b = AlignedBuf::zeroed(data.len());
+            b.copy_from_slice(data);
+            d.write_all_at(&b, off)
+        }
+        _ => p.m.write_all_at(data, off),
     }
 }
 
 fn m_read(p: &Pair, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
-    if p.direct && is_aligned(off, len) {
-        let mut b = AlignedBuf::zeroed(len);
-        let n = read_full(&p.m, &mut b, off)?;
-        Ok(b[..n].to_vec())
-    } else {
-        buffered(p, |f| {
-            let mut v = vec![0u8; len];
-            let n = read_full(f, &mut v, off)?;
-            v.truncate(n);
-            Ok(v)
-        })
+    match &p.d {
+        Some(d) if is_aligned(off, len) => {
+            let mut b = AlignedBuf::zeroed(len);
+            let n = read_full(d, &mut b, off)?;
+            Ok(b[..n].to_vec())
+        }
+        _ => r_read(&p.m, off, len),
     }
 }
 
@@ -568,15 +558,33 @@ impl World<'_> {
             o.read(true).write(write).mode(0o644).custom_flags(flags);
             o
         };
-        let m = res(opts(extra | if direct { libc::O_DIRECT } else { 0 }).open(&mp));
+        // A direct handle is the O_DIRECT open (with the O_CREAT, O_EXCL, O_TRUNC asked
+        // for) plus a plain open of the same file for the unaligned requests.
+        let first = res(opts(extra | if direct { libc::O_DIRECT } else { 0 }).open(&mp));
         let r = res(opts(extra).open(&rp));
         let what = format!(
             "open {:?} (write {write}, flags {extra:#o}, direct {direct})",
             PATHS[i]
         );
-        match (m, r) {
-            (Ok(m), Ok(r)) => {
-                self.hs.push(Pair { m, r, direct });
+        match (first, r) {
+            (Ok(first), Ok(r)) => {
+                let pair = if direct {
+                    let m = opts(0)
+                        .open(&mp)
+                        .map_err(|e| format!("{what}: plain open beside O_DIRECT: {e}"))?;
+                    Pair {
+                        m,
+                        d: Some(first),
+                        r,
+                    }
+                } else {
+                    Pair {
+                        m: first,
+                        d: None,
+                        r,
+                    }
+                };
+                self.hs.push(pair);
                 Ok(())
             }
             (m, r) => same(&what, m.map(|_| ()), r.map(|_| ())),
@@ -646,7 +654,11 @@ impl World<'_> {
                 let p = &self.hs[k];
                 let m = res(m_write(p, &data, off));
                 let r = res(p.r.write_all_at(&data, off));
-                same(&format!("write {len} at {off} (direct {})", p.direct), m, r)?;
+                same(
+                    &format!("write {len} at {off} (direct {})", p.d.is_some()),
+                    m,
+                    r,
+                )?;
             }
             Op::Read {
                 h,
@@ -663,7 +675,7 @@ impl World<'_> {
                     (off, len)
                 };
                 let p = &self.hs[k];
-                let what = format!("read {len} at {off} (direct {})", p.direct);
+                let what = format!("read {len} at {off} (direct {})", p.d.is_some());
                 match (res(m_read(p, off, len)), res(r_read(&p.r, off, len))) {
                     (Ok(m), Ok(r)) => {
                         if let Some(d) = diff_bytes(&m, &r) {
@@ -969,4 +981,42 @@ fn model_mount_stripe_1m_2_tiers() {
         tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
         stripe_unit: "1MiB",
     });
+}
+
+/// Bug: with kernel passthrough (whole files; `mount.passthrough = "auto"` turns it on as
+/// root on Linux >= 6.9), a handle opened with O_DIRECT stays direct after fcntl(F_SETFL)
+/// clears O_DIRECT: the kernel opened the backing file with the open's flags and never
+/// sees the change, so the unaligned write that follows fails with EINVAL. GNU dd
+/// `oflag=direct` writes its last partial block exactly this way. On ext4, and on tierfs
+/// without passthrough (stripe layout), the write succeeds.
+#[test]
+fn bug_passthrough_ignores_fcntl_clearing_o_direct() {
+    if !fuse_available() {
+        return;
+    }
+    for layout in ["stripe", "whole-file"] {
+        let s = Setup::two(layout);
+        let m = s.mount();
+        let p = m.path("f");
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&p)
+            .unwrap();
+        let data = pattern(4096 + 5, 7);
+        let mut block = AlignedBuf::zeroed(4096);
+        block.copy_from_slice(&data[..4096]);
+        f.write_all_at(&block, 0).unwrap();
+        set_direct(&f, false).unwrap();
+        let r = f.write_all_at(&data[4096..], 4096);
+        assert!(
+            r.is_ok(),
+            "{layout}: an unaligned write after fcntl cleared O_DIRECT failed: {r:?}"
+        );
+        drop(f);
+        assert_eq!(std::fs::read(&p).unwrap(), data, "{layout}");
+        m.unmount();
+    }
 }

@@ -15,7 +15,7 @@ fn direct_write_read_back_and_shares() {
             std::fs::write(m.path(&format!("f{i}")), &data).unwrap();
             assert_eq!(std::fs::read(m.path(&format!("f{i}"))).unwrap(), data);
         }
-        let used = m.used_per_tier();
+        let used = settled_used(&m);
         let frac = used[0] as f64 / (used[0] + used[1]) as f64;
         assert!((0.60..=0.73).contains(&frac), "{layout}: {used:?}");
     }

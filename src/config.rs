@@ -30,7 +30,7 @@
 //! allow_other = false
 //! log_file = "/tmp/tierfs-${USER}.log"
 //! threads = 64                        # 1..=256
-//! passthrough = "auto"                # "auto" | "on" | "off": kernel passthrough for whole files
+//! passthrough = "auto"                # "auto" | "direct" | "off": kernel passthrough for whole files
 //! ```
 
 use std::ffi::{CStr, CString};
@@ -119,10 +119,15 @@ pub struct MountSection {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Passthrough {
-    /// Use it where the kernel and privileges allow and the file qualifies; else the daemon.
+    /// For whole files opened without O_DIRECT, where the kernel and privileges allow.
+    /// O_DIRECT opens stay with the daemon: the kernel gives a passthrough open its own
+    /// backing file with the open's flags, so a later `fcntl(F_SETFL)` that clears O_DIRECT
+    /// (GNU dd's last partial block with `oflag=direct`) would not take effect and the
+    /// unaligned write would fail with EINVAL.
     Auto,
-    /// Like auto, but refuse to mount when the kernel or privileges cannot do it.
-    On,
+    /// Also O_DIRECT opens (on tiers that take 1 KiB-aligned direct I/O): the fast path for
+    /// DeepSpeed, which never changes O_DIRECT on an open file.
+    Direct,
     /// Never: every byte goes through the daemon.
     Off,
 }
@@ -131,7 +136,7 @@ impl Passthrough {
     pub fn as_str(self) -> &'static str {
         match self {
             Passthrough::Auto => "auto",
-            Passthrough::On => "on",
+            Passthrough::Direct => "direct",
             Passthrough::Off => "off",
         }
     }
@@ -607,12 +612,12 @@ impl MountConfig {
 
         let passthrough = match raw.mount.passthrough.as_deref() {
             None | Some("auto") => Passthrough::Auto,
-            Some("on") => Passthrough::On,
+            Some("direct") => Passthrough::Direct,
             Some("off") => Passthrough::Off,
             Some(other) => {
                 p.add(
                     "mount.passthrough",
-                    format_args!("{other:?} is not one of \"auto\", \"on\", \"off\""),
+                    format_args!("{other:?} is not one of \"auto\", \"direct\", \"off\""),
                 );
                 Passthrough::Auto
             }

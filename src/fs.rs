@@ -516,9 +516,9 @@ impl TierFs {
     /// when the inode has no daemon-served open (the kernel keeps one mode per inode), or
     /// already has passthrough opens (then it must); on a healthy tier with room to spare,
     /// since a passthrough write that hits ENOSPC cannot be rescued by moving the file; and
-    /// for O_DIRECT opens only on a tier that takes 1 KiB-aligned direct I/O, since
-    /// DeepSpeed's tails are not 4 KiB-aligned and the kernel passes the caller's alignment
-    /// straight to the tier.
+    /// O_DIRECT opens only with `passthrough = "direct"` (see [`crate::config::Passthrough`])
+    /// and on a tier that takes 1 KiB-aligned direct I/O, since DeepSpeed's tails are not
+    /// 4 KiB-aligned and the kernel passes the caller's alignment straight to the tier.
     fn passthrough_piece(&self, st: &FileState, size: u64, flags: i32) -> Option<Arc<Piece>> {
         if !self.passthrough.load(Ordering::Relaxed) {
             return None;
@@ -537,7 +537,9 @@ impl TierFs {
         if !t.is_healthy() || t.room() < size.saturating_add(PASSTHROUGH_HEADROOM) {
             return None;
         }
-        if flags & libc::O_DIRECT != 0 && !t.small_direct_io {
+        if flags & libc::O_DIRECT != 0
+            && (self.passthrough_mode != crate::config::Passthrough::Direct || !t.small_direct_io)
+        {
             return None;
         }
         Some(piece)

@@ -164,11 +164,6 @@ impl Filesystem for FuseAdapter {
             let ok = config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok()
                 && config.set_max_stack_depth(1).is_ok();
             if !ok {
-                if self.fs.passthrough_mode() == crate::config::Passthrough::On {
-                    return Err(std::io::Error::other(
-                        "mount.passthrough = \"on\" but this kernel has no FUSE passthrough (Linux >= 6.9); use \"auto\"",
-                    ));
-                }
                 self.fs
                     .disable_passthrough("this kernel has no FUSE passthrough (Linux >= 6.9)");
             } else if crate::sys::euid() != 0 {

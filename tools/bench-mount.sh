@@ -8,7 +8,7 @@
 # Workload: fio O_DIRECT 1 MiB requests, libaio, 6 jobs x iodepth 8 (DeepSpeed-like: several
 # files in flight at once), time-based, write then read of the same files. Targets:
 #   direct   fio on the nvme tier itself (what DeepSpeed gets today)
-#   whole-file       tierfs, layout = "whole-file", passthrough auto (kernel passthrough as root)
+#   whole-file       tierfs, layout = "whole-file", passthrough = "direct" (kernel passthrough as root)
 #   whole-file+nopt  the same with passthrough = "off": every byte through the daemon
 #   stripe           tierfs, layout = "stripe", 1 MiB units (always through the daemon)
 # (bandwidths from `tierfs probe` of these tiers). LAYOUTS="..." picks targets.
@@ -53,8 +53,9 @@ echo "probing the tiers (tierfs probe --fresh) ..." >&2
 "$TIERFS" probe --config "$BENCH_DIR/probe.toml" --fresh --size 1GiB --secs 3 | tee "$BENCH_DIR/probe.txt" >&2
 
 config() {  # TARGET -> config path (bandwidths come from the cached probe)
-  # TARGET is a layout, optionally with "+nopt" for passthrough = "off" (daemon path only)
-  local c=$BENCH_DIR/$1.toml layout=${1%+nopt} pt=auto
+  # TARGET is a layout, optionally with "+nopt" for passthrough = "off" (daemon path only);
+  # otherwise passthrough = "direct", so fio's O_DIRECT opens of whole files are passthrough
+  local c=$BENCH_DIR/$1.toml layout=${1%+nopt} pt=direct
   [ "$1" = "$layout" ] || pt=off
   { cat "$BENCH_DIR/probe.toml"
     printf '[placement]\nlayout = "%s"\n[mount]\nlog_file = "%s/daemon.log"\npassthrough = "%s"\n%s\n' \

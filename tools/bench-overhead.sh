@@ -33,7 +33,7 @@ for run in $(seq 1 "$RUNS"); do
   for target in direct passthrough daemon; do
     if [ $target = direct ]; then d=$DIR/direct; pid=
     else
-      pt=auto; [ $target = daemon ] && pt=off
+      pt=direct; [ $target = daemon ] && pt=off
       printf '[[tier]]\nname = "fast"\npath = "%s/tier"\nread_bandwidth = "5GB/s"\nwrite_bandwidth = "5GB/s"\n[mount]\npassthrough = "%s"\nlog_file = "%s/log"\n' "$DIR" "$pt" "$DIR" >"$DIR/c.toml"
       "$TIERFS" mount --config "$DIR/c.toml" "$MNT" 2>/dev/null
       d=$MNT/bench; mkdir -p "$d"

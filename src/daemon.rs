@@ -447,6 +447,20 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
         opts.mountpoint.display(),
         std::process::id()
     );
+    // The online bandwidth estimator: about once a second, fold the tiers' recent traffic
+    // into their estimates and move the shares with them.
+    {
+        let fs = fs.clone();
+        std::thread::Builder::new()
+            .name("tierfs-estimator".into())
+            .spawn(move || {
+                while !STOP.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    fs.refresh_shares();
+                }
+            })
+            .map_err(|e| Failure::runtime(format!("cannot start the estimator thread: {e}")))?;
+    }
     ready.say("OK");
     ready.0 = None;
     loop {

@@ -495,6 +495,40 @@ impl TierFs {
         &self.stats_dir
     }
 
+    /// Samples every tier's online bandwidth and, when an estimate moved, recomputes the
+    /// Eq. 1 shares that new files (and stripe patterns) follow. Returns the shares.
+    pub fn refresh_shares(&self) -> Vec<f64> {
+        let mut changed = false;
+        for t in &self.tiers {
+            changed |= t.sample_bandwidth();
+        }
+        if changed {
+            let bws: Vec<f64> = self
+                .tiers
+                .iter()
+                .map(|t| {
+                    let (r, w) = t.current_bandwidth();
+                    placement::effective_bandwidth(r, w)
+                })
+                .collect();
+            let new = placement::shares(&bws);
+            let old = self.placer.shares();
+            if new.iter().zip(&old).any(|(a, b)| (a - b).abs() > 0.02) {
+                log::info!(
+                    "shares now {} (online bandwidth)",
+                    self.tiers
+                        .iter()
+                        .zip(&new)
+                        .map(|(t, s)| format!("{}={:.1}%", t.name, s * 100.0))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                );
+            }
+            self.placer.set_shares(new);
+        }
+        self.placer.shares()
+    }
+
     /// The configured passthrough mode.
     pub fn passthrough_mode(&self) -> crate::config::Passthrough {
         self.passthrough_mode

@@ -49,6 +49,12 @@ pub struct TierStats {
     /// The tier's admission queue: bound, waiting now, and requests that had to wait.
     #[serde(default)]
     pub queue: crate::sched::QueueStats,
+    /// Online estimates from the daemon's own traffic (bytes per busy second), bytes/s;
+    /// None until enough traffic was seen. Passthrough I/O is not in them.
+    #[serde(default)]
+    pub est_read_bps: Option<f64>,
+    #[serde(default)]
+    pub est_write_bps: Option<f64>,
 }
 
 /// One file in `stats.json`.
@@ -107,6 +113,8 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
                 device_read: t.device_bytes().map(|d| d.0),
                 device_written: t.device_bytes().map(|d| d.1),
                 queue: t.queue.stats(),
+                est_read_bps: t.est_read.get(),
+                est_write_bps: t.est_write.get(),
             }
         })
         .collect();

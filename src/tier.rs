@@ -44,6 +44,88 @@ pub struct TierCounters {
     /// the daemon, so it shows in the device counters, not in the byte counters above.
     pub pt_open: AtomicU64,
     pub pt_opens_total: AtomicU64,
+    /// Time with at least one read (write) in flight: bytes over busy time is what the tier
+    /// delivers to us, with idle time left out.
+    pub read_busy: Busy,
+    pub write_busy: Busy,
+}
+
+/// Wall time during which at least one request of a kind was in flight.
+#[derive(Debug, Default)]
+pub struct Busy {
+    in_flight: AtomicU64,
+    /// Nanoseconds since [`epoch`] when the current busy period began.
+    since: AtomicU64,
+    total: AtomicU64,
+}
+
+fn epoch_ns() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+}
+
+impl Busy {
+    fn begin(&self) {
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.since.store(epoch_ns(), Ordering::Release);
+        }
+    }
+    fn end(&self) {
+        if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let since = self.since.load(Ordering::Acquire);
+            self.total.fetch_add(epoch_ns().saturating_sub(since), Ordering::Relaxed);
+        }
+    }
+    /// Busy nanoseconds so far, the current busy period included.
+    pub fn total_ns(&self) -> u64 {
+        let t = self.total.load(Ordering::Relaxed);
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            t + epoch_ns().saturating_sub(self.since.load(Ordering::Acquire))
+        } else {
+            t
+        }
+    }
+}
+
+/// The online bandwidth estimate of one direction: an exponentially weighted mean of
+/// bytes / busy time over sampling intervals that saw enough traffic to mean something.
+#[derive(Debug, Default)]
+pub struct Estimate {
+    /// f64 bits; 0 = no estimate yet.
+    bps: AtomicU64,
+    last_bytes: AtomicU64,
+    last_busy: AtomicU64,
+}
+
+/// An interval must have moved this much, busy this long, to update an estimate.
+pub const MIN_SAMPLE_BYTES: u64 = 16 << 20;
+pub const MIN_SAMPLE_BUSY_NS: u64 = 50_000_000;
+/// Weight of the newest sample.
+pub const EWMA_ALPHA: f64 = 0.3;
+
+impl Estimate {
+    pub fn get(&self) -> Option<f64> {
+        let v = f64::from_bits(self.bps.load(Ordering::Relaxed));
+        (v > 0.0).then_some(v)
+    }
+
+    /// Takes a sample from the running totals; returns the new estimate if it changed.
+    pub fn sample(&self, bytes: u64, busy_ns: u64) -> Option<f64> {
+        let db = bytes.saturating_sub(self.last_bytes.load(Ordering::Relaxed));
+        let dt = busy_ns.saturating_sub(self.last_busy.load(Ordering::Relaxed));
+        if db < MIN_SAMPLE_BYTES || dt < MIN_SAMPLE_BUSY_NS {
+            return None;
+        }
+        self.last_bytes.store(bytes, Ordering::Relaxed);
+        self.last_busy.store(busy_ns, Ordering::Relaxed);
+        let sample = db as f64 / (dt as f64 / 1e9);
+        let new = match self.get() {
+            Some(old) => old + EWMA_ALPHA * (sample - old),
+            None => sample,
+        };
+        self.bps.store(new.to_bits(), Ordering::Relaxed);
+        Some(new)
+    }
 }
 
 /// Where a tier's bandwidth figure came from.
@@ -79,6 +161,9 @@ pub struct Tier {
     pub counters: TierCounters,
     /// Admission of requests to this tier (bounded, by priority class).
     pub queue: crate::sched::TierQueue,
+    /// Online bandwidth estimates from the daemon's own traffic.
+    pub est_read: Estimate,
+    pub est_write: Estimate,
     _lock: File,
 }
 
@@ -187,6 +272,8 @@ impl Tier {
             device_base,
             counters: TierCounters::default(),
             queue: crate::sched::TierQueue::new(DEFAULT_MAX_IN_FLIGHT, false),
+            est_read: Estimate::default(),
+            est_write: Estimate::default(),
             _lock: lock,
         })
     }
@@ -218,6 +305,31 @@ impl Tier {
             r.saturating_sub(self.device_base.0),
             w.saturating_sub(self.device_base.1),
         ))
+    }
+
+    /// Samples the online estimates (called about once a second by the daemon); true when
+    /// either changed.
+    pub fn sample_bandwidth(&self) -> bool {
+        let c = &self.counters;
+        let r = self
+            .est_read
+            .sample(c.bytes_read.load(Ordering::Relaxed), c.read_busy.total_ns());
+        let w = self
+            .est_write
+            .sample(c.bytes_written.load(Ordering::Relaxed), c.write_busy.total_ns());
+        r.is_some() || w.is_some()
+    }
+
+    /// The bandwidths placement should use now: the online estimate where there is one,
+    /// bounded to [1/20, 2] x the configured or probed figure so a sample taken at a low
+    /// queue depth cannot swing the shares beyond reason.
+    pub fn current_bandwidth(&self) -> (f64, f64) {
+        let pick = |est: Option<f64>, base: f64| match est {
+            Some(e) if base > 0.0 => e.clamp(base / 20.0, base * 2.0),
+            Some(e) => e,
+            None => base,
+        };
+        (pick(self.est_read.get(), self.read_bps), pick(self.est_write.get(), self.write_bps))
     }
 
     /// The probe cache file of a tier folder.
@@ -295,6 +407,11 @@ pub struct InFlight<'a> {
 impl<'a> InFlight<'a> {
     pub fn start(tier: &'a Tier, write: bool, bytes: u64) -> Self {
         tier.counters.in_flight.fetch_add(1, Ordering::Relaxed);
+        if write {
+            tier.counters.write_busy.begin();
+        } else {
+            tier.counters.read_busy.begin();
+        }
         InFlight {
             tier,
             write,
@@ -325,7 +442,13 @@ impl<'a> InFlight<'a> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.tier.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let c = &self.tier.counters;
+        if self.write {
+            c.write_busy.end();
+        } else {
+            c.read_busy.end();
+        }
+        c.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -342,6 +465,33 @@ mod tests {
         assert!(e.to_string().contains("in use by another tierfs"), "{e}");
         drop(t);
         Tier::open(0, "a", d.path(), 1.0, 1.0, BandwidthSource::Config, None).unwrap();
+    }
+
+    #[test]
+    fn estimate_ignores_idle_time_and_small_samples() {
+        let e = Estimate::default();
+        assert_eq!(e.sample(1 << 20, 1_000_000_000), None, "too few bytes");
+        // 100 MB moved in 0.1 s of busy time (however long the wall-clock interval was).
+        let v = e.sample(100_000_000, 100_000_000).unwrap();
+        assert!((v - 1e9).abs() < 1.0, "{v}");
+        // Next interval half as fast: the mean moves by alpha toward it.
+        let v = e.sample(200_000_000, 300_000_000).unwrap();
+        assert!((v - (1e9 + EWMA_ALPHA * (0.5e9 - 1e9))).abs() < 1.0, "{v}");
+    }
+
+    #[test]
+    fn busy_time_is_the_union_of_requests() {
+        let b = Busy::default();
+        b.begin();
+        b.begin();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        b.end();
+        b.end();
+        let t = b.total_ns();
+        assert!(t >= 20_000_000, "{t}");
+        assert!(t < 2_000_000_000, "{t}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(b.total_ns(), t, "idle time is not counted");
     }
 
     #[test]

@@ -8,14 +8,14 @@ use crate::stats::Snapshot;
 use clap::{Parser, Subcommand};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "tierfs",
     version,
     about = "Pool node-local NVMe and a parallel file system into one bandwidth-aware tier for DeepSpeed swap files",
-    after_help = "Examples:\n  tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo\n  tierfs stat /tmp/tierfs-demo\n  tierfs unmount /tmp/tierfs-demo"
+    after_help = "Examples:\n  tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo\n  tierfs ds-config /tmp/tierfs-demo --ranks 4 > ds-offload.json\n  tierfs stat /tmp/tierfs-demo --watch 1\n  tierfs record /tmp/tierfs-demo --out run.jsonl --interval 1\n  tierfs plot run.jsonl --out run.png\n  tierfs unmount /tmp/tierfs-demo\n\nExit status: 0 ok, 2 bad usage or config, 1 runtime failure.\nEvery mount serves its stats under MOUNTPOINT/.tierfs/ (tiers, files, config, stats.json, metrics)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -26,7 +26,7 @@ pub struct Cli {
 pub enum Cmd {
     /// Mount the tiers of a config at MOUNTPOINT; returns once the mount answers.
     #[command(
-        after_help = "Example:\n  mkdir -p /tmp/tierfs-demo && tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo"
+        after_help = "Examples:\n  mkdir -p /tmp/tierfs-demo && tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo\n  tierfs mount --force --config node.toml /local/tierfs     # after a job died: clear the dead mount\n  tierfs mount --foreground --config node.toml /local/tierfs  # stay attached (batch job steps)\n\nThe daemon goes to the background once the mount answers; it logs to the config's\nlog_file or <first tier>/.tierfs-meta/daemon.log. A second daemon on the same tier\nfolders is refused."
     )]
     Mount {
         /// The TOML config naming the tiers.
@@ -45,8 +45,11 @@ pub enum Cmd {
         reprobe: bool,
     },
     /// Unmount and wait until the daemon has exited.
-    #[command(after_help = "Example:\n  tierfs unmount /tmp/tierfs-demo")]
+    #[command(
+        after_help = "Example:\n  tierfs unmount /tmp/tierfs-demo\n\nA plain `umount` or `fusermount3 -u` is also safe. A dead mount (daemon killed)\nis cleared with `fusermount3 -uz MOUNTPOINT` or `tierfs mount --force ...`."
+    )]
     Unmount {
+        /// The tierfs mountpoint.
         mountpoint: PathBuf,
         /// Name of the stats folder if the config changed it.
         #[arg(long, default_value = ".tierfs")]
@@ -78,19 +81,103 @@ pub enum Cmd {
     /// Validate a config and say what mounting it would do.
     #[command(
         name = "check-config",
-        after_help = "Example:\n  tierfs check-config mount-configs/demo.toml"
+        after_help = "Example:\n  tierfs check-config mount-configs/demo.toml\n\nExit status 2 names every problem found (missing folders, bad values)."
     )]
-    CheckConfig { config: PathBuf },
-    /// Show a mount's per-tier statistics.
-    #[command(after_help = "Example:\n  tierfs stat /tmp/tierfs-demo")]
+    CheckConfig {
+        /// The TOML config to check.
+        config: PathBuf,
+    },
+    /// Show a mount's per-tier statistics, once or live.
+    #[command(
+        after_help = "Examples:\n  tierfs stat /tmp/tierfs-demo                 # per-tier table\n  tierfs stat /tmp/tierfs-demo --json          # the raw stats.json\n  tierfs stat /tmp/tierfs-demo --watch 1       # live, like iostat -x; Ctrl-C to stop\n  tierfs stat /tmp/tierfs-demo --watch 0.5 --count 10\n\nWith --watch: r/s w/s are backing requests per second, rMB/s wMB/s the bytes through\nthe daemon (MB = 10^6), dev_rMB/s dev_wMB/s the tier's block device (passthrough I/O\nshows only there; '-' without a block device), INFL requests in flight, WAIT requests\nwaiting in the tier's admission queue, PT passthrough files open, SHARE the Eq. 1\nshare, ERR errors in the interval."
+    )]
     Stat {
+        /// The tierfs mountpoint.
         mountpoint: PathBuf,
         /// Print the raw stats.json.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "watch")]
         json: bool,
+        /// Redraw rates every SECS seconds (e.g. 1 or 0.5) until Ctrl-C.
+        #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+        watch: Option<f64>,
+        /// With --watch: stop after N intervals.
+        #[arg(long, value_name = "N", requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
+        count: Option<u64>,
+        /// Name of the stats folder if the config changed it.
         #[arg(long, default_value = ".tierfs")]
         stats_dir: String,
     },
+    /// Print DeepSpeed offload and aio settings chosen for this mount (JSON on stdout, reasons on stderr).
+    #[command(
+        name = "ds-config",
+        after_help = "Examples:\n  tierfs ds-config /local/tierfs --ranks 4 > ds-offload.json\n  tierfs ds-config /local/tierfs --ranks 4 2>/dev/null | jq .aio\n\nPrints the `zero_optimization` offload blocks (offload_param, offload_optimizer with\ndevice nvme and nvme_path = MOUNTPOINT, buffer counts, sub_group_size) and the `aio`\nblock, chosen from the mount's tiers (stats.json), its FUSE threads (.tierfs/config)\nand the ranks per node: about 8 requests in flight per tier, all ranks together below\nthe FUSE threads. Each value's reason goes to stderr as a `#` line, so stdout is pure\nJSON to merge into your DeepSpeed config."
+    )]
+    DsConfig {
+        /// The tierfs mountpoint (becomes nvme_path).
+        mountpoint: PathBuf,
+        /// Ranks per node sharing the mount (default: $LOCAL_WORLD_SIZE,
+        /// $SLURM_NTASKS_PER_NODE, ... or the GPUs in /dev, else 1).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=4096))]
+        ranks: Option<u64>,
+        /// Name of the stats folder if the config changed it.
+        #[arg(long, default_value = ".tierfs")]
+        stats_dir: String,
+    },
+    /// Sample a mount's stats periodically into a JSON-lines or CSV file.
+    #[command(
+        after_help = "Examples:\n  tierfs record /local/tierfs --out run.jsonl                 # every second until Ctrl-C\n  tierfs record /local/tierfs --out run.csv --interval 0.5 --duration 600\n  tierfs record /local/tierfs --out run.jsonl & REC=$!; ...; kill $REC\n\nEach sample holds every tier's counters (bytes, requests, in flight, errors, share,\nused, free, device bytes) and the MB/s since the previous sample. JSON lines: one\nobject per sample. CSV (chosen by a .csv name or --format csv): one row per tier and\nsample. Every sample is flushed, so a recording stopped with Ctrl-C or kill is\ncomplete up to its last line. `tierfs plot` draws it."
+    )]
+    Record {
+        /// The tierfs mountpoint.
+        mountpoint: PathBuf,
+        /// The file to write (replaced if it exists).
+        #[arg(long, short)]
+        out: PathBuf,
+        /// Seconds between samples.
+        #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_secs)]
+        interval: f64,
+        /// Stop after SECS seconds (default: run until Ctrl-C or the mount goes away).
+        #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+        duration: Option<f64>,
+        /// File format (default: csv for a .csv name, else jsonl).
+        #[arg(long, value_enum)]
+        format: Option<crate::monitor::Format>,
+        /// Name of the stats folder if the config changed it.
+        #[arg(long, default_value = ".tierfs")]
+        stats_dir: String,
+    },
+    /// Draw a recording as a PNG: per-tier read and write MB/s and shares over time.
+    #[command(
+        after_help = "Example:\n  tierfs plot run.jsonl --out run.png\n\nThree panels: read MB/s and write MB/s per tier, and the share of the bytes each\ntier moved (thick) against its Eq. 1 share (thin). Tiers with passthrough files on a\nblock device are drawn from the device counters, marked (device). Needs no fonts."
+    )]
+    Plot {
+        /// A recording from `tierfs record` (JSON lines or CSV).
+        file: PathBuf,
+        /// The PNG to write.
+        #[arg(long, short)]
+        out: PathBuf,
+        /// Title at the top (default: the recording's file name).
+        #[arg(long)]
+        title: Option<String>,
+    },
+    /// Print a shell completion script.
+    #[command(
+        after_help = "Examples:\n  tierfs completions bash > ~/.local/share/bash-completion/completions/tierfs\n  tierfs completions zsh > ~/.zfunc/_tierfs     # with fpath+=(~/.zfunc) before compinit\n  tierfs completions fish > ~/.config/fish/completions/tierfs.fish\n\nThe same scripts are shipped in completions/."
+    )]
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// A positive, finite number of seconds.
+fn parse_secs(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v.is_finite() && v <= 86_400.0 * 365.0 => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a number of seconds above 0 (e.g. 1 or 0.5)"
+        )),
+    }
 }
 
 /// Runs the command line; returns the process exit code.
@@ -142,8 +229,13 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
         Cmd::Stat {
             mountpoint,
             json,
+            watch,
+            count,
             stats_dir,
         } => {
+            if let Some(secs) = watch {
+                return run_watch(&mountpoint, &stats_dir, secs, count);
+            }
             let path = mountpoint.join(&stats_dir).join("stats.json");
             if json {
                 let s = std::fs::read_to_string(&path).map_err(|e| {
@@ -160,7 +252,207 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             print!("{}", crate::stats::tiers_table(&snap));
             Ok(())
         }
+        Cmd::DsConfig {
+            mountpoint,
+            ranks,
+            stats_dir,
+        } => run_ds_config(&mountpoint, ranks, &stats_dir),
+        Cmd::Record {
+            mountpoint,
+            out,
+            interval,
+            duration,
+            format,
+            stats_dir,
+        } => run_record(&mountpoint, &stats_dir, &out, interval, duration, format),
+        Cmd::Plot { file, out, title } => run_plot(&file, &out, title),
+        Cmd::Completions { shell } => {
+            print_completions(shell, &mut std::io::stdout());
+            Ok(())
+        }
     }
+}
+
+/// Writes the completion script for `shell`.
+pub fn print_completions(shell: clap_complete::Shell, out: &mut dyn Write) {
+    use clap::CommandFactory;
+    clap_complete::generate(shell, &mut Cli::command(), "tierfs", out);
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn sleep_until(t: Instant) {
+    let now = Instant::now();
+    if t > now {
+        std::thread::sleep(t - now);
+    }
+}
+
+fn run_watch(mp: &Path, stats_dir: &str, secs: f64, count: Option<u64>) -> Result<(), Failure> {
+    use crate::monitor::{rates, render_watch, Sample};
+    use std::io::IsTerminal;
+    let tty = std::io::stdout().is_terminal();
+    let start = Instant::now();
+    let take = || -> Result<(Sample, Instant), Failure> {
+        let s = read_snapshot(mp, stats_dir)?;
+        let now = Instant::now();
+        Ok((
+            Sample::from_snapshot(&s, unix_now(), (now - start).as_secs_f64()),
+            now,
+        ))
+    };
+    let (mut prev, mut prev_t) = take()?;
+    let mount = mp.display().to_string();
+    let mut out = std::io::stdout().lock();
+    for i in 0.. {
+        if count.is_some_and(|c| i >= c) {
+            break;
+        }
+        sleep_until(start + Duration::from_secs_f64(secs * (i + 1) as f64));
+        let (cur, now) = take()?;
+        let r = rates(&prev, &cur, (now - prev_t).as_secs_f64());
+        let screen = render_watch(&mount, &crate::monitor::clock(), &cur, &r);
+        let w = if tty {
+            write!(out, "\x1b[H\x1b[2J{screen}")
+        } else if i > 0 {
+            write!(out, "\n{screen}")
+        } else {
+            write!(out, "{screen}")
+        };
+        if w.and_then(|_| out.flush()).is_err() {
+            // stdout closed (e.g. piped into head): stop quietly.
+            return Ok(());
+        }
+        prev = cur;
+        prev_t = now;
+    }
+    Ok(())
+}
+
+fn run_ds_config(mp: &Path, ranks: Option<u64>, stats_dir: &str) -> Result<(), Failure> {
+    use crate::dsconfig::{choose, detect_ranks, threads_from_config, MountFacts};
+    let snap = read_snapshot(mp, stats_dir)?;
+    let abs =
+        std::path::absolute(mp).map_err(|e| Failure::runtime(format!("{}: {e}", mp.display())))?;
+    let cfg_path = mp.join(stats_dir).join("config");
+    let (threads, threads_note) = match std::fs::read_to_string(&cfg_path)
+        .ok()
+        .and_then(|t| threads_from_config(&t))
+    {
+        Some(t) => (t, None),
+        None => (
+            crate::dsconfig::DEFAULT_THREADS,
+            Some(format!(
+                "{} does not say `threads = N`: assuming the default {}.",
+                cfg_path.display(),
+                crate::dsconfig::DEFAULT_THREADS
+            )),
+        ),
+    };
+    let (ranks, from) = match ranks {
+        Some(n) => (n as usize, "--ranks".to_string()),
+        None => detect_ranks(),
+    };
+    let facts = MountFacts::from_snapshot(&abs, &snap, threads);
+    let c = choose(&facts, ranks, &from);
+    let mut err = std::io::stderr().lock();
+    for n in threads_note.iter().chain(&c.notes) {
+        let _ = writeln!(err, "# {n}");
+    }
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&c.config).unwrap_or_default()
+    );
+    Ok(())
+}
+
+fn run_record(
+    mp: &Path,
+    stats_dir: &str,
+    out: &Path,
+    interval: f64,
+    duration: Option<f64>,
+    format: Option<crate::monitor::Format>,
+) -> Result<(), Failure> {
+    use crate::monitor::{fill_rates, write_header, write_sample, Format, Sample};
+    let format = format.unwrap_or_else(|| Format::for_path(out));
+    // Fail on a wrong mountpoint before creating the file.
+    read_snapshot(mp, stats_dir)?;
+    let file = std::fs::File::create(out)
+        .map_err(|e| Failure::runtime(format!("{}: {e}", out.display())))?;
+    let mut w = std::io::BufWriter::new(file);
+    let werr = |e: std::io::Error| Failure::runtime(format!("{}: {e}", out.display()));
+    write_header(&mut w, format).map_err(werr)?;
+    w.flush().map_err(werr)?;
+    eprintln!(
+        "tierfs: recording {} every {interval} s into {}{}",
+        mp.display(),
+        out.display(),
+        match duration {
+            Some(d) => format!(" for {d} s"),
+            None => " until Ctrl-C".to_string(),
+        }
+    );
+    let start = Instant::now();
+    let mut prev: Option<(Sample, Instant)> = None;
+    let mut n = 0u64;
+    loop {
+        let due = interval * n as f64;
+        if duration.is_some_and(|d| due > d + 1e-9) {
+            break;
+        }
+        sleep_until(start + Duration::from_secs_f64(due));
+        let snap = match read_snapshot(mp, stats_dir) {
+            Ok(s) => s,
+            Err(e) if n > 0 => {
+                eprintln!(
+                    "tierfs: the mount went away ({}); stopped after {n} samples",
+                    e.message
+                );
+                break;
+            }
+            Err(e) => return Err(e),
+        };
+        let now = Instant::now();
+        let mut s = Sample::from_snapshot(&snap, unix_now(), (now - start).as_secs_f64());
+        if let Some((p, pt)) = &prev {
+            fill_rates(p, &mut s, (now - *pt).as_secs_f64());
+        }
+        write_sample(&mut w, format, &s).map_err(werr)?;
+        w.flush().map_err(werr)?;
+        prev = Some((s, now));
+        n += 1;
+    }
+    eprintln!("tierfs: {n} samples in {}", out.display());
+    Ok(())
+}
+
+fn run_plot(file: &Path, out: &Path, title: Option<String>) -> Result<(), Failure> {
+    let f = std::fs::File::open(file)
+        .map_err(|e| Failure::runtime(format!("{}: {e}", file.display())))?;
+    let samples = crate::monitor::read_samples(std::io::BufReader::new(f))
+        .map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
+    let title = title.unwrap_or_else(|| {
+        format!(
+            "tierfs: {}",
+            file.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        )
+    });
+    crate::plot::plot(&samples, out, &title).map_err(Failure::runtime)?;
+    eprintln!(
+        "tierfs: {} ({} samples) -> {}",
+        file.display(),
+        samples.len(),
+        out.display()
+    );
+    Ok(())
 }
 
 /// Reads a mount's `stats.json`.
@@ -361,5 +653,90 @@ pub fn init_logging(config: &MountConfig) {
     .is_ok()
     {
         log::set_max_level(level);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// The scripts shipped in completions/, and the shell each is for.
+    const SHIPPED: [(clap_complete::Shell, &str); 3] = [
+        (clap_complete::Shell::Bash, "completions/tierfs.bash"),
+        (clap_complete::Shell::Zsh, "completions/_tierfs"),
+        (clap_complete::Shell::Fish, "completions/tierfs.fish"),
+    ];
+
+    #[test]
+    fn command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_command_has_help_with_an_example() {
+        let cmd = Cli::command();
+        for sub in cmd.get_subcommands() {
+            let name = sub.get_name();
+            assert!(sub.get_about().is_some(), "{name}: no about");
+            let after = sub
+                .get_after_help()
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            assert!(after.contains("tierfs "), "{name}: --help has no example");
+            for a in sub.get_arguments() {
+                if a.get_id() == "help" || a.get_id() == "version" {
+                    continue;
+                }
+                assert!(
+                    a.get_help().is_some(),
+                    "{name}: argument {} has no help",
+                    a.get_id()
+                );
+            }
+        }
+    }
+
+    /// The files in completions/ are what `tierfs completions` prints now. To refresh them
+    /// after changing the command line: `TIERFS_UPDATE_COMPLETIONS=1 cargo test --lib cli`.
+    #[test]
+    fn shipped_completions_are_current() {
+        let update = std::env::var_os("TIERFS_UPDATE_COMPLETIONS").is_some();
+        for (shell, file) in SHIPPED {
+            let mut now = Vec::new();
+            print_completions(shell, &mut now);
+            assert!(!now.is_empty());
+            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+            if update {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, &now).unwrap();
+                continue;
+            }
+            let shipped = std::fs::read(&path).unwrap_or_default();
+            assert!(
+                shipped == now,
+                "{file} is out of date with the command line; regenerate with \
+                 `TIERFS_UPDATE_COMPLETIONS=1 cargo test --lib cli`"
+            );
+        }
+    }
+
+    #[test]
+    fn seconds_parse() {
+        assert_eq!(parse_secs("0.2"), Ok(0.2));
+        assert_eq!(parse_secs("5"), Ok(5.0));
+        for bad in ["0", "-1", "nan", "inf", "x", ""] {
+            assert!(parse_secs(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn watch_flags() {
+        let ok = Cli::try_parse_from(["tierfs", "stat", "/m", "--watch", "0.2", "--count", "2"]);
+        assert!(ok.is_ok());
+        assert!(Cli::try_parse_from(["tierfs", "stat", "/m", "--count", "2"]).is_err());
+        assert!(Cli::try_parse_from(["tierfs", "stat", "/m", "--json", "--watch", "1"]).is_err());
+        assert!(Cli::try_parse_from(["tierfs", "ds-config", "/m", "--ranks", "0"]).is_err());
+        assert!(Cli::try_parse_from(["tierfs", "completions", "zsh"]).is_ok());
     }
 }

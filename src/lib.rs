@@ -15,13 +15,16 @@
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod dsconfig;
 pub mod error;
 pub mod fs;
 pub mod fuse;
 pub mod io;
 pub mod layout;
 pub mod metrics;
+pub mod monitor;
 pub mod placement;
+pub mod plot;
 pub mod probe;
 pub mod sched;
 pub mod stats;

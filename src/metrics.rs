@@ -346,32 +346,34 @@ pub(crate) mod tests {
     use crate::stats::{FileStats, Snapshot, TierStats};
     use std::collections::{HashMap, HashSet};
 
+    /// A tier with zero counters. Built from JSON so that fields added to `TierStats`
+    /// later (optional or defaulted) need no change here.
     pub(crate) fn tier(name: &str, bw: f64) -> TierStats {
-        TierStats {
-            name: name.into(),
-            path: format!("/t/{name}"),
-            read_bps: bw,
-            write_bps: bw,
-            bandwidth_source: "config".into(),
-            direct_io: true,
-            share: 0.5,
-            bytes_read: 0,
-            bytes_written: 0,
-            reads: 0,
-            writes: 0,
-            in_flight: 0,
-            errors: 0,
-            files: 0,
-            used: 0,
-            free: 1 << 30,
-            capacity: None,
-            healthy: true,
-            passthrough_open: 0,
-            passthrough_opens: 0,
-            device_read: None,
-            device_written: None,
-            queue: Default::default(),
-        }
+        serde_json::from_value(serde_json::json!({
+            "name": name,
+            "path": format!("/t/{name}"),
+            "read_bps": bw,
+            "write_bps": bw,
+            "bandwidth_source": "config",
+            "direct_io": true,
+            "share": 0.5,
+            "bytes_read": 0,
+            "bytes_written": 0,
+            "reads": 0,
+            "writes": 0,
+            "in_flight": 0,
+            "errors": 0,
+            "files": 0,
+            "used": 0,
+            "free": 1u64 << 30,
+            "capacity": null,
+            "healthy": true,
+            "passthrough_open": 0,
+            "passthrough_opens": 0,
+            "device_read": null,
+            "device_written": null,
+        }))
+        .expect("a TierStats")
     }
 
     pub(crate) fn snap(tiers: Vec<TierStats>) -> Snapshot {

@@ -1,0 +1,81 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_tierfs_global_optspecs
+    string join \n h/help V/version
+end
+
+function __fish_tierfs_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_tierfs_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_tierfs_using_subcommand
+    set -l cmd (__fish_tierfs_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c tierfs -n "__fish_tierfs_needs_command" -s h -l help -d 'Print help'
+complete -c tierfs -n "__fish_tierfs_needs_command" -s V -l version -d 'Print version'
+complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "mount" -d 'Mount the tiers of a config at MOUNTPOINT; returns once the mount answers'
+complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "unmount" -d 'Unmount and wait until the daemon has exited'
+complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "probe" -d 'Measure sequential read and write bandwidth (O_DIRECT, 1 MiB, queue depth 8)'
+complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "check-config" -d 'Validate a config and say what mounting it would do'
+complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "stat" -d 'Show a mount\'s per-tier statistics, once or live'
+complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "ds-config" -d 'Print DeepSpeed offload and aio settings chosen for this mount (JSON on stdout, reasons on stderr)'
+complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "record" -d 'Sample a mount\'s stats periodically into a JSON-lines or CSV file'
+complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "plot" -d 'Draw a recording as a PNG: per-tier read and write MB/s and shares over time'
+complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "completions" -d 'Print a shell completion script'
+complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s c -l config -d 'The TOML config naming the tiers' -r -F
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s f -l foreground -d 'Stay attached and log to stderr (or the config\'s log_file)'
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l force -d 'Clear a dead tierfs mount left at MOUNTPOINT by a killed daemon'
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l reprobe -d 'Measure tiers again even where a probe result is cached'
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s h -l help -d 'Print help'
+complete -c tierfs -n "__fish_tierfs_using_subcommand unmount" -l stats-dir -d 'Name of the stats folder if the config changed it' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand unmount" -s h -l help -d 'Print help'
+complete -c tierfs -n "__fish_tierfs_using_subcommand probe" -s c -l config -d 'Probe the tiers of this config (results are cached in each tier)' -r -F
+complete -c tierfs -n "__fish_tierfs_using_subcommand probe" -l size -d 'Test file size (e.g. 1GiB)' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand probe" -l secs -d 'Minimum seconds per direction' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand probe" -l json -d 'Print JSON instead of a table'
+complete -c tierfs -n "__fish_tierfs_using_subcommand probe" -l fresh -d 'Ignore cached results'
+complete -c tierfs -n "__fish_tierfs_using_subcommand probe" -s h -l help -d 'Print help'
+complete -c tierfs -n "__fish_tierfs_using_subcommand check-config" -s h -l help -d 'Print help'
+complete -c tierfs -n "__fish_tierfs_using_subcommand stat" -l watch -d 'Redraw rates every SECS seconds (e.g. 1 or 0.5) until Ctrl-C' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand stat" -l count -d 'With --watch: stop after N intervals' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand stat" -l stats-dir -d 'Name of the stats folder if the config changed it' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand stat" -l json -d 'Print the raw stats.json'
+complete -c tierfs -n "__fish_tierfs_using_subcommand stat" -s h -l help -d 'Print help'
+complete -c tierfs -n "__fish_tierfs_using_subcommand ds-config" -l ranks -d 'Ranks per node sharing the mount (default: $LOCAL_WORLD_SIZE, $SLURM_NTASKS_PER_NODE, ... or the GPUs in /dev, else 1)' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand ds-config" -l stats-dir -d 'Name of the stats folder if the config changed it' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand ds-config" -s h -l help -d 'Print help'
+complete -c tierfs -n "__fish_tierfs_using_subcommand record" -s o -l out -d 'The file to write (replaced if it exists)' -r -F
+complete -c tierfs -n "__fish_tierfs_using_subcommand record" -l interval -d 'Seconds between samples' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand record" -l duration -d 'Stop after SECS seconds (default: run until Ctrl-C or the mount goes away)' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand record" -l format -d 'File format (default: csv for a .csv name, else jsonl)' -r -f -a "jsonl\t'One JSON object per sample and line'
+csv\t'One row per tier and sample, with a header'"
+complete -c tierfs -n "__fish_tierfs_using_subcommand record" -l stats-dir -d 'Name of the stats folder if the config changed it' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand record" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c tierfs -n "__fish_tierfs_using_subcommand plot" -s o -l out -d 'The PNG to write' -r -F
+complete -c tierfs -n "__fish_tierfs_using_subcommand plot" -l title -d 'Title at the top (default: the recording\'s file name)' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand plot" -s h -l help -d 'Print help'
+complete -c tierfs -n "__fish_tierfs_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot completions help" -f -a "mount" -d 'Mount the tiers of a config at MOUNTPOINT; returns once the mount answers'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot completions help" -f -a "unmount" -d 'Unmount and wait until the daemon has exited'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot completions help" -f -a "probe" -d 'Measure sequential read and write bandwidth (O_DIRECT, 1 MiB, queue depth 8)'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot completions help" -f -a "check-config" -d 'Validate a config and say what mounting it would do'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot completions help" -f -a "stat" -d 'Show a mount\'s per-tier statistics, once or live'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot completions help" -f -a "ds-config" -d 'Print DeepSpeed offload and aio settings chosen for this mount (JSON on stdout, reasons on stderr)'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot completions help" -f -a "record" -d 'Sample a mount\'s stats periodically into a JSON-lines or CSV file'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot completions help" -f -a "plot" -d 'Draw a recording as a PNG: per-tier read and write MB/s and shares over time'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

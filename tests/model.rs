@@ -47,7 +47,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tierfs::io::{AlignedBuf, ALIGN};
@@ -343,23 +343,33 @@ fn mount<'a>(setup: &'a Setup, spec: &Spec) -> Result<Mounted<'a>, String> {
     Ok(Mounted { setup, up: true })
 }
 
-impl Mounted<'_> {
-    fn unmount(mut self) -> Result<(), String> {
-        self.up = false;
-        let mnt = self.setup.mountpoint();
-        let out = self.setup.tierfs(&["unmount", mnt.to_str().unwrap()]);
+/// `tierfs unmount`, retried while the mount is busy: another test thread's fork, between
+/// fork and exec, briefly holds copies of this thread's just-closed descriptors.
+fn unmount_retrying(setup: &Setup) -> Result<(), String> {
+    let mnt = setup.mountpoint();
+    let mut tries = 0;
+    loop {
+        let out = setup.tierfs(&["unmount", mnt.to_str().unwrap()]);
         if out.status.success() {
-            Ok(())
-        } else {
+            return Ok(());
+        }
+        let msg = String::from_utf8_lossy(&out.stderr).to_string();
+        tries += 1;
+        if !msg.contains("busy") || tries >= 50 {
             let _ = std::process::Command::new("umount")
                 .arg("-l")
                 .arg(&mnt)
                 .status();
-            Err(format!(
-                "tierfs unmount failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ))
+            return Err(format!("tierfs unmount failed ({tries} tries): {msg}"));
         }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+impl Mounted<'_> {
+    fn unmount(mut self) -> Result<(), String> {
+        self.up = false;
+        unmount_retrying(self.setup)
     }
 }
 
@@ -367,14 +377,7 @@ impl Drop for Mounted<'_> {
     fn drop(&mut self) {
         if self.up {
             self.up = false;
-            let mnt = self.setup.mountpoint();
-            let out = self.setup.tierfs(&["unmount", mnt.to_str().unwrap()]);
-            if !out.status.success() {
-                let _ = std::process::Command::new("umount")
-                    .arg("-l")
-                    .arg(&mnt)
-                    .status();
-            }
+            let _ = unmount_retrying(self.setup);
         }
     }
 }
@@ -758,6 +761,10 @@ impl World<'_> {
                     return Ok(false);
                 };
                 let p = &self.hs[k];
+                if p.r.metadata().is_ok_and(|m| m.is_dir() && m.nlink() == 0) {
+                    // A removed folder: known bug, see bug_fstat_of_removed_open_folder_is_enoent.
+                    return Ok(false);
+                }
                 same("fstat", shape(p.m.metadata()), shape(p.r.metadata()))?;
             }
             Op::Remount => self.remount()?,
@@ -1019,4 +1026,27 @@ fn bug_passthrough_ignores_fcntl_clearing_o_direct() {
         assert_eq!(std::fs::read(&p).unwrap(), data, "{layout}");
         m.unmount();
     }
+}
+
+/// Bug: fstat of an open folder after rmdir fails with ENOENT: the core's getattr looks
+/// the removed folder up by path on the first tier, and it has none any more. POSIX (and
+/// ext4) still give the open folder's attributes, with nlink 0; `find` and `rm -r` racing
+/// each other see this.
+#[test]
+fn bug_fstat_of_removed_open_folder_is_enoent() {
+    if !fuse_available() {
+        return;
+    }
+    let s = Setup::two("stripe");
+    let m = s.mount();
+    std::fs::create_dir(m.path("d")).unwrap();
+    let f = File::open(m.path("d")).unwrap();
+    std::fs::remove_dir(m.path("d")).unwrap();
+    let md = f.metadata();
+    assert!(
+        md.as_ref().is_ok_and(|md| md.is_dir()),
+        "fstat of a removed, still open folder: {md:?}"
+    );
+    drop(f);
+    m.unmount();
 }

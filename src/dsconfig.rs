@@ -51,6 +51,9 @@ pub struct TierFacts {
     pub healthy: bool,
     /// The tier's admission-queue limit (requests in flight at most); 0 when unknown.
     pub queue_limit: usize,
+    /// The daemon's online estimates from its own traffic, where it has them.
+    pub est_read_bps: Option<f64>,
+    pub est_write_bps: Option<f64>,
 }
 
 impl MountFacts {
@@ -70,6 +73,8 @@ impl MountFacts {
                     write_bps: t.write_bps,
                     healthy: t.healthy,
                     queue_limit: t.queue.limit,
+                    est_read_bps: t.est_read_bps,
+                    est_write_bps: t.est_write_bps,
                 })
                 .collect(),
         }
@@ -206,12 +211,22 @@ pub fn choose(m: &MountFacts, ranks: usize, ranks_from: &str) -> Choice {
         n,
         tiers
             .iter()
-            .map(|t| format!(
-                "{} read {} write {}",
-                t.name,
-                mbs(t.read_bps),
-                mbs(t.write_bps)
-            ))
+            .map(|t| {
+                let est = match (t.est_read_bps, t.est_write_bps) {
+                    (None, None) => String::new(),
+                    (r, w) => format!(
+                        " (measured in use: read {} write {})",
+                        r.map(mbs).unwrap_or_else(|| "-".into()),
+                        w.map(mbs).unwrap_or_else(|| "-".into())
+                    ),
+                };
+                format!(
+                    "{} read {} write {}{est}",
+                    t.name,
+                    mbs(t.read_bps),
+                    mbs(t.write_bps)
+                )
+            })
             .collect::<Vec<_>>()
             .join(", "),
         mbs(total_bw),
@@ -525,6 +540,8 @@ mod tests {
                     write_bps: *bw,
                     healthy: *healthy,
                     queue_limit: threads / tiers.len(),
+                    est_read_bps: None,
+                    est_write_bps: (i == 0).then_some(1.2e9),
                 })
                 .collect(),
         }
@@ -543,6 +560,13 @@ mod tests {
     fn four_ranks_two_tiers_default_threads() {
         let c = choose(&facts(&[(2e9, true), (1e9, true)], 64, false), 4, "test");
         assert!(c.pipeline);
+        assert!(
+            c.notes[0].contains(
+                "t0 read 2000 MB/s write 2000 MB/s (measured in use: read - write 1200 MB/s)"
+            ),
+            "{}",
+            c.notes[0]
+        );
         assert_eq!(c.handles_per_rank, 2);
         assert_eq!(c.reserve, 8);
         // 4 ranks x 2 handles x 8 = 64 would take every thread: depth 7.

@@ -102,15 +102,23 @@ pub const TIER_CAPACITY: Metric = gauge(
 );
 pub const TIER_READ_BANDWIDTH: Metric = gauge(
     "tierfs_tier_read_bandwidth_bytes_per_second",
-    "Read bandwidth used for placement; source=\"config\" or \"probe\".",
+    "Read bandwidth from the config or the probe (source=\"config\" or \"probe\").",
 );
 pub const TIER_WRITE_BANDWIDTH: Metric = gauge(
     "tierfs_tier_write_bandwidth_bytes_per_second",
-    "Write bandwidth used for placement; source=\"config\" or \"probe\".",
+    "Write bandwidth from the config or the probe (source=\"config\" or \"probe\").",
+);
+pub const TIER_EST_READ_BANDWIDTH: Metric = gauge(
+    "tierfs_tier_estimated_read_bandwidth_bytes_per_second",
+    "Online estimate of the tier's read bandwidth from the daemon's own traffic (bytes per busy second); absent until enough traffic was seen.",
+);
+pub const TIER_EST_WRITE_BANDWIDTH: Metric = gauge(
+    "tierfs_tier_estimated_write_bandwidth_bytes_per_second",
+    "Online estimate of the tier's write bandwidth from the daemon's own traffic (bytes per busy second); absent until enough traffic was seen.",
 );
 pub const TIER_SHARE: Metric = gauge(
     "tierfs_tier_share_ratio",
-    "The tier's Eq. 1 share of new bytes, 0 to 1.",
+    "The tier's current Eq. 1 share of new bytes, 0 to 1.",
 );
 pub const TIER_HEALTHY: Metric = gauge(
     "tierfs_tier_healthy",
@@ -175,6 +183,8 @@ pub const ALL: &[Metric] = &[
     TIER_CAPACITY,
     TIER_READ_BANDWIDTH,
     TIER_WRITE_BANDWIDTH,
+    TIER_EST_READ_BANDWIDTH,
+    TIER_EST_WRITE_BANDWIDTH,
     TIER_SHARE,
     TIER_HEALTHY,
     TIER_DIRECT_IO,
@@ -306,6 +316,8 @@ pub fn render(s: &Snapshot) -> String {
             n if n == TIER_CAPACITY.name => per_tier(s, |t| t.capacity.map(Int)),
             n if n == TIER_READ_BANDWIDTH.name => bandwidth(s, |t| t.read_bps),
             n if n == TIER_WRITE_BANDWIDTH.name => bandwidth(s, |t| t.write_bps),
+            n if n == TIER_EST_READ_BANDWIDTH.name => per_tier(s, |t| t.est_read_bps.map(Float)),
+            n if n == TIER_EST_WRITE_BANDWIDTH.name => per_tier(s, |t| t.est_write_bps.map(Float)),
             n if n == TIER_SHARE.name => per_tier(s, |t| Some(Float(t.share))),
             n if n == TIER_HEALTHY.name => per_tier(s, |t| Some(flag(t.healthy))),
             n if n == TIER_DIRECT_IO.name => per_tier(s, |t| Some(flag(t.direct_io))),
@@ -591,6 +603,7 @@ pub(crate) mod tests {
         a.device_read = Some(5 << 20);
         a.device_written = Some(7 << 20);
         a.passthrough_opens = 4;
+        a.est_write_bps = Some(1.5e9);
         a.queue.limit = 32;
         a.queue.granted = [5, 6, 7, 8];
         a.queue.waited = 9;
@@ -632,6 +645,12 @@ pub(crate) mod tests {
         );
         assert!(!series.contains_key("tierfs_tier_device_read_bytes_total{tier=\"pfs\"}"));
         assert!((get("tierfs_tier_share_ratio{tier=\"nvme\"}") - 2.0 / 3.0).abs() < 1e-12);
+        assert_eq!(
+            get("tierfs_tier_estimated_write_bandwidth_bytes_per_second{tier=\"nvme\"}"),
+            1.5e9
+        );
+        assert!(!series
+            .contains_key("tierfs_tier_estimated_read_bandwidth_bytes_per_second{tier=\"nvme\"}"));
         assert_eq!(get("tierfs_tier_queue_limit{tier=\"nvme\"}"), 32.0);
         assert_eq!(get("tierfs_tier_queue_waited_total{tier=\"nvme\"}"), 9.0);
         assert_eq!(

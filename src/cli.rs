@@ -335,30 +335,26 @@ fn run_watch(mp: &Path, stats_dir: &str, secs: f64, count: Option<u64>) -> Resul
 }
 
 fn run_ds_config(mp: &Path, ranks: Option<u64>, stats_dir: &str) -> Result<(), Failure> {
-    use crate::dsconfig::{choose, detect_ranks, threads_from_config, MountFacts};
+    use crate::dsconfig::{choose, detect_ranks, MountFacts};
     let snap = read_snapshot(mp, stats_dir)?;
     let abs =
         std::path::absolute(mp).map_err(|e| Failure::runtime(format!("{}: {e}", mp.display())))?;
     let cfg_path = mp.join(stats_dir).join("config");
-    let (threads, threads_note) = match std::fs::read_to_string(&cfg_path)
-        .ok()
-        .and_then(|t| threads_from_config(&t))
-    {
-        Some(t) => (t, None),
-        None => (
-            crate::dsconfig::DEFAULT_THREADS,
-            Some(format!(
+    let cfg_text = std::fs::read_to_string(&cfg_path).unwrap_or_default();
+    let threads_note = crate::dsconfig::threads_from_config(&cfg_text)
+        .is_none()
+        .then(|| {
+            format!(
                 "{} does not say `threads = N`: assuming the default {}.",
                 cfg_path.display(),
                 crate::dsconfig::DEFAULT_THREADS
-            )),
-        ),
-    };
+            )
+        });
     let (ranks, from) = match ranks {
         Some(n) => (n as usize, "--ranks".to_string()),
         None => detect_ranks(),
     };
-    let facts = MountFacts::from_snapshot(&abs, &snap, threads);
+    let facts = MountFacts::from_snapshot(&abs, &snap, &cfg_text);
     let c = choose(&facts, ranks, &from);
     let mut err = std::io::stderr().lock();
     for n in threads_note.iter().chain(&c.notes) {

@@ -36,7 +36,10 @@ pub struct MountFacts {
     /// Absolute mountpoint: becomes `nvme_path`.
     pub mountpoint: String,
     pub layout: String,
+    /// Passthrough offered now (stats.json).
     pub passthrough: bool,
+    /// `mount.passthrough` of the config ("auto", "direct", "off"), if known.
+    pub passthrough_mode: Option<String>,
     /// FUSE worker threads of the daemon (`mount.threads`).
     pub threads: usize,
     pub tiers: Vec<TierFacts>,
@@ -57,13 +60,14 @@ pub struct TierFacts {
 }
 
 impl MountFacts {
-    /// From a `stats.json` snapshot and the `mount.threads` of the daemon.
-    pub fn from_snapshot(mountpoint: &Path, s: &Snapshot, threads: usize) -> MountFacts {
+    /// From a `stats.json` snapshot and the daemon's `.tierfs/config` text.
+    pub fn from_snapshot(mountpoint: &Path, s: &Snapshot, config_text: &str) -> MountFacts {
         MountFacts {
             mountpoint: mountpoint.display().to_string(),
             layout: s.layout.clone(),
             passthrough: s.passthrough,
-            threads,
+            passthrough_mode: mount_setting(config_text, "passthrough"),
+            threads: threads_from_config(config_text).unwrap_or(DEFAULT_THREADS),
             tiers: s
                 .tiers
                 .iter()
@@ -81,8 +85,9 @@ impl MountFacts {
     }
 }
 
-/// `threads = N` of the `[mount]` section in the daemon's `.tierfs/config` text.
-pub fn threads_from_config(text: &str) -> Option<usize> {
+/// The value of `key = ...` in the `[mount]` section of the daemon's `.tierfs/config`
+/// text, without quotes.
+pub fn mount_setting(text: &str, key: &str) -> Option<String> {
     let mut in_mount = false;
     for line in text.lines() {
         let line = line.split('#').next().unwrap_or("").trim();
@@ -94,12 +99,17 @@ pub fn threads_from_config(text: &str) -> Option<usize> {
             continue;
         }
         if let Some((k, v)) = line.split_once('=') {
-            if k.trim() == "threads" {
-                return v.trim().parse().ok();
+            if k.trim() == key {
+                return Some(v.trim().trim_matches('"').to_string());
             }
         }
     }
     None
+}
+
+/// `threads = N` of the `[mount]` section in the daemon's `.tierfs/config` text.
+pub fn threads_from_config(text: &str) -> Option<usize> {
+    mount_setting(text, "threads").and_then(|v| v.parse().ok())
 }
 
 /// The printed JSON: DeepSpeed config blocks, fields in the order DeepSpeed documents them.
@@ -353,20 +363,26 @@ pub fn choose(m: &MountFacts, ranks: usize, ranks_from: &str) -> Choice {
          of after the whole batch, so the tiers never see the queue drain."
             .to_string(),
     );
-    if m.passthrough {
-        notes.push(
-            "passthrough is on: whole files opened in passthrough are read and written by the \
-             kernel on the tier itself and take no FUSE thread, so the thread cap above is a \
-             safe bound, not a tight one; files served by the daemon still need it."
-                .to_string(),
-        );
+    let mode = m.passthrough_mode.as_deref().unwrap_or("auto");
+    notes.push(if !m.passthrough {
+        "passthrough is off (by the config, or the kernel or privileges do not allow it): \
+             every request goes through a FUSE thread, so the thread cap above is the real \
+             limit."
+            .to_string()
+    } else if mode == "direct" {
+        "passthrough = \"direct\": whole files, O_DIRECT opens included, are read and \
+             written by the kernel on the tier itself and take no FUSE thread, so the thread \
+             cap above is a safe bound, not a tight one; striped files and files the daemon \
+             serves still need it."
+            .to_string()
     } else {
-        notes.push(
-            "passthrough is off: every request goes through a FUSE thread, so the thread cap \
-             above is the real limit."
-                .to_string(),
-        );
-    }
+        format!(
+            "passthrough = \"{mode}\": DeepSpeed opens its swap files with O_DIRECT, which \
+                 this mode leaves to the daemon, so its requests take FUSE threads and the cap \
+                 above is the real limit. `passthrough = \"direct\"` in [mount] lets the \
+                 kernel serve them (Linux >= 6.9, the daemon as root)."
+        )
+    });
 
     let param_buffer_count = 5usize.max(2 * n + 1);
     notes.push(format!(
@@ -530,6 +546,7 @@ mod tests {
             mountpoint: "/local/tierfs".into(),
             layout: "whole-file".into(),
             passthrough,
+            passthrough_mode: Some("direct".into()),
             threads,
             tiers: tiers
                 .iter()
@@ -554,6 +571,7 @@ mod tests {
         assert_eq!(threads_from_config(text), Some(96));
         assert_eq!(threads_from_config("[mount]\n# threads = 5\n"), None);
         assert_eq!(threads_from_config("[placement]\nthreads = 5\n"), None);
+        assert_eq!(mount_setting(text, "passthrough").as_deref(), Some("auto"));
     }
 
     #[test]
@@ -660,6 +678,19 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn passthrough_mode_is_explained() {
+        let mut f = facts(&[(2e9, true), (1e9, true)], 64, true);
+        let said = |f: &MountFacts, what: &str| {
+            choose(f, 1, "test").notes.iter().any(|n| n.contains(what))
+        };
+        assert!(said(&f, "take no FUSE thread"));
+        f.passthrough_mode = Some("auto".into());
+        assert!(said(&f, "leaves to the daemon"));
+        f.passthrough = false;
+        assert!(said(&f, "passthrough is off"));
     }
 
     #[test]

@@ -550,12 +550,19 @@ pub fn unmount(mp: &Path, stats_dir: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Whether `pid` has finished exiting (a zombie nobody reaps counts). The group leader
+/// shows `Z` as soon as it exits, while the other threads may still be tearing down and
+/// holding the tier locks, so it must also be the last task left.
 fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+    let leader_gone = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map(|s| {
             s.rsplit_once(')')
                 .map(|(_, r)| r.trim_start().starts_with('Z'))
                 .unwrap_or(false)
         })
-        .unwrap_or(true)
+        .unwrap_or(true);
+    leader_gone
+        && std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| d.count() <= 1)
+            .unwrap_or(true)
 }

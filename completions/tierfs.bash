@@ -25,6 +25,12 @@ _tierfs() {
             tierfs,ds-config)
                 cmd="tierfs__subcmd__ds__subcmd__config"
                 ;;
+            tierfs,export)
+                cmd="tierfs__subcmd__export"
+                ;;
+            tierfs,fsck)
+                cmd="tierfs__subcmd__fsck"
+                ;;
             tierfs,help)
                 cmd="tierfs__subcmd__help"
                 ;;
@@ -55,6 +61,12 @@ _tierfs() {
             tierfs__subcmd__help,ds-config)
                 cmd="tierfs__subcmd__help__subcmd__ds__subcmd__config"
                 ;;
+            tierfs__subcmd__help,export)
+                cmd="tierfs__subcmd__help__subcmd__export"
+                ;;
+            tierfs__subcmd__help,fsck)
+                cmd="tierfs__subcmd__help__subcmd__fsck"
+                ;;
             tierfs__subcmd__help,help)
                 cmd="tierfs__subcmd__help__subcmd__help"
                 ;;
@@ -83,7 +95,7 @@ _tierfs() {
 
     case "${cmd}" in
         tierfs)
-            opts="-h -V --help --version mount unmount probe check-config stat ds-config record plot completions help"
+            opts="-h -V --help --version mount unmount probe check-config stat ds-config record plot fsck export completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -146,8 +158,52 @@ _tierfs() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tierfs__subcmd__export)
+            opts="-c -h --config --force --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -c)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tierfs__subcmd__fsck)
+            opts="-c -h --config --repair --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -c)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tierfs__subcmd__help)
-            opts="mount unmount probe check-config stat ds-config record plot completions help"
+            opts="mount unmount probe check-config stat ds-config record plot fsck export completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -189,6 +245,34 @@ _tierfs() {
             return 0
             ;;
         tierfs__subcmd__help__subcmd__ds__subcmd__config)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tierfs__subcmd__help__subcmd__export)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tierfs__subcmd__help__subcmd__fsck)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

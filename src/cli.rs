@@ -160,6 +160,32 @@ pub enum Cmd {
         #[arg(long)]
         title: Option<String>,
     },
+    /// Check the tier folders offline: every file's pieces agree; --repair fixes what is safe.
+    #[command(
+        after_help = "Examples:\n  tierfs unmount /local/tierfs && tierfs fsck --config node.toml\n  tierfs fsck --config node.toml --repair\n\nReads the tier folders without a daemon (it refuses while a daemon holds them):\nstripe pieces present on every tier of their pattern with one layout, no whole file\non two tiers, no file/folder clash across tiers, folders mirrored on every tier, no\nleftover .tierfs-tmp-* temporaries, layout xattrs that parse and name the config's\ntiers. One line per problem (PROBLEM or REPAIRED, the path, the tier's backing path,\nwhat to do), then a summary. --repair mirrors missing folders, removes leftover\ntemporaries and identical duplicates, creates missing stripe pieces empty (their\nbytes are lost: they read as zeros), and renames conflicting copies to\nNAME.tierfs-conflict-TIER as a mount would; it never deletes other data.\n\nExit status: 0 clean, 1 problems found (also when --repair fixed them all: run it\nagain to confirm), 2 bad usage or config."
+    )]
+    Fsck {
+        /// The TOML config naming the tiers.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Fix what is safe to fix (never deletes user data).
+        #[arg(long)]
+        repair: bool,
+    },
+    /// Copy every file out of the tiers into a plain folder, without FUSE.
+    #[command(
+        after_help = "Examples:\n  tierfs export --config node.toml /scratch/rescued\n  tierfs export --config node.toml --force /scratch/rescued   # write over an earlier copy\n\nReassembles striped files (missing stripes read as zeros), recreates folders,\nsymlinks and FIFOs with their modes, times, owners (as root) and user.* xattrs\n(not user.tierfs.*), and prints the counts. Copies that a mount would rename aside\nare exported as NAME.tierfs-conflict-TIER. Export only reads the tiers, so it also\nworks while they are mounted, but then writes in flight through the mount may be\nmissing from the copy, or in it only in part: unmount first for an exact copy."
+    )]
+    Export {
+        /// The TOML config naming the tiers.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The folder to copy into (created if missing; must be empty without --force).
+        dest: PathBuf,
+        /// Export into a non-empty DEST, replacing files of the same names.
+        #[arg(long)]
+        force: bool,
+    },
     /// Print a shell completion script.
     #[command(
         after_help = "Examples:\n  tierfs completions bash > ~/.local/share/bash-completion/completions/tierfs\n  tierfs completions zsh > ~/.zfunc/_tierfs     # with fpath+=(~/.zfunc) before compinit\n  tierfs completions fish > ~/.config/fish/completions/tierfs.fish\n\nThe same scripts are shipped in completions/."
@@ -266,6 +292,12 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             stats_dir,
         } => run_record(&mountpoint, &stats_dir, &out, interval, duration, format),
         Cmd::Plot { file, out, title } => run_plot(&file, &out, title),
+        Cmd::Fsck { config, repair } => crate::export::run_fsck(&config, repair),
+        Cmd::Export {
+            config,
+            dest,
+            force,
+        } => crate::export::run_export(&config, &dest, force),
         Cmd::Completions { shell } => {
             print_completions(shell, &mut std::io::stdout());
             Ok(())

@@ -17,6 +17,7 @@ pub mod config;
 pub mod daemon;
 pub mod dsconfig;
 pub mod error;
+pub mod export;
 pub mod fs;
 pub mod fuse;
 pub mod io;

@@ -1526,6 +1526,35 @@ pub fn export(cfg: &MountConfig, tiers: &[TierDir], dest: &Path, root_attrs: boo
 pub fn run_export(config: &Path, dest: &Path, force: bool) -> Result<(), Failure> {
     let cfg = MountConfig::load(config).map_err(|e| Failure::usage(e.to_string()))?;
     let tiers = tier_dirs(&cfg)?;
+    // Where DEST is (or will be), with symlinks resolved: never inside a tier, nor around one.
+    let canon = match fs::canonicalize(dest) {
+        Ok(c) => c,
+        Err(_) => {
+            let parent = match dest.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            let parent = fs::canonicalize(parent).map_err(|e| {
+                Failure::usage(format!(
+                    "cannot export to {}: {}: {e} (its parent folder must exist)",
+                    dest.display(),
+                    parent.display()
+                ))
+            })?;
+            parent.join(dest.file_name().unwrap_or_default())
+        }
+    };
+    for t in &tiers {
+        let root = fs::canonicalize(&t.root).unwrap_or_else(|_| t.root.clone());
+        if canon.starts_with(&root) || root.starts_with(&canon) {
+            return Err(Failure::usage(format!(
+                "{} and tier '{}' ({}) overlap; export to a folder outside every tier",
+                dest.display(),
+                t.name,
+                t.root.display()
+            )));
+        }
+    }
     let fresh = match fs::symlink_metadata(dest) {
         Ok(m) if m.is_dir() => {
             let empty = fs::read_dir(dest)
@@ -1558,19 +1587,6 @@ pub fn run_export(config: &Path, dest: &Path, force: bool) -> Result<(), Failure
         }
         Err(e) => return Err(Failure::runtime(format!("{}: {e}", dest.display()))),
     };
-    let canon =
-        fs::canonicalize(dest).map_err(|e| Failure::runtime(format!("{}: {e}", dest.display())))?;
-    for t in &tiers {
-        let root = fs::canonicalize(&t.root).unwrap_or_else(|_| t.root.clone());
-        if canon.starts_with(&root) || root.starts_with(&canon) {
-            return Err(Failure::usage(format!(
-                "{} and tier '{}' ({}) overlap; export to a folder outside every tier",
-                dest.display(),
-                t.name,
-                t.root.display()
-            )));
-        }
-    }
     let rep = export(&cfg, &tiers, dest, fresh);
     let mut line = format!(
         "tierfs export: {} files ({}), {} folders, {} symlinks, {} other",

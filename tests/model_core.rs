@@ -4,10 +4,11 @@
 //! proptest generates sequences of namespace and data operations over a small fixed set of
 //! paths, so names collide: creates hit existing files and folders, renames land on
 //! existing files, across folders and into their own subtree, lookups walk through files.
-//! Each operation runs on a `TierFs` built over 2 or 3 temp tier folders (whole-file and
-//! stripe layouts, the stripe unit at the config's 64 KiB minimum so writes of up to 3 MiB
-//! cross many stripes) and on an in-memory model (path -> folder or bytes); results,
-//! errnos (ENOENT, EEXIST, ENOTEMPTY, EISDIR, ENOTDIR, EINVAL, EBADF) and bytes must agree.
+//! Each operation runs on a `TierFs` built over 2 or 3 temp tier folders (whole-file, with
+//! and without kernel passthrough handles, and stripe layouts, the stripe unit at the
+//! config's 64 KiB minimum so writes of up to 3 MiB cross many stripes) and on an
+//! in-memory model (path -> folder or bytes); results, errnos (ENOENT, EEXIST, ENOTEMPTY,
+//! EISDIR, ENOTDIR, EINVAL, EBADF) and bytes must agree.
 //! Open handles survive unlink and rename of their file, as POSIX says.
 //!
 //! The test drives the core as the kernel would: it walks paths with `lookup` (ENOENT and
@@ -24,7 +25,7 @@
 //! minimal one and printed with the seed.
 //!
 //! Size of the run, from the environment (the defaults are a quick CI run):
-//! - `TIERFS_MODEL_CASES`: sequences per configuration (default 64)
+//! - `TIERFS_MODEL_CASES`: sequences per configuration (default 48)
 //! - `TIERFS_MODEL_OPS`: longest sequence, in operations (default 64)
 //! - `TIERFS_MODEL_SEED`: RNG seed (default: random; printed either way)
 //!
@@ -493,6 +494,8 @@ struct Spec {
     name: &'static str,
     layout: &'static str,
     bandwidths: &'static [&'static str],
+    /// Lines for the config's `[mount]` section.
+    mount: &'static str,
 }
 
 /// Temp tier folders, their config and the `TierFs` over them.
@@ -528,6 +531,7 @@ impl Rig {
             spec.layout,
             UNIT / KIB
         ));
+        text.push_str(&format!("[mount]\n{}", spec.mount));
         let config = MountConfig::parse(&text, Path::new("model_core.toml"))
             .map_err(|e| format!("config: {e}"))?;
         config
@@ -1116,13 +1120,13 @@ fn env_num(name: &str, default: u64) -> u64 {
     }
 }
 
-const TESTS: u64 = 4;
+const TESTS: u64 = 5;
 static TOTAL_OPS: AtomicU64 = AtomicU64::new(0);
 static TOTAL_MISMATCHES: AtomicU64 = AtomicU64::new(0);
 static FINISHED: AtomicU64 = AtomicU64::new(0);
 
 fn run(spec: Spec) {
-    let cases = env_num("TIERFS_MODEL_CASES", 64) as u32;
+    let cases = env_num("TIERFS_MODEL_CASES", 48) as u32;
     let max_ops = env_num("TIERFS_MODEL_OPS", 64).max(1) as usize;
     let seed = env_num(
         "TIERFS_MODEL_SEED",
@@ -1169,6 +1173,7 @@ fn model_core_whole_file_2_tiers() {
         name: "whole-file, 2 tiers",
         layout: "whole-file",
         bandwidths: &["2GB/s", "1GB/s"],
+        mount: "",
     });
 }
 
@@ -1178,6 +1183,7 @@ fn model_core_whole_file_3_tiers() {
         name: "whole-file, 3 tiers",
         layout: "whole-file",
         bandwidths: &["3GB/s", "2GB/s", "1GB/s"],
+        mount: "",
     });
 }
 
@@ -1187,6 +1193,7 @@ fn model_core_stripe_2_tiers() {
         name: "stripe 64KiB, 2 tiers",
         layout: "stripe",
         bandwidths: &["2GB/s", "1GB/s"],
+        mount: "",
     });
 }
 
@@ -1196,5 +1203,16 @@ fn model_core_stripe_3_tiers() {
         name: "stripe 64KiB, 3 tiers",
         layout: "stripe",
         bandwidths: &["3GB/s", "2GB/s", "1GB/s"],
+        mount: "",
+    });
+}
+
+#[test]
+fn model_core_whole_file_2_tiers_no_passthrough() {
+    run(Spec {
+        name: "whole-file, 2 tiers, passthrough off",
+        layout: "whole-file",
+        bandwidths: &["2GB/s", "1GB/s"],
+        mount: "passthrough = \"off\"\n",
     });
 }

@@ -249,6 +249,9 @@ struct Node {
     nlookup: u64,
     /// Still reachable by name.
     linked: bool,
+    /// For folders and special files: their attributes when they were removed, since an
+    /// open handle may still fstat them and the backing object is gone.
+    removed_attr: Option<Attr>,
 }
 
 impl Node {
@@ -323,6 +326,7 @@ impl Tree {
                 data,
                 nlookup: 0,
                 linked: true,
+                removed_attr: None,
             },
         );
         if let Ok(c) = self.children_mut(parent) {
@@ -444,6 +448,7 @@ impl TierFs {
                 },
                 nlookup: 1,
                 linked: true,
+                removed_attr: None,
             },
         );
         let fs = TierFs {
@@ -932,6 +937,9 @@ impl TierFs {
                 Ok(a)
             }
             _ => {
+                if let Some(a) = node.removed_attr {
+                    return Ok(a);
+                }
                 let rel = tree.rel(ino).ok_or(Error::NotFound)?;
                 let path = self.tiers[0].path(&rel);
                 let m =
@@ -1198,6 +1206,13 @@ impl TierFs {
         ino: u64,
         remove_backing: bool,
     ) -> Result<()> {
+        let keep_attr = match tree.get(ino)?.data {
+            NodeData::File(_) => None,
+            _ => self.attr_locked(tree, ino).ok().map(|mut a| {
+                a.nlink = 0;
+                a
+            }),
+        };
         if remove_backing {
             let paths = self.backing_paths(tree, ino)?;
             let is_dir = matches!(tree.get(ino)?.data, NodeData::Dir { .. });
@@ -1226,6 +1241,7 @@ impl TierFs {
         }
         let node = tree.nodes.get_mut(&ino).ok_or(Error::NotFound)?;
         node.linked = false;
+        node.removed_attr = keep_attr;
         if let NodeData::File(f) = &node.data {
             let st = f.state.read();
             self.account_resize(&st.layout, f.size(), 0);

@@ -47,7 +47,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tierfs::io::{AlignedBuf, ALIGN};
@@ -761,10 +761,6 @@ impl World<'_> {
                     return Ok(false);
                 };
                 let p = &self.hs[k];
-                if p.r.metadata().is_ok_and(|m| m.is_dir() && m.nlink() == 0) {
-                    // A removed folder: known bug, see bug_fstat_of_removed_open_folder_is_enoent.
-                    return Ok(false);
-                }
                 same("fstat", shape(p.m.metadata()), shape(p.r.metadata()))?;
             }
             Op::Remount => self.remount()?,

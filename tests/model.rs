@@ -20,8 +20,9 @@
 //! remount, the two trees are compared byte for byte, and each tier folder is checked to
 //! hold only folders and pieces of files that exist (no stray piece or temporary).
 //!
-//! Configurations: whole-file over 2 tiers, stripe with a 64 KiB unit (the minimum) over 2
-//! and over 3 tiers, and stripe with the harness's 1 MiB unit over 2 tiers.
+//! Configurations: whole-file over 2 tiers with the default kernel passthrough (where the
+//! kernel and privileges allow it) and with passthrough off, stripe with a 64 KiB unit (the
+//! minimum) over 2 and over 3 tiers, and stripe with the harness's 1 MiB unit over 2 tiers.
 //!
 //! Size of the run, from the environment (the defaults are a quick CI run):
 //! - `TIERFS_MODEL_CASES`: sequences per configuration (default 6)
@@ -310,6 +311,8 @@ struct Spec {
     /// (tier name, bandwidth)
     tiers: &'static [(&'static str, &'static str)],
     stripe_unit: &'static str,
+    /// Lines added to the config's `[mount]` section.
+    mount: &'static str,
 }
 
 /// A live mount of `setup` with `spec`'s stripe unit; unmounted on drop.
@@ -851,7 +854,8 @@ fn run_case(spec: &Spec, ops: &[Op], count: &AtomicU64) -> Result<(), TestCaseEr
         .iter()
         .map(|(n, bw)| TierSpec::new(n, bw))
         .collect();
-    let setup = Setup::new(tiers, spec.layout);
+    let mut setup = Setup::new(tiers, spec.layout);
+    setup.extra = spec.mount.to_string();
     let refdir = setup.dir.path().join("ref");
     std::fs::create_dir(&refdir).map_err(|e| TestCaseError::fail(e.to_string()))?;
     let mut w = World {
@@ -893,7 +897,7 @@ fn env_num(name: &str, default: u64) -> u64 {
     }
 }
 
-const TESTS: u64 = 4;
+const TESTS: u64 = 5;
 static TOTAL_OPS: AtomicU64 = AtomicU64::new(0);
 static TOTAL_MISMATCHES: AtomicU64 = AtomicU64::new(0);
 static FINISHED: AtomicU64 = AtomicU64::new(0);
@@ -953,6 +957,18 @@ fn model_mount_whole_file_2_tiers() {
         layout: "whole-file",
         tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
         stripe_unit: "1MiB",
+        mount: "",
+    });
+}
+
+#[test]
+fn model_mount_whole_file_2_tiers_no_passthrough() {
+    run(Spec {
+        name: "mount, whole-file, 2 tiers, passthrough off",
+        layout: "whole-file",
+        tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
+        stripe_unit: "1MiB",
+        mount: "passthrough = \"off\"\n",
     });
 }
 
@@ -963,6 +979,7 @@ fn model_mount_stripe_64k_2_tiers() {
         layout: "stripe",
         tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
         stripe_unit: "64KiB",
+        mount: "",
     });
 }
 
@@ -973,6 +990,7 @@ fn model_mount_stripe_64k_3_tiers() {
         layout: "stripe",
         tiers: &[("nvme0", "3GB/s"), ("nvme1", "2GB/s"), ("pfs", "1GB/s")],
         stripe_unit: "64KiB",
+        mount: "",
     });
 }
 
@@ -983,15 +1001,16 @@ fn model_mount_stripe_1m_2_tiers() {
         layout: "stripe",
         tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
         stripe_unit: "1MiB",
+        mount: "",
     });
 }
 
-/// Bug: with kernel passthrough (whole files; `mount.passthrough = "auto"` turns it on as
-/// root on Linux >= 6.9), a handle opened with O_DIRECT stays direct after fcntl(F_SETFL)
-/// clears O_DIRECT: the kernel opened the backing file with the open's flags and never
-/// sees the change, so the unaligned write that follows fails with EINVAL. GNU dd
-/// `oflag=direct` writes its last partial block exactly this way. On ext4, and on tierfs
-/// without passthrough (stripe layout), the write succeeds.
+/// Regression (found by the model run): with kernel passthrough for O_DIRECT opens, a
+/// handle opened with O_DIRECT stayed direct after fcntl(F_SETFL) cleared O_DIRECT (the
+/// kernel opens the backing file with the open's flags and never sees the change), so the
+/// unaligned write that follows failed with EINVAL; GNU dd `oflag=direct` writes its last
+/// partial block this way. Since d7ebbcb the default `passthrough = "auto"` keeps O_DIRECT
+/// opens with the daemon (only `"direct"` passes them through).
 #[test]
 fn bug_passthrough_ignores_fcntl_clearing_o_direct() {
     if !fuse_available() {
@@ -1024,10 +1043,10 @@ fn bug_passthrough_ignores_fcntl_clearing_o_direct() {
     }
 }
 
-/// Bug: fstat of an open folder after rmdir fails with ENOENT: the core's getattr looks
-/// the removed folder up by path on the first tier, and it has none any more. POSIX (and
-/// ext4) still give the open folder's attributes, with nlink 0; `find` and `rm -r` racing
-/// each other see this.
+/// Regression (found by the model run): fstat of an open folder after rmdir failed with
+/// ENOENT, since the core's getattr looked the removed folder up by path. POSIX (and ext4)
+/// still give the open folder's attributes, with nlink 0; `find` and `rm -r` racing each
+/// other see this. Fixed in ced2394.
 #[test]
 fn bug_fstat_of_removed_open_folder_is_enoent() {
     if !fuse_available() {

@@ -550,11 +550,14 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
                 issues.push(Issue::repair(
                     rel,
                     *t,
-                    format!(
-                        "stripe piece missing: up to {} bytes of this file are lost and read \
-                         as zeros",
-                        m.piece_len(*t, size)
-                    ),
+                    match m.piece_len(*t, size) {
+                        0 => "stripe piece missing (the other pieces say it held no bytes yet)"
+                            .to_string(),
+                        n => format!(
+                            "stripe piece missing: {n} of the file's {size} bytes now read as \
+                             zeros (and the file may have been longer)"
+                        ),
+                    },
                     Action::CreatePiece {
                         tier: *t,
                         layout: layout.clone(),
@@ -1319,6 +1322,13 @@ impl Exporter<'_> {
             Ok(n) => {
                 self.rep.files += 1;
                 self.rep.bytes += n;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // A live mount removed or moved it after the folder was listed.
+                let why = format!("/{}: gone while exporting ({e})", rel.display());
+                eprintln!("tierfs export: skipped {why}");
+                self.rep.skipped.push(why);
+                return;
             }
             Err(e) => return self.fail(rel, "copying", e),
         }

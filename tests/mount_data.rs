@@ -426,3 +426,42 @@ fn concurrent_writer_processes_whole_file() {
 fn concurrent_writer_processes_stripe() {
     writer_processes("stripe");
 }
+
+/// The configured bandwidths are Eq. 1's weights: after sustained traffic, on tiers that
+/// happen to share one disk, the shares must still be 2:1 (within 2 points), as the
+/// configuration says. Traffic lasts until stats.json shows the daemon has measured the
+/// tiers (`est_write_bps`), or 200 files.
+#[test]
+fn configured_bandwidths_keep_their_shares_under_traffic() {
+    if !fuse_available() {
+        return;
+    }
+    let s = Setup::two("stripe");
+    let m = s.mount();
+    let measured = |m: &Mount<'_>| {
+        m.stats_json()["tiers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["est_write_bps"].as_f64().is_some())
+    };
+    let mut files = 0;
+    while files < 200 && !(files >= 8 && measured(&m)) {
+        write_direct_threads(
+            &m.path(&format!("f{files}")),
+            &pattern(4 * MIB, files),
+            2,
+            0,
+        );
+        files += 1;
+    }
+    let st = m.stats_json();
+    let share0 = st["tiers"][0]["share"].as_f64().unwrap();
+    assert!(
+        (share0 - 2.0 / 3.0).abs() <= 0.02,
+        "after {files} files the fast tier's share is {share0:.3}, not the configured 2/3 \
+         (2GB/s vs 1GB/s); tiers: {}",
+        serde_json::to_string(&st["tiers"]).unwrap()
+    );
+    m.unmount();
+}

@@ -574,9 +574,17 @@ pub fn assert_split(m: &Mount<'_>, range: std::ops::RangeInclusive<f64>, what: &
     assert!(total > 0, "{what}: nothing written");
     let frac = used[0] as f64 / total as f64;
     eprintln!("{what}: bytes per tier {used:?}, tier 0 holds {frac:.3}");
+    let shares: Vec<String> = m.stats_json()["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| format!("{}={}", t["name"], t["share"]))
+        .collect();
     assert!(
         range.contains(&frac),
-        "{what}: tier 0 holds {frac:.3} of the bytes ({used:?}); want {range:?}"
+        "{what}: tier 0 holds {frac:.3} of the bytes ({used:?}); want {range:?} \
+         (stats.json shares now: {})",
+        shares.join(" ")
     );
     used
 }

@@ -24,6 +24,7 @@
 //! [placement]
 //! layout = "whole-file"               # or "stripe"
 //! stripe_unit = "1MiB"                # multiple of 4096, 64KiB..=1GiB
+//! adapt = true                        # follow online bandwidth estimates
 //!
 //! [mount]
 //! stats_dir = ".tierfs"               # virtual folder at the mount root
@@ -92,6 +93,9 @@ pub struct TierConfig {
 pub struct PlacementConfig {
     pub layout: Layout,
     pub stripe_unit: u64,
+    /// Move the Eq. 1 shares with the online bandwidth estimates (default true); false
+    /// keeps the configured or probed figures.
+    pub adapt: bool,
 }
 
 /// The validated `[mount]` section (all optional in the file).
@@ -176,6 +180,7 @@ impl Default for PlacementConfig {
         PlacementConfig {
             layout: DEFAULT_LAYOUT,
             stripe_unit: DEFAULT_STRIPE_UNIT,
+            adapt: true,
         }
     }
 }
@@ -225,6 +230,7 @@ struct RawTier {
 struct RawPlacement {
     layout: Option<String>,
     stripe_unit: Option<Human>,
+    adapt: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -629,6 +635,7 @@ impl MountConfig {
             placement: PlacementConfig {
                 layout,
                 stripe_unit,
+                adapt: raw.placement.adapt.unwrap_or(true),
             },
             mount: MountSection {
                 stats_dir,
@@ -695,6 +702,7 @@ impl MountConfig {
             "stripe_unit = {}",
             toml_str(&units::fmt_size_exact(self.placement.stripe_unit))
         );
+        let _ = writeln!(s, "adapt = {}", self.placement.adapt);
         let _ = writeln!(s, "\n[mount]");
         let _ = writeln!(s, "stats_dir = {}", toml_str(&self.mount.stats_dir));
         let _ = writeln!(s, "allow_other = {}", self.mount.allow_other);

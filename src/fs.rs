@@ -380,6 +380,10 @@ pub struct TierFs {
     /// Kernel passthrough may be offered (config allows it and the kernel has not refused).
     passthrough: AtomicBool,
     passthrough_mode: crate::config::Passthrough,
+    /// `[placement] adapt`: shares follow the online estimates.
+    adapt: bool,
+    /// Conflict copies renamed aside by the running scan: (new relative path, tier).
+    aside: Mutex<Vec<(PathBuf, usize)>>,
 }
 
 fn name_ok(name: &OsStr) -> Result<()> {
@@ -388,6 +392,13 @@ fn name_ok(name: &OsStr) -> Result<()> {
     }
     if name.is_empty() || name == "." || name == ".." || name.as_bytes().contains(&b'/') {
         return Err(Error::Invalid("bad name"));
+    }
+    // Our own temporaries carry this prefix and the mount-time scan removes them, so a
+    // user file of that name would be lost: refuse it up front.
+    if name.as_bytes().starts_with(TMP_PREFIX.as_bytes()) {
+        return Err(Error::NotPermitted(
+            "names starting with .tierfs-tmp- are reserved",
+        ));
     }
     Ok(())
 }
@@ -471,6 +482,8 @@ impl TierFs {
                 config.mount.passthrough != crate::config::Passthrough::Off,
             ),
             passthrough_mode: config.mount.passthrough,
+            aside: Mutex::new(Vec::new()),
+            adapt: config.placement.adapt,
         };
         fs.scan()?;
         Ok(fs)
@@ -507,7 +520,7 @@ impl TierFs {
         for t in &self.tiers {
             changed |= t.sample_bandwidth();
         }
-        if changed {
+        if changed && self.adapt {
             let bws: Vec<f64> = self
                 .tiers
                 .iter()
@@ -648,7 +661,11 @@ impl TierFs {
                     }
                 }
             }
-            for (name, on) in found {
+            // Entries set aside during this pass (conflict copies) are listed too, so they
+            // are visible at once rather than after the next mount.
+            let mut entries: std::collections::VecDeque<(OsString, Vec<(usize, Kind)>)> =
+                found.into_iter().collect();
+            while let Some((name, on)) = entries.pop_front() {
                 let child_rel = rel.join(&name);
                 if on.iter().any(|(_, k)| *k == Kind::Dir) {
                     for (t, k) in &on {
@@ -719,6 +736,18 @@ impl TierFs {
                     }
                     tree.insert(ino, &name, NodeData::Other(k));
                 }
+                for (new_rel, t) in std::mem::take(&mut *self.aside.lock()) {
+                    if new_rel.parent() == Some(rel.as_path()) {
+                        if let (Some(n), Ok(m)) = (
+                            new_rel.file_name(),
+                            fs::symlink_metadata(self.tiers[t].path(&new_rel)),
+                        ) {
+                            if let Some(k) = kind_of(m.file_type()) {
+                                entries.push_back((n.to_os_string(), vec![(t, k)]));
+                            }
+                        }
+                    }
+                }
             }
         }
         Ok(())
@@ -727,16 +756,35 @@ impl TierFs {
     /// Renames a conflicting backing entry out of the way (kept, visible, never deleted).
     fn set_aside(&self, tier: usize, rel: &Path, why: &str) {
         let from = self.tiers[tier].path(rel);
-        let mut to = from.clone().into_os_string();
-        to.push(format!(".tierfs-conflict-{}", self.tiers[tier].name));
-        log::warn!(
-            "{}: {why}; renamed to {}",
-            from.display(),
-            Path::new(&to).display()
-        );
-        if let Err(e) = fs::rename(&from, &to) {
-            log::warn!("rename failed: {e}");
+        // Never replace an earlier conflict copy: take the first free name.
+        for n in 1..1000 {
+            let mut suffix = format!(".tierfs-conflict-{}", self.tiers[tier].name);
+            if n > 1 {
+                suffix.push_str(&format!("-{n}"));
+            }
+            let with_suffix = |p: &Path| {
+                let mut p = p.as_os_str().to_os_string();
+                p.push(&suffix);
+                PathBuf::from(p)
+            };
+            let to = with_suffix(&from);
+            match sys::rename2(&from, &to, libc::RENAME_NOREPLACE) {
+                Ok(()) => {
+                    log::warn!("{}: {why}; renamed to {}", from.display(), to.display());
+                    self.aside.lock().push((with_suffix(rel), tier));
+                    return;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+                Err(e) => {
+                    log::warn!("{}: {why}; cannot rename it aside: {e}", from.display());
+                    return;
+                }
+            }
         }
+        log::warn!(
+            "{}: {why}; left in place (too many conflict copies)",
+            from.display()
+        );
     }
 
     /// Works out the layout and size of a file whose pieces were found on `on` tiers.
@@ -785,7 +833,16 @@ impl TierFs {
                         "{}: stripe piece missing; its stripes read as zeros",
                         p.display()
                     );
-                    let _ = fs::File::create(&p);
+                    // The piece carries the layout like every other, or the next mount
+                    // would take it for a whole file of its own.
+                    if fs::File::create(&p).is_ok() {
+                        let _ = sys::lsetxattr(
+                            &p,
+                            OsStr::new(LAYOUT_XATTR),
+                            FileLayout::Stripe(m.clone()).encode().as_bytes(),
+                            0,
+                        );
+                    }
                 }
             }
             return Some((FileLayout::Stripe(m), size));

@@ -61,7 +61,10 @@ pub struct Busy {
 
 fn epoch_ns() -> u64 {
     static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
 }
 
 impl Busy {
@@ -73,7 +76,8 @@ impl Busy {
     fn end(&self) {
         if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             let since = self.since.load(Ordering::Acquire);
-            self.total.fetch_add(epoch_ns().saturating_sub(since), Ordering::Relaxed);
+            self.total
+                .fetch_add(epoch_ns().saturating_sub(since), Ordering::Relaxed);
         }
     }
     /// Busy nanoseconds so far, the current busy period included.
@@ -314,9 +318,10 @@ impl Tier {
         let r = self
             .est_read
             .sample(c.bytes_read.load(Ordering::Relaxed), c.read_busy.total_ns());
-        let w = self
-            .est_write
-            .sample(c.bytes_written.load(Ordering::Relaxed), c.write_busy.total_ns());
+        let w = self.est_write.sample(
+            c.bytes_written.load(Ordering::Relaxed),
+            c.write_busy.total_ns(),
+        );
         r.is_some() || w.is_some()
     }
 
@@ -329,7 +334,10 @@ impl Tier {
             Some(e) => e,
             None => base,
         };
-        (pick(self.est_read.get(), self.read_bps), pick(self.est_write.get(), self.write_bps))
+        (
+            pick(self.est_read.get(), self.read_bps),
+            pick(self.est_write.get(), self.write_bps),
+        )
     }
 
     /// The probe cache file of a tier folder.

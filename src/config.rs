@@ -24,7 +24,7 @@
 //! [placement]
 //! layout = "whole-file"               # or "stripe"
 //! stripe_unit = "1MiB"                # multiple of 4096, 64KiB..=1GiB
-//! adapt = true                        # follow online bandwidth estimates
+//! adapt = true                        # follow online estimates (default: only if all probed)
 //!
 //! [mount]
 //! stats_dir = ".tierfs"               # virtual folder at the mount root
@@ -93,8 +93,9 @@ pub struct TierConfig {
 pub struct PlacementConfig {
     pub layout: Layout,
     pub stripe_unit: u64,
-    /// Move the Eq. 1 shares with the online bandwidth estimates (default true); false
-    /// keeps the configured or probed figures.
+    /// Move the Eq. 1 shares with the online bandwidth estimates; false keeps the
+    /// configured or probed figures. Default: true when every tier is probed, false when the
+    /// config states any tier's bandwidth (stated figures are the user's decision).
     pub adapt: bool,
 }
 
@@ -527,7 +528,7 @@ impl MountConfig {
             };
             tiers.push((i, tier));
         }
-        let tiers = tiers.into_iter().map(|(_, t)| t).collect();
+        let tiers: Vec<TierConfig> = tiers.into_iter().map(|(_, t)| t).collect();
 
         let layout = match raw.placement.layout.as_deref() {
             None => DEFAULT_LAYOUT,
@@ -629,13 +630,16 @@ impl MountConfig {
             }
         };
 
+        let adapt_default = tiers
+            .iter()
+            .all(|t| t.read_bandwidth.is_none() && t.write_bandwidth.is_none());
         p.into_result(MountConfig {
             source: source.to_path_buf(),
             tiers,
             placement: PlacementConfig {
                 layout,
                 stripe_unit,
-                adapt: raw.placement.adapt.unwrap_or(true),
+                adapt: raw.placement.adapt.unwrap_or(adapt_default),
             },
             mount: MountSection {
                 stats_dir,
@@ -989,6 +993,17 @@ capacity = "800GiB"
 name = "pfs"
 path = "/lus/proj/tierfs/${HOSTNAME}"
 "#;
+
+    #[test]
+    fn adapt_defaults_to_probed_tiers_only() {
+        // A stated bandwidth is the user's decision: shares stay put.
+        assert!(!parse(TWO).unwrap().placement.adapt);
+        let probed =
+            "[[tier]]\nname = \"a\"\npath = \"/x\"\n[[tier]]\nname = \"b\"\npath = \"/y\"\n";
+        assert!(parse(probed).unwrap().placement.adapt);
+        let forced = format!("{TWO}[placement]\nadapt = true\n");
+        assert!(parse(&forced).unwrap().placement.adapt);
+    }
 
     #[test]
     fn full_file_parses_with_defaults() {

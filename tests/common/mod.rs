@@ -132,7 +132,7 @@ impl Setup {
             }
         }
         s.push_str(&format!(
-            "[placement]\nlayout = \"{}\"\nstripe_unit = \"1MiB\"\nadapt = false\n[mount]\nlog_file = \"{}\"\n",
+            "[placement]\nlayout = \"{}\"\nstripe_unit = \"1MiB\"\n[mount]\nlog_file = \"{}\"\n",
             self.layout,
             self.log_path().display()
         ));

@@ -427,10 +427,11 @@ fn concurrent_writer_processes_stripe() {
     writer_processes("stripe");
 }
 
-/// The configured bandwidths are Eq. 1's weights: after sustained traffic, on tiers that
-/// happen to share one disk, the shares must still be 2:1 (within 2 points), as the
-/// configuration says. Traffic lasts until stats.json shows the daemon has measured the
-/// tiers (`est_write_bps`), or 200 files.
+/// With `[placement] adapt = false` (the harness's setting) the configured bandwidths are
+/// Eq. 1's weights for good: after sustained traffic, on tiers that happen to share one
+/// disk, the shares must still be 2:1 (within 2 points). Traffic lasts until stats.json
+/// shows the daemon has measured the tiers (`est_write_bps`), or 200 files. (With the
+/// default `adapt = true` the online estimates move them, to about 45:55 here.)
 #[test]
 fn configured_bandwidths_keep_their_shares_under_traffic() {
     if !fuse_available() {

@@ -427,11 +427,11 @@ fn concurrent_writer_processes_stripe() {
     writer_processes("stripe");
 }
 
-/// With `[placement] adapt = false` (the harness's setting) the configured bandwidths are
-/// Eq. 1's weights for good: after sustained traffic, on tiers that happen to share one
-/// disk, the shares must still be 2:1 (within 2 points). Traffic lasts until stats.json
-/// shows the daemon has measured the tiers (`est_write_bps`), or 200 files. (With the
-/// default `adapt = true` the online estimates move them, to about 45:55 here.)
+/// Stated bandwidths are Eq. 1's weights for good (the harness also pins `[placement]
+/// adapt = false`): after sustained traffic, on tiers that happen to share one disk, the
+/// shares must still be 2:1 (within 2 points). Traffic lasts until stats.json shows the
+/// daemon has measured the tiers (`est_write_bps`), or 200 files. (With `adapt = true` the
+/// online estimates move them, to about 45:55 here.)
 #[test]
 fn configured_bandwidths_keep_their_shares_under_traffic() {
     if !fuse_available() {

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The real-DeepSpeed smoke test through a tierfs mount: mount two tier folders (temporary,
+# 2:1 bandwidths), train 5 steps with nvme_path on a plain folder and then on the mount,
+# demand bit-identical losses and parameters, unmount. CI runs this.
+#
+#   tools/deepspeed/mount-smoke.sh [TIERFS_BINARY]     (default: target/debug/tierfs, built if missing)
+#
+# Environment: PASSTHROUGH (default "direct" as root, else "auto"), WORK (temp folder),
+# and everything smoke.sh reads (TIERFS_DS_VENV, TORCH_EXTENSIONS_DIR, SMOKE_STEPS).
+# The first run on a machine installs torch and deepspeed into a venv outside the repo
+# (~3 GB of wheels) and JIT-builds DeepSpeed's ops (~6.5 min on 2 cores).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BIN="${1:-$ROOT/target/debug/tierfs}"
+[ -x "$BIN" ] || (cd "$ROOT" && cargo build)
+WORK="${WORK:-$(mktemp -d /tmp/tierfs-ds-smoke.XXXXXX)}"
+if [ "$(id -u)" = 0 ]; then PT="${PASSTHROUGH:-direct}"; else PT="${PASSTHROUGH:-auto}"; fi
+mkdir -p "$WORK/nvme" "$WORK/pfs" "$WORK/mnt" "$WORK/plain"
+cat >"$WORK/tierfs.toml" <<EOT
+[[tier]]
+name = "nvme"
+path = "$WORK/nvme"
+write_bandwidth = "2GB/s"
+[[tier]]
+name = "pfs"
+path = "$WORK/pfs"
+write_bandwidth = "1GB/s"
+[mount]
+log_file = "$WORK/daemon.log"
+passthrough = "$PT"
+EOT
+cleanup() {
+  if mountpoint -q "$WORK/mnt"; then "$BIN" unmount "$WORK/mnt" || umount -l "$WORK/mnt" || true; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+"$BIN" mount --config "$WORK/tierfs.toml" "$WORK/mnt"
+SMOKE_CLEANUP=1 "$ROOT/tools/deepspeed/smoke.sh" "$WORK/plain" "$WORK/mnt/ds"
+echo "--- tierfs after the run (passthrough = $PT)"
+"$BIN" stat "$WORK/mnt"
+grep -E "WARN|ERROR" "$WORK/daemon.log" | tail -5 || true

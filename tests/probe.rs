@@ -1,6 +1,6 @@
 //! Probe checks through the public API.
 //!
-//! The ignored test measures a real tier:
+//! `probe_real_tier` measures a real tier when asked:
 //!
 //! ```text
 //! TIERFS_PROBE_DIR=/mnt/tb-probe TIERFS_PROBE_EXPECT=400,300 \

@@ -291,7 +291,7 @@ P(f"Run {E['START']} at tierfs {E['REV']}; `{E['CMDLINE']}` ({E['RUNS']} runs, t
   f"Machine: {os.cpu_count()} cores, kernel {platform.release()}; load average {E['LOAD0']} at start, "
   f"{E['LOAD1']} at end (other work shared the cores).")
 P("")
-P("| target | optimizer step I/O s, median (min–max) | vs direct | step I/O s (fwd+bwd+opt) | set-up s | fio write MB/s | fio read MB/s | daemon CPU s/GB replay | daemon CPU s/GB fio |")
+P("| target | optimizer step I/O s, median (min–max) | speed vs direct (direct s / target s) | step I/O s (fwd+bwd+opt) | set-up s | fio write MB/s | fio read MB/s | daemon CPU s/GB replay | daemon CPU s/GB fio |")
 P("|---|---|---|---|---|---|---|---|---|")
 plot = []
 for t in targets:

@@ -1703,6 +1703,49 @@ impl TierFs {
         ))
     }
 
+    /// The kernel wrote a passthrough file without us: its backing file's size is the truth.
+    fn sync_passthrough_size(&self, node: &FileNode, st: &FileState, tier: usize) {
+        if let Some(p) = &st.pieces[tier] {
+            if let Ok(m) = p.file().metadata() {
+                let old = node.size.swap(m.len(), Ordering::AcqRel);
+                if old != m.len() {
+                    self.account_resize(&st.layout, old, m.len());
+                    node.dirty.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Settles a file's placement charge with its current size, if it was written.
+    fn settle_charge(&self, node: &FileNode) {
+        if node.dirty.swap(false, Ordering::Relaxed) {
+            let mut c = node.charge.lock();
+            if let Some(ch) = *c {
+                *c = Some(self.placer.settle(ch, node.size()));
+            }
+        }
+    }
+
+    /// `close(2)` of a handle (FLUSH, which the caller waits for, unlike RELEASE): brings a
+    /// passthrough file's size and the placement books up to date, so the stats are exact
+    /// as soon as `close` returns.
+    pub fn flush(&self, fh: u64) -> Result<()> {
+        if let Handle::File {
+            node,
+            passthrough: true,
+            ..
+        } = self.handle(fh)?
+        {
+            let st = node.state.read();
+            if let FileLayout::Whole { tier } = st.layout {
+                self.sync_passthrough_size(&node, &st, tier);
+            }
+            drop(st);
+            self.settle_charge(&node);
+        }
+        Ok(())
+    }
+
     pub fn release(&self, fh: u64) -> Result<()> {
         let h = self.handles.lock().remove(&fh).ok_or(Error::BadHandle)?;
         if let Handle::File {
@@ -1717,14 +1760,7 @@ impl TierFs {
                         .counters
                         .pt_open
                         .fetch_sub(1, Ordering::Relaxed);
-                    // The kernel wrote without us: the backing file's size is the truth.
-                    if let Some(p) = &st.pieces[tier] {
-                        if let Ok(m) = p.file().metadata() {
-                            let old = node.size.swap(m.len(), Ordering::AcqRel);
-                            self.account_resize(&st.layout, old, m.len());
-                            node.dirty.store(true, Ordering::Relaxed);
-                        }
-                    }
+                    self.sync_passthrough_size(&node, &st, tier);
                 }
             }
             st.opens = st.opens.saturating_sub(1);
@@ -1734,12 +1770,7 @@ impl TierFs {
                 }
             }
             drop(st);
-            if node.dirty.swap(false, Ordering::Relaxed) {
-                let mut c = node.charge.lock();
-                if let Some(ch) = *c {
-                    *c = Some(self.placer.settle(ch, node.size()));
-                }
-            }
+            self.settle_charge(&node);
         }
         Ok(())
     }

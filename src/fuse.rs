@@ -404,12 +404,16 @@ impl Filesystem for FuseAdapter {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Writes are on the tier when they are acknowledged: nothing to flush.
-        reply.ok();
+        // Writes are on the tier when they are acknowledged; flush only brings the books
+        // (a passthrough file's size) up to date before close returns.
+        match self.fs.flush(fh.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn release(

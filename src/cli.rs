@@ -632,6 +632,15 @@ impl log::Log for Logger {
         if !self.enabled(r.metadata()) {
             return;
         }
+        if r.target().starts_with("fuser") && self.level < log::LevelFilter::Debug {
+            let msg = r.args().to_string();
+            // Replies to requests the kernel already dropped (the caller was interrupted;
+            // io_uring clients cause many) and fuser's own unmount attempt after an external
+            // umount: expected, and they would flood the log.
+            if msg.starts_with("Failed to send FUSE reply") || msg.starts_with("Unmount failed") {
+                return;
+            }
+        }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();

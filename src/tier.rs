@@ -17,6 +17,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const DATA_DIR: &str = "data";
 /// The folder inside a tier for tierfs's own files.
 pub const META_DIR: &str = ".tierfs-meta";
+/// Inside META_DIR: pieces of files that were unlinked or renamed over while the kernel
+/// still referenced them, kept until it forgets them (POSIX: a removed file lives on while
+/// referenced). Emptied at every mount, since no reference survives one.
+pub const LIMBO_DIR: &str = "limbo";
 /// Free space a tier keeps back before it stops taking new files: a full backing filesystem
 /// misbehaves (ext4 reserves, Lustre grants), and the pieces already there must still grow.
 pub const FREE_RESERVE: u64 = 64 << 20;
@@ -147,6 +151,8 @@ pub struct Tier {
     pub name: String,
     pub root: PathBuf,
     pub data: PathBuf,
+    /// Where unlinked but still referenced pieces wait (see [`LIMBO_DIR`]).
+    pub limbo: PathBuf,
     pub read_bps: f64,
     pub write_bps: f64,
     pub bandwidth_source: BandwidthSource,
@@ -193,6 +199,7 @@ impl Tier {
             }
         }
         let lock_path = meta.join("lock");
+        let limbo = meta.join(LIMBO_DIR);
         let mut lock = OpenOptions::new()
             .read(true)
             .write(true)
@@ -245,6 +252,17 @@ impl Tier {
                 ));
             }
         }
+        // The lock is ours: what a previous daemon left in limbo is unreferenced now.
+        if limbo.exists() {
+            if let Err(e) = std::fs::remove_dir_all(&limbo) {
+                log::warn!("tier '{name}': cannot empty {}: {e}", limbo.display());
+            }
+        }
+        if let Err(e) = std::fs::create_dir(&limbo) {
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                return Err(Error::tier(name, "mkdir", &limbo, e));
+            }
+        }
         let direct_io = crate::io::dir_accepts_direct_io(&data);
         let small_direct_io = direct_io && crate::io::dir_accepts_direct_io_of(&data, 1024);
         let device_stat = {
@@ -265,6 +283,7 @@ impl Tier {
             name: name.to_string(),
             root: root.to_path_buf(),
             data,
+            limbo,
             read_bps,
             write_bps,
             bandwidth_source,
@@ -343,6 +362,11 @@ impl Tier {
     /// The probe cache file of a tier folder.
     pub fn probe_cache(root: &Path) -> PathBuf {
         root.join(META_DIR).join("probe.json")
+    }
+
+    /// Where the piece of unlinked-but-referenced inode `ino` waits on this tier.
+    pub fn limbo_path(&self, ino: u64) -> PathBuf {
+        self.limbo.join(ino.to_string())
     }
 
     /// The backing path of a relative path in this tier.

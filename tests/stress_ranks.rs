@@ -268,12 +268,11 @@ fn eight_ranks_rewrite_stat_read_rename() {
     }
 }
 
-/// BUG (reported; ignored so CI stays green, run with `--ignored`): a rename over an
+/// Regression (was a bug, fixed by keeping replaced files in limbo): a rename over an
 /// existing name is atomic on a local filesystem (rename(2): no point at which another
 /// process finds the new path missing), but through tierfs a concurrent stat or open of
 /// that name fails with ENOENT now and then (here: hundreds of times in 5 s; 0 on ext4).
 #[test]
-#[ignore]
 fn bug_rename_over_existing_name_is_not_atomic_for_stat_and_open() {
     if !fuse_available() {
         return;

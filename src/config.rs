@@ -157,8 +157,10 @@ pub struct MountConfig {
     pub mount: MountSection,
 }
 
-/// `placement.layout` when the file does not say.
-pub const DEFAULT_LAYOUT: Layout = Layout::WholeFile;
+/// `placement.layout` when the file does not say: stripes, because DeepSpeed's swapper
+/// moves one file at a time per handle, and only stripes put every tier to work on it
+/// (docs/PERFORMANCE.md: the replay's optimizer step at the pooled floor with stripes).
+pub const DEFAULT_LAYOUT: Layout = Layout::Stripe;
 /// `placement.stripe_unit` when the file does not say: 1 MiB.
 pub const DEFAULT_STRIPE_UNIT: u64 = 1 << 20;
 /// Smallest accepted `placement.stripe_unit`: 64 KiB.
@@ -1026,7 +1028,7 @@ path = "/lus/proj/tierfs/${HOSTNAME}"
             (pfs.read_bandwidth, pfs.write_bandwidth, pfs.capacity),
             (None, None, None)
         );
-        assert_eq!(c.placement.layout, Layout::WholeFile);
+        assert_eq!(c.placement.layout, Layout::Stripe);
         assert_eq!(c.placement.stripe_unit, 1 << 20);
         assert_eq!(c.mount.stats_dir, ".tierfs");
         assert!(!c.mount.allow_other);

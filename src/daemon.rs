@@ -382,6 +382,16 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
     install_signal_handlers();
     raise_fd_limit();
     let tiers = open_tiers(config, opts.reprobe, |m| ready.say(&format!("MSG {m}")))?;
+    if config.placement.layout == crate::config::Layout::Stripe {
+        if let Some(t) = tiers.iter().find(|t| !t.user_xattrs) {
+            return Err(Failure::usage(format!(
+                "tier '{}' ({}) does not store user xattrs, which layout = \"stripe\" needs to record each piece's layout; set layout = \"whole-file\" under [placement] in {}, or use a filesystem with user xattrs there",
+                t.name,
+                t.root.display(),
+                config.source.display()
+            )));
+        }
+    }
     for t in &tiers {
         log::info!(
             "tier '{}' at {}: read {:.0} MB/s, write {:.0} MB/s ({:?}), O_DIRECT {}",

@@ -162,6 +162,8 @@ pub struct Tier {
     /// It also accepts O_DIRECT of 1 KiB-aligned lengths (DeepSpeed's tails), which 4Kn
     /// drives and Lustre refuse.
     pub small_direct_io: bool,
+    /// The tier's filesystem stores user xattrs (stripe layouts record themselves there).
+    pub user_xattrs: bool,
     /// False after the tier failed in a way that means it is broken (EIO, EROFS).
     healthy: std::sync::atomic::AtomicBool,
     /// The block device under the tier (`/sys/dev/block/MAJ:MIN/stat`), if any, and its
@@ -264,6 +266,14 @@ impl Tier {
             }
         }
         let direct_io = crate::io::dir_accepts_direct_io(&data);
+        let user_xattrs = {
+            let f = meta.join(format!(".xattr-check-{}", std::process::id()));
+            let ok = std::fs::write(&f, b"").is_ok()
+                && crate::sys::lsetxattr(&f, std::ffi::OsStr::new("user.tierfs.check"), b"1", 0)
+                    .is_ok();
+            let _ = std::fs::remove_file(&f);
+            ok
+        };
         let small_direct_io = direct_io && crate::io::dir_accepts_direct_io_of(&data, 1024);
         let device_stat = {
             use std::os::unix::fs::MetadataExt;
@@ -290,6 +300,7 @@ impl Tier {
             capacity,
             direct_io,
             small_direct_io,
+            user_xattrs,
             healthy: std::sync::atomic::AtomicBool::new(true),
             device_stat,
             device_base,

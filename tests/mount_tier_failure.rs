@@ -96,6 +96,7 @@ fn read_only_tier_keeps_data_and_moves_rewrites() {
     let cfg = format!(
         "[[tier]]\nname = \"fast\"\npath = \"{}/t\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
          [[tier]]\nname = \"slow\"\npath = \"{}/t\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
+         [placement]\nlayout = \"whole-file\"\n\
          [mount]\nlog_file = \"{}\"\npassthrough = \"off\"\n",
         ma.display(),
         mb.display(),

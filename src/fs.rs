@@ -2010,11 +2010,7 @@ impl TierFs {
                     node.dirty.store(true, Ordering::Relaxed);
                     return Ok(data.len() as u32);
                 }
-                Err((tier, e))
-                    if is_rescuable(&e)
-                        && !moved
-                        && matches!(st.layout, FileLayout::Whole { .. }) =>
-                {
+                Err((tier, e)) if is_rescuable(&e) && !moved => {
                     drop(st);
                     log::warn!(
                         "tier '{}' refused a write to inode {ino} ({e}); moving the file to another tier",
@@ -2047,134 +2043,181 @@ impl TierFs {
         }
     }
 
-    /// Moves a whole file off a full tier `from` to one with room for `need` bytes, copying
-    /// what it holds first: nothing written is lost, and the old copy is removed last.
-    fn relocate(&self, ino: u64, node: &Arc<FileNode>, from: usize, need: u64) -> Result<()> {
+    /// Moves a file off tier `bad` (full, or failed): copies its bytes into a new layout on
+    /// the other tiers — a stripe pattern over them for a striped file, one tier with room
+    /// for a whole file — then switches over and removes the old pieces last. Nothing
+    /// written is lost; on any failure the file stays as it was.
+    fn relocate(&self, ino: u64, node: &Arc<FileNode>, bad: usize, need: u64) -> Result<()> {
         let tree = self.tree.read();
         let rel = tree.rel(ino);
         let mut st = node.state.write();
-        if st.layout != (FileLayout::Whole { tier: from }) {
+        let old = st.layout.clone();
+        if !old.tiers().contains(&bad) {
             return Ok(()); // another writer moved it already
+        }
+        if st.pt_opens > 0 {
+            // The kernel writes this file's old piece itself: it cannot move under it.
+            return Err(Error::NotSupported("moving a file open in passthrough"));
         }
         let size = node.size();
         let want = need.max(size) + (1 << 20);
-        let eligible: Vec<bool> = self
-            .tiers
-            .iter()
-            .map(|t| t.index != from && t.is_healthy() && t.has_room_for(want))
-            .collect();
-        let parent = tree.nodes.get(&ino).map(|n| n.parent).unwrap_or(ROOT_INO);
-        let charge = self
-            .placer
-            .choose(parent, &eligible)
-            .ok_or(Error::NoSpace(want))?;
-        let to = charge.tier;
-        let old_piece = st.pieces[from].clone().ok_or(Error::BadHandle)?;
-        let meta = old_piece
+        let (layout, charge) = match &old {
+            FileLayout::Stripe(m) => {
+                let eligible: Vec<bool> = self
+                    .tiers
+                    .iter()
+                    .map(|t| t.index != bad && t.is_healthy() && t.has_room_for(1 << 20))
+                    .collect();
+                let pattern = placement::stripe_pattern(&self.placer.shares(), &eligible);
+                match pattern.len() {
+                    0 => return Err(Error::NoSpace(want)),
+                    1 => (
+                        FileLayout::Whole {
+                            tier: pattern[0] as usize,
+                        },
+                        None,
+                    ),
+                    _ => (FileLayout::Stripe(StripeMap::new(m.unit, pattern)), None),
+                }
+            }
+            FileLayout::Whole { .. } => {
+                let eligible: Vec<bool> = self
+                    .tiers
+                    .iter()
+                    .map(|t| t.index != bad && t.is_healthy() && t.has_room_for(want))
+                    .collect();
+                let parent = tree.nodes.get(&ino).map(|n| n.parent).unwrap_or(ROOT_INO);
+                let c = self
+                    .placer
+                    .choose(parent, &eligible)
+                    .ok_or(Error::NoSpace(want))?;
+                (FileLayout::Whole { tier: c.tier }, Some(c))
+            }
+        };
+        let final_path = |t: usize| match &rel {
+            Some(r) => self.tiers[t].path(r),
+            None => self.tiers[t].limbo_path(ino),
+        };
+        // Temporaries live in limbo, which every mount empties.
+        let tmp_path = |t: usize| self.tiers[t].limbo.join(format!("{TMP_PREFIX}{ino}"));
+        let primary = old.primary();
+        let meta = st.pieces[primary]
+            .as_ref()
+            .ok_or(Error::BadHandle)?
             .file()
             .metadata()
-            .map_err(|e| self.tier_err(from, "fstat", Path::new("(open file)"), e))?;
-        let tmp_name = format!("{TMP_PREFIX}{ino}");
-        let tmp = match &rel {
-            Some(r) => self.tiers[to]
-                .path(r.parent().unwrap_or(Path::new("")))
-                .join(&tmp_name),
-            None => self.tiers[to].data.join(&tmp_name),
-        };
-        let new_piece = Piece::open_new(&tmp, meta.mode() & 0o7777, self.tiers[to].direct_io)
-            .map_err(|e| self.tier_err(to, "create", &tmp, e))?;
-        let copy = || -> Result<()> {
+            .map_err(|e| self.tier_err(primary, "fstat", Path::new("(open file)"), e))?;
+        let mut made: Vec<usize> = Vec::new();
+        let mut new_pieces: Vec<Option<Arc<Piece>>> = vec![None; self.tiers.len()];
+        let result = (|| -> Result<()> {
+            for t in layout.tiers() {
+                let p = tmp_path(t);
+                let piece = Piece::open_new(&p, meta.mode() & 0o7777, self.tiers[t].direct_io)
+                    .map_err(|e| self.tier_err(t, "create", &p, e))?;
+                made.push(t);
+                new_pieces[t] = Some(Arc::new(piece));
+            }
             let mut buf = AlignedBuf::zeroed(1 << 20);
-            let mut off = 0;
+            let mut off = 0u64;
             while off < size {
                 let n = ((size - off) as usize).min(buf.len());
-                let got = self.piece_read(from, &old_piece, &mut buf[..n], off)?;
-                if got < n {
-                    return Err(Error::ShortRead {
-                        tier: self.tiers[from].name.clone(),
-                        path: tmp.clone(),
-                        offset: off,
-                        got,
-                        want: n,
-                    });
+                self.read_pieces(&st, off, &mut buf[..n])?;
+                for ex in layout.extents(off, n) {
+                    let piece = new_pieces[ex.tier].as_ref().expect("created above");
+                    self.piece_write(ex.tier, piece, &buf[ex.buf..ex.buf + ex.len], ex.local)
+                        .map_err(|e| self.tier_err(ex.tier, "write", &tmp_path(ex.tier), e))?;
                 }
-                self.piece_write(to, &new_piece, &buf[..n], off)
-                    .map_err(|e| self.tier_err(to, "write", &tmp, e))?;
                 off += n as u64;
             }
-            new_piece
-                .file()
-                .sync_all()
-                .map_err(|e| self.tier_err(to, "fsync", &tmp, e))?;
-            let layout = FileLayout::Whole { tier: to };
-            let _ = sys::lsetxattr(
-                &tmp,
-                OsStr::new(LAYOUT_XATTR),
-                layout.encode().as_bytes(),
-                0,
-            );
-            let _ = std::os::unix::fs::lchown(&tmp, Some(meta.uid()), Some(meta.gid()));
-            for name in
-                sys::llistxattr(&self.tiers[from].path(rel.as_deref().unwrap_or(Path::new(""))))
-                    .unwrap_or_default()
-            {
-                let name = OsStr::from_bytes(&name);
-                if name.as_bytes().starts_with(b"user.") && name != LAYOUT_XATTR {
-                    if let Ok(v) = sys::lgetxattr(
-                        &self.tiers[from].path(rel.as_deref().unwrap_or(Path::new(""))),
-                        name,
-                    ) {
-                        let _ = sys::lsetxattr(&tmp, name, &v, 0);
+            let old_primary = final_path(primary);
+            let user_xattrs: Vec<(Vec<u8>, Vec<u8>)> = sys::llistxattr(&old_primary)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|n| n.starts_with(b"user.") && n.as_slice() != LAYOUT_XATTR.as_bytes())
+                .filter_map(|n| {
+                    let v = sys::lgetxattr(&old_primary, OsStr::from_bytes(&n)).ok()?;
+                    Some((n, v))
+                })
+                .collect();
+            for t in layout.tiers() {
+                let piece = new_pieces[t].as_ref().expect("created above");
+                let p = tmp_path(t);
+                // Holes at the end of a piece still count toward the file's size.
+                piece
+                    .file()
+                    .set_len(layout.piece_len(t, size))
+                    .map_err(|e| self.tier_err(t, "truncate", &p, e))?;
+                piece
+                    .file()
+                    .sync_all()
+                    .map_err(|e| self.tier_err(t, "fsync", &p, e))?;
+                if let Err(e) =
+                    sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), layout.encode().as_bytes(), 0)
+                {
+                    if matches!(layout, FileLayout::Stripe(_)) {
+                        return Err(self.tier_err(t, "set layout xattr on", &p, e));
+                    }
+                }
+                let _ = std::os::unix::fs::lchown(&p, Some(meta.uid()), Some(meta.gid()));
+                if t == layout.primary() {
+                    for (n, v) in &user_xattrs {
+                        let _ = sys::lsetxattr(&p, OsStr::from_bytes(n), v, 0);
                     }
                 }
             }
-            match &rel {
-                Some(r) => {
-                    let dst = self.tiers[to].path(r);
-                    fs::rename(&tmp, &dst).map_err(|e| self.tier_err(to, "rename", &dst, e))?;
-                    let old = self.tiers[from].path(r);
-                    if let Err(e) = fs::remove_file(&old) {
-                        // A read-only tier keeps its stale copy; the mount-time scan prefers
-                        // the newer one and sets the old one aside.
-                        log::warn!("cannot remove the old copy {}: {e}", old.display());
-                        self.tiers[from].note_error(&e);
-                    }
-                }
-                None => {
-                    // Unlinked but still referenced: the copy waits in limbo like the old one.
-                    let dst = self.tiers[to].limbo_path(ino);
-                    fs::rename(&tmp, &dst).map_err(|e| self.tier_err(to, "rename", &dst, e))?;
-                    let _ = fs::remove_file(self.tiers[from].limbo_path(ino));
-                }
+            for t in layout.tiers() {
+                let (from, to) = (tmp_path(t), final_path(t));
+                fs::rename(&from, &to).map_err(|e| self.tier_err(t, "rename", &to, e))?;
             }
             Ok(())
-        };
-        if let Err(e) = copy() {
-            let _ = fs::remove_file(&tmp);
-            self.placer.release(charge);
+        })();
+        if let Err(e) = result {
+            for t in made {
+                let _ = fs::remove_file(tmp_path(t));
+            }
+            if let Some(c) = charge {
+                self.placer.release(c);
+            }
             return Err(e);
         }
-        self.tiers[from].add_used(-(size as i64));
-        self.tiers[to].add_used(size as i64);
-        self.tiers[from]
-            .counters
-            .files
-            .fetch_sub(1, Ordering::Relaxed);
-        self.tiers[to]
-            .counters
-            .files
-            .fetch_add(1, Ordering::Relaxed);
-        if let Some(c) = node.charge.lock().replace(self.placer.settle(charge, size)) {
-            self.placer.release(c);
+        let new_tiers = layout.tiers();
+        for t in old.tiers() {
+            if !new_tiers.contains(&t) {
+                let p = final_path(t);
+                if let Err(e) = fs::remove_file(&p) {
+                    // A read-only tier keeps its stale piece; the mount-time scan prefers
+                    // the newer copy and sets the old one aside.
+                    log::warn!("cannot remove the old piece {}: {e}", p.display());
+                    self.tiers[t].note_error(&e);
+                }
+            }
+            let _ = self.tiers[t].counters.files.fetch_update(
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+                |v| Some(v.saturating_sub(1)),
+            );
         }
-        st.pieces[from] = None;
-        st.pieces[to] = Some(Arc::new(new_piece));
-        st.layout = FileLayout::Whole { tier: to };
+        for t in &new_tiers {
+            self.tiers[*t]
+                .counters
+                .files
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.account_resize(&old, size, 0);
+        self.account_resize(&layout, 0, size);
+        let mut c = node.charge.lock();
+        if let Some(old_charge) = c.take() {
+            self.placer.release(old_charge);
+        }
+        *c = charge.map(|ch| self.placer.settle(ch, size));
+        drop(c);
+        st.pieces = new_pieces;
         log::info!(
-            "moved inode {ino} ({size} bytes) from tier '{}' to '{}'",
-            self.tiers[from].name,
-            self.tiers[to].name
+            "moved inode {ino} ({size} bytes) off tier '{}': now {}",
+            self.tiers[bad].name,
+            layout.encode()
         );
+        st.layout = layout;
         Ok(())
     }
 

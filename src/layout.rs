@@ -42,6 +42,28 @@ impl FileLayout {
         }
     }
 
+    /// Splits the logical range `[off, off+len)` into per-piece extents.
+    pub fn extents(&self, off: u64, len: usize) -> Vec<Extent> {
+        match self {
+            FileLayout::Whole { tier } => vec![Extent {
+                tier: *tier,
+                local: off,
+                buf: 0,
+                len,
+            }],
+            FileLayout::Stripe(m) => m.extents(off, len),
+        }
+    }
+
+    /// The size `tier`'s piece has when the file is `size` bytes long.
+    pub fn piece_len(&self, tier: usize, size: u64) -> u64 {
+        match self {
+            FileLayout::Whole { tier: t } if *t == tier => size,
+            FileLayout::Whole { .. } => 0,
+            FileLayout::Stripe(m) => m.piece_len(tier, size),
+        }
+    }
+
     /// Serialized form for the layout xattr.
     pub fn encode(&self) -> String {
         match self {

@@ -226,6 +226,64 @@ fn enospc_mid_write_moves_the_file() {
     drop(tmp);
 }
 
+/// The same for a striped file: when the tmpfs tier fills up under its writers, the file
+/// is re-laid out over the tiers that have room (here the other tier alone) with every
+/// byte it held, and the writes succeed.
+#[test]
+fn enospc_mid_write_moves_a_striped_file() {
+    if !tmpfs_possible() {
+        return;
+    }
+    let s = Setup::two("stripe");
+    let tmp = Tmpfs::mount(&s.tier_path(0), "84m");
+    let m = s.mount();
+    let rel = "striped.tensor.swp";
+    let data = pattern(24 * MIB, 11);
+    let f = open_flags(
+        &m.path(rel),
+        libc::O_WRONLY | libc::O_CREAT | libc::O_DIRECT,
+        0o600,
+    )
+    .unwrap();
+    for off in (0..4 * MIB).step_by(MIB) {
+        pwrite_exact(&f, &aligned(&data[off..off + MIB]), off as u64).unwrap();
+    }
+    assert_eq!(s.tiers_holding(rel), vec![0, 1], "striped over both tiers");
+    let filler = tmp.fill();
+    let rest = &data[4 * MIB..];
+    let chunk = rest.len() / 4;
+    std::thread::scope(|sc| {
+        for t in 0..4 {
+            let (f, data) = (&f, &data);
+            sc.spawn(move || {
+                for k in (0..chunk).step_by(MIB) {
+                    let off = 4 * MIB + t * chunk + k;
+                    pwrite_exact(f, &aligned(&data[off..off + MIB]), off as u64)
+                        .unwrap_or_else(|e| panic!("write at {off} after ENOSPC: {e}"));
+                }
+            });
+        }
+    });
+    drop(f);
+    assert!(
+        read_direct_threads(&m.path(rel), 4) == data,
+        "data after the move"
+    );
+    assert_eq!(s.tiers_holding(rel), vec![1], "the file left the full tier");
+    let used = settled_used(&m);
+    assert_eq!(used, vec![0, data.len() as u64]);
+    assert_no_stale(&m);
+    std::fs::remove_file(filler).unwrap();
+    m.unmount();
+    let m = s.mount();
+    assert!(
+        read_direct_threads(&m.path(rel), 2) == data,
+        "after a remount"
+    );
+    m.unmount();
+    drop(tmp);
+}
+
 /// With no tier able to take the file, the writer gets ENOSPC (never a short write), and
 /// the bytes written before are still there.
 #[test]

@@ -1778,6 +1778,15 @@ impl TierFs {
             pt
         };
         drop(tree);
+        // DeepSpeed rewrites its swap files in place every step (no O_TRUNC), so a file
+        // laid out under old shares would keep them forever: when it is opened for writing
+        // and its stripes no longer follow the shares, move it first. The copy is made
+        // before the switch, so a failed move leaves the file as it was.
+        if write && pt.is_none() && self.layout_drifted(&f.layout()) {
+            if let Err(e) = self.relocate(ino, &f, None, 0) {
+                log::warn!("re-laying out inode {ino} failed (it stays as it is): {e}");
+            }
+        }
         Ok((
             self.new_fh(Handle::File {
                 node: f,
@@ -2016,7 +2025,7 @@ impl TierFs {
                         "tier '{}' refused a write to inode {ino} ({e}); moving the file to another tier",
                         self.tiers[tier].name
                     );
-                    if let Err(re) = self.relocate(ino, &node, tier, end) {
+                    if let Err(re) = self.relocate(ino, &node, Some(tier), end) {
                         // The caller gets the tier's own error; the log has why the move failed.
                         log::error!(
                             "moving inode {ino} off tier '{}' failed: {re}",
@@ -2043,17 +2052,53 @@ impl TierFs {
         }
     }
 
+    /// How far a stripe pattern's split may drift from the current Eq. 1 shares (largest
+    /// per-tier difference) before a file opened for writing is re-laid out.
+    const DRIFT: f64 = 0.15;
+
+    /// Whether a striped file's pattern no longer follows the current shares (with
+    /// `adapt`: a tier slowed down or recovered since the file was laid out).
+    fn layout_drifted(&self, layout: &FileLayout) -> bool {
+        let FileLayout::Stripe(m) = layout else {
+            return false;
+        };
+        if !self.adapt {
+            return false;
+        }
+        let eligible: Vec<bool> = self
+            .tiers
+            .iter()
+            .map(|t| t.is_healthy() && t.has_room_for(1 << 20))
+            .collect();
+        let ideal = placement::stripe_pattern(&self.placer.shares(), &eligible);
+        if ideal.is_empty() {
+            return false;
+        }
+        let frac = |p: &[u8], t: usize| {
+            p.iter().filter(|x| **x as usize == t).count() as f64 / p.len() as f64
+        };
+        (0..self.tiers.len()).any(|t| (frac(&m.pattern, t) - frac(&ideal, t)).abs() > Self::DRIFT)
+    }
+
     /// Moves a file off tier `bad` (full, or failed): copies its bytes into a new layout on
     /// the other tiers — a stripe pattern over them for a striped file, one tier with room
     /// for a whole file — then switches over and removes the old pieces last. Nothing
     /// written is lost; on any failure the file stays as it was.
-    fn relocate(&self, ino: u64, node: &Arc<FileNode>, bad: usize, need: u64) -> Result<()> {
+    fn relocate(
+        &self,
+        ino: u64,
+        node: &Arc<FileNode>,
+        bad: Option<usize>,
+        need: u64,
+    ) -> Result<()> {
         let tree = self.tree.read();
         let rel = tree.rel(ino);
         let mut st = node.state.write();
         let old = st.layout.clone();
-        if !old.tiers().contains(&bad) {
-            return Ok(()); // another writer moved it already
+        match bad {
+            Some(b) if !old.tiers().contains(&b) => return Ok(()), // moved already
+            None if !self.layout_drifted(&old) => return Ok(()),
+            _ => {}
         }
         if st.pt_opens > 0 {
             // The kernel writes this file's old piece itself: it cannot move under it.
@@ -2066,7 +2111,7 @@ impl TierFs {
                 let eligible: Vec<bool> = self
                     .tiers
                     .iter()
-                    .map(|t| t.index != bad && t.is_healthy() && t.has_room_for(1 << 20))
+                    .map(|t| Some(t.index) != bad && t.is_healthy() && t.has_room_for(1 << 20))
                     .collect();
                 let pattern = placement::stripe_pattern(&self.placer.shares(), &eligible);
                 match pattern.len() {
@@ -2084,7 +2129,7 @@ impl TierFs {
                 let eligible: Vec<bool> = self
                     .tiers
                     .iter()
-                    .map(|t| t.index != bad && t.is_healthy() && t.has_room_for(want))
+                    .map(|t| Some(t.index) != bad && t.is_healthy() && t.has_room_for(want))
                     .collect();
                 let parent = tree.nodes.get(&ino).map(|n| n.parent).unwrap_or(ROOT_INO);
                 let c = self
@@ -2212,11 +2257,17 @@ impl TierFs {
         *c = charge.map(|ch| self.placer.settle(ch, size));
         drop(c);
         st.pieces = new_pieces;
-        log::info!(
-            "moved inode {ino} ({size} bytes) off tier '{}': now {}",
-            self.tiers[bad].name,
-            layout.encode()
-        );
+        match bad {
+            Some(b) => log::info!(
+                "moved inode {ino} ({size} bytes) off tier '{}': now {}",
+                self.tiers[b].name,
+                layout.encode()
+            ),
+            None => log::info!(
+                "re-laid out inode {ino} ({size} bytes) to follow the current shares: now {}",
+                layout.encode()
+            ),
+        }
         st.layout = layout;
         Ok(())
     }

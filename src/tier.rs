@@ -108,6 +108,9 @@ pub struct Estimate {
 /// An interval must have moved this much, busy this long, to update an estimate.
 pub const MIN_SAMPLE_BYTES: u64 = 16 << 20;
 pub const MIN_SAMPLE_BUSY_NS: u64 = 50_000_000;
+/// ... or have been busy this long: a tier that stalls (completes little or nothing while
+/// requests wait on it) must pull its estimate down, not freeze it.
+pub const STALL_BUSY_NS: u64 = 1_000_000_000;
 /// Weight of the newest sample.
 pub const EWMA_ALPHA: f64 = 0.3;
 
@@ -121,7 +124,7 @@ impl Estimate {
     pub fn sample(&self, bytes: u64, busy_ns: u64) -> Option<f64> {
         let db = bytes.saturating_sub(self.last_bytes.load(Ordering::Relaxed));
         let dt = busy_ns.saturating_sub(self.last_busy.load(Ordering::Relaxed));
-        if db < MIN_SAMPLE_BYTES || dt < MIN_SAMPLE_BUSY_NS {
+        if dt < MIN_SAMPLE_BUSY_NS || (db < MIN_SAMPLE_BYTES && dt < STALL_BUSY_NS) {
             return None;
         }
         self.last_bytes.store(bytes, Ordering::Relaxed);
@@ -513,13 +516,16 @@ mod tests {
     #[test]
     fn estimate_ignores_idle_time_and_small_samples() {
         let e = Estimate::default();
-        assert_eq!(e.sample(1 << 20, 1_000_000_000), None, "too few bytes");
+        assert_eq!(e.sample(1 << 20, 500_000_000), None, "too few bytes");
         // 100 MB moved in 0.1 s of busy time (however long the wall-clock interval was).
         let v = e.sample(100_000_000, 100_000_000).unwrap();
         assert!((v - 1e9).abs() < 1.0, "{v}");
         // Next interval half as fast: the mean moves by alpha toward it.
         let v = e.sample(200_000_000, 300_000_000).unwrap();
         assert!((v - (1e9 + EWMA_ALPHA * (0.5e9 - 1e9))).abs() < 1.0, "{v}");
+        // A stall: busy for 2 s with nothing completed still counts, and pulls it down.
+        let stalled = e.sample(200_000_000, 2_300_000_000).unwrap();
+        assert!(stalled < v * 0.75, "{stalled} vs {v}");
     }
 
     #[test]

@@ -1,0 +1,301 @@
+//! The mount-time scan: rebuilding the tree from what the tiers hold.
+//!
+//! The tiers are the only persistent copy of the namespace. A folder on any tier is a
+//! folder (mirrored where missing); a file's pieces are recognised by their layout xattr; a
+//! duplicate left by an interrupted move is resolved (an identical older copy removed, a
+//! different one renamed `NAME.tierfs-conflict-TIER`, never deleted); our own temporaries
+//! are removed.
+
+use super::*;
+
+impl TierFs {
+    pub(super) fn scan(&self) -> Result<()> {
+        let mut tree = self.tree.write();
+        let mut stack = vec![(ROOT_INO, PathBuf::new())];
+        while let Some((ino, rel)) = stack.pop() {
+            // name -> (tier, kind) for every tier that has it
+            let mut found: BTreeMap<OsString, Vec<(usize, Kind)>> = BTreeMap::new();
+            for t in &self.tiers {
+                let dir = t.path(&rel);
+                let rd = match fs::read_dir(&dir) {
+                    Ok(rd) => rd,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        // A folder missing on one tier (made by hand, or a failed mirror).
+                        fs::create_dir_all(&dir)
+                            .map_err(|e| Error::tier(&t.name, "mkdir", &dir, e))?;
+                        continue;
+                    }
+                    Err(e) => return Err(Error::tier(&t.name, "readdir", &dir, e)),
+                };
+                for ent in rd {
+                    let ent = ent.map_err(|e| Error::tier(&t.name, "readdir", &dir, e))?;
+                    let name = ent.file_name();
+                    if name.as_bytes().starts_with(TMP_PREFIX.as_bytes()) {
+                        log::info!("removing leftover temporary {}", ent.path().display());
+                        let _ = fs::remove_file(ent.path());
+                        continue;
+                    }
+                    if ino == ROOT_INO && name == self.stats_dir {
+                        log::warn!(
+                            "{} hides the stats folder; it is not shown (rename it on the tier)",
+                            ent.path().display()
+                        );
+                        continue;
+                    }
+                    let ft = ent
+                        .file_type()
+                        .map_err(|e| Error::tier(&t.name, "stat", ent.path(), e))?;
+                    if let Some(k) = kind_of(ft) {
+                        found.entry(name).or_default().push((t.index, k));
+                    }
+                }
+            }
+            // Entries set aside during this pass (conflict copies) are listed too, so they
+            // are visible at once rather than after the next mount.
+            let mut entries: std::collections::VecDeque<(OsString, Vec<(usize, Kind)>)> =
+                found.into_iter().collect();
+            while let Some((name, on)) = entries.pop_front() {
+                let child_rel = rel.join(&name);
+                if on.iter().any(|(_, k)| *k == Kind::Dir) {
+                    for (t, k) in &on {
+                        if *k != Kind::Dir {
+                            self.set_aside(
+                                *t,
+                                &child_rel,
+                                "a folder of the same name exists on another tier",
+                            );
+                        }
+                    }
+                    for t in &self.tiers {
+                        if !on.iter().any(|(i, k)| *i == t.index && *k == Kind::Dir) {
+                            let p = t.path(&child_rel);
+                            let _ = fs::create_dir_all(&p);
+                        }
+                    }
+                    let c = tree.insert(
+                        ino,
+                        &name,
+                        NodeData::Dir {
+                            children: BTreeMap::new(),
+                        },
+                    );
+                    stack.push((c, child_rel));
+                } else if on.iter().any(|(_, k)| *k == Kind::File) {
+                    let file_tiers: Vec<usize> = on
+                        .iter()
+                        .filter(|(_, k)| *k == Kind::File)
+                        .map(|(t, _)| *t)
+                        .collect();
+                    for (t, k) in &on {
+                        if *k != Kind::File {
+                            self.set_aside(
+                                *t,
+                                &child_rel,
+                                "a file of the same name exists on another tier",
+                            );
+                        }
+                    }
+                    if let Some((layout, size)) = self.adopt_file(&child_rel, &file_tiers) {
+                        self.account_resize(&layout, 0, size);
+                        for t in layout.tiers() {
+                            self.tiers[t].counters.files.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if let FileLayout::Whole { tier } = layout {
+                            self.placer.record_existing(ino, tier, size);
+                        }
+                        let node = FileNode::new(layout, size, self.tiers.len());
+                        tree.insert(ino, &name, NodeData::File(Arc::new(node)));
+                    }
+                } else {
+                    let (t, k) = on[0];
+                    for (other, _) in &on[1..] {
+                        self.set_aside(
+                            *other,
+                            &child_rel,
+                            "a duplicate of an entry on another tier",
+                        );
+                    }
+                    if t != 0 {
+                        // Non-file objects live on the first tier: move it there.
+                        let from = self.tiers[t].path(&child_rel);
+                        let to = self.tiers[0].path(&child_rel);
+                        if let Err(e) = fs::rename(&from, &to) {
+                            log::warn!("cannot move {} to the first tier: {e}", from.display());
+                        }
+                    }
+                    tree.insert(ino, &name, NodeData::Other(k));
+                }
+                for (new_rel, t) in std::mem::take(&mut *self.aside.lock()) {
+                    if new_rel.parent() == Some(rel.as_path()) {
+                        if let (Some(n), Ok(m)) = (
+                            new_rel.file_name(),
+                            fs::symlink_metadata(self.tiers[t].path(&new_rel)),
+                        ) {
+                            if let Some(k) = kind_of(m.file_type()) {
+                                entries.push_back((n.to_os_string(), vec![(t, k)]));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Renames a conflicting backing entry out of the way (kept, visible, never deleted).
+    pub(super) fn set_aside(&self, tier: usize, rel: &Path, why: &str) {
+        let from = self.tiers[tier].path(rel);
+        // Never replace an earlier conflict copy: take the first free name.
+        for n in 1..1000 {
+            let mut suffix = format!(".tierfs-conflict-{}", self.tiers[tier].name);
+            if n > 1 {
+                suffix.push_str(&format!("-{n}"));
+            }
+            let with_suffix = |p: &Path| {
+                let mut p = p.as_os_str().to_os_string();
+                p.push(&suffix);
+                PathBuf::from(p)
+            };
+            let to = with_suffix(&from);
+            match sys::rename2(&from, &to, libc::RENAME_NOREPLACE) {
+                Ok(()) => {
+                    log::warn!("{}: {why}; renamed to {}", from.display(), to.display());
+                    self.aside.lock().push((with_suffix(rel), tier));
+                    return;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+                Err(e) => {
+                    log::warn!("{}: {why}; cannot rename it aside: {e}", from.display());
+                    return;
+                }
+            }
+        }
+        log::warn!(
+            "{}: {why}; left in place (too many conflict copies)",
+            from.display()
+        );
+    }
+
+    /// Works out the layout and size of a file whose pieces were found on `on` tiers.
+    pub(super) fn adopt_file(&self, rel: &Path, on: &[usize]) -> Option<(FileLayout, u64)> {
+        let n = self.tiers.len();
+        let mut layouts = Vec::new();
+        for &t in on {
+            let p = self.tiers[t].path(rel);
+            let l = match sys::lgetxattr(&p, OsStr::new(LAYOUT_XATTR)) {
+                Ok(v) => match FileLayout::decode(&String::from_utf8_lossy(&v), n) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        log::warn!(
+                            "{}: {e}; treating it as a whole file on its tier",
+                            p.display()
+                        );
+                        FileLayout::Whole { tier: t }
+                    }
+                },
+                Err(_) => FileLayout::Whole { tier: t },
+            };
+            let len = fs::symlink_metadata(&p).map(|m| m.len()).unwrap_or(0);
+            layouts.push((t, l, len));
+        }
+        if let Some((_, FileLayout::Stripe(m), _)) = layouts
+            .iter()
+            .find(|(_, l, _)| matches!(l, FileLayout::Stripe(_)))
+        {
+            let m = m.clone();
+            let mut size = 0;
+            for (t, l, len) in &layouts {
+                if !m.tiers.contains(t) || *l != FileLayout::Stripe(m.clone()) {
+                    self.set_aside(
+                        *t,
+                        rel,
+                        "a piece that does not belong to the file's stripe layout",
+                    );
+                    continue;
+                }
+                size = size.max(m.logical_end(*t, *len));
+            }
+            for t in &m.tiers {
+                let p = self.tiers[*t].path(rel);
+                if !p.exists() {
+                    log::warn!(
+                        "{}: stripe piece missing; its stripes read as zeros",
+                        p.display()
+                    );
+                    // The piece carries the layout like every other, or the next mount
+                    // would take it for a whole file of its own.
+                    if fs::File::create(&p).is_ok() {
+                        let _ = sys::lsetxattr(
+                            &p,
+                            OsStr::new(LAYOUT_XATTR),
+                            FileLayout::Stripe(m.clone()).encode().as_bytes(),
+                            0,
+                        );
+                    }
+                }
+            }
+            return Some((FileLayout::Stripe(m), size));
+        }
+        // Whole files: one copy is the rule; two mean a move or a cross-tier rename was
+        // interrupted. Keep the newest; an identical older copy is dropped, a different one
+        // is set aside.
+        let newest = layouts
+            .iter()
+            .max_by_key(|(t, _, _)| {
+                fs::symlink_metadata(self.tiers[*t].path(rel))
+                    .map(|m| (m.mtime(), m.mtime_nsec()))
+                    .unwrap_or((0, 0))
+            })?
+            .clone();
+        for (t, _, len) in &layouts {
+            if *t == newest.0 {
+                continue;
+            }
+            let p = self.tiers[*t].path(rel);
+            if *len == newest.2 && files_equal(&p, &self.tiers[newest.0].path(rel)) {
+                log::warn!(
+                    "{}: duplicate of the copy on tier '{}'; removed",
+                    p.display(),
+                    self.tiers[newest.0].name
+                );
+                let _ = fs::remove_file(&p);
+            } else {
+                self.set_aside(
+                    *t,
+                    rel,
+                    "an older, different copy of a file held by another tier",
+                );
+            }
+        }
+        Some((FileLayout::Whole { tier: newest.0 }, newest.2))
+    }
+}
+
+fn files_equal(a: &Path, b: &Path) -> bool {
+    use std::io::Read;
+    let (Ok(mut fa), Ok(mut fb)) = (fs::File::open(a), fs::File::open(b)) else {
+        return false;
+    };
+    let mut ba = vec![0u8; 1 << 20];
+    let mut bb = vec![0u8; 1 << 20];
+    loop {
+        let na = match fa.read(&mut ba) {
+            Ok(n) => n,
+            Err(_) => return false,
+        };
+        let mut nb = 0;
+        while nb < na {
+            match fb.read(&mut bb[nb..na]) {
+                Ok(0) => return false,
+                Ok(n) => nb += n,
+                Err(_) => return false,
+            }
+        }
+        if na == 0 {
+            return fb.read(&mut bb[..1]).map(|n| n == 0).unwrap_or(false);
+        }
+        if ba[..na] != bb[..na] {
+            return false;
+        }
+    }
+}

@@ -28,7 +28,6 @@ use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Bytes moved per read or write while exporting.
 const CHUNK: usize = 1 << 20;
@@ -691,28 +690,6 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> io::Result<usize> {
     Ok(done)
 }
 
-/// Reads at `off` until `buf` is full or the end of the file; returns the bytes read.
-fn pread_full(f: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {
-    let mut done = 0;
-    while done < buf.len() {
-        match f.read_at(&mut buf[done..], off + done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(done)
-}
-
-fn time_of(secs: i64, nsecs: i64) -> SystemTime {
-    if secs >= 0 {
-        UNIX_EPOCH + Duration::new(secs as u64, nsecs as u32)
-    } else {
-        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nsecs as u64)
-    }
-}
-
 /// Copies user xattrs (not `user.tierfs.*`) from `from` to `to`; returns the names that
 /// could not be set.
 fn copy_user_xattrs(from: &Path, to: &Path) -> io::Result<usize> {
@@ -744,8 +721,8 @@ fn copy_attrs(m: &Metadata, to: &Path, symlink: bool) -> io::Result<()> {
     }
     sys::lutimens(
         to,
-        SetTime::At(time_of(m.atime(), m.atime_nsec())),
-        SetTime::At(time_of(m.mtime(), m.mtime_nsec())),
+        SetTime::At(crate::sys::time_of(m.atime(), m.atime_nsec())),
+        SetTime::At(crate::sys::time_of(m.mtime(), m.mtime_nsec())),
     )
 }
 
@@ -1265,7 +1242,7 @@ fn copy_stripes(
         for ex in m.extents(off, n) {
             let dst = &mut b[ex.buf..ex.buf + ex.len];
             let got = match &pieces[ex.tier] {
-                Some(f) => pread_full(f, dst, ex.local)?,
+                Some(f) => crate::io::read_full(f, dst, ex.local)?,
                 None => 0,
             };
             dst[got..].fill(0);
@@ -1680,7 +1657,7 @@ mod tests {
         fs::write(tiers[1].data.join("a/f"), b"hello").unwrap();
         fs::write(tiers[0].data.join("g"), b"new").unwrap();
         fs::write(tiers[1].data.join("g"), b"old!").unwrap();
-        let old = SystemTime::now() - Duration::from_secs(100);
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(100);
         sys::lutimens(&tiers[1].data.join("g"), SetTime::At(old), SetTime::At(old)).unwrap();
         let (r, out) = check(&cfg, &tiers, false);
         assert_eq!(r.problems(), 2, "{out}");

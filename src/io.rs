@@ -255,7 +255,8 @@ fn write_full(f: &File, mut buf: &[u8], mut off: u64) -> io::Result<()> {
     Ok(())
 }
 
-fn read_full(f: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {
+/// Reads at `off` until `buf` is full or the file ends; returns the bytes read.
+pub fn read_full(f: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         match f.read_at(&mut buf[done..], off + done as u64) {

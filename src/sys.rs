@@ -141,6 +141,17 @@ pub fn try_lock_exclusive(fd: BorrowedFd<'_>) -> io::Result<()> {
     check(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) })
 }
 
+/// A stat timestamp (seconds and nanoseconds since the epoch, possibly negative) as a
+/// `SystemTime`.
+pub fn time_of(secs: i64, nsecs: i64) -> std::time::SystemTime {
+    use std::time::{Duration, UNIX_EPOCH};
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nsecs as u32)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nsecs as u64)
+    }
+}
+
 /// A time to set with utimensat: `None` leaves it unchanged.
 #[derive(Debug, Clone, Copy)]
 pub enum SetTime {

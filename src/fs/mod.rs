@@ -38,7 +38,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 /// Inode of the mount root (FUSE's fixed root id).
 pub const ROOT_INO: u64 = 1;
@@ -424,14 +424,6 @@ fn kind_of(ft: fs::FileType) -> Option<Kind> {
     })
 }
 
-fn time_of(secs: i64, nsecs: i64) -> SystemTime {
-    if secs >= 0 {
-        UNIX_EPOCH + Duration::new(secs as u64, nsecs as u32)
-    } else {
-        UNIX_EPOCH - Duration::from_secs((-secs) as u64) + Duration::from_nanos(nsecs as u64)
-    }
-}
-
 fn is_no_space(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
@@ -696,9 +688,9 @@ impl TierFs {
             uid: m.uid(),
             gid: m.gid(),
             rdev: m.rdev() as u32,
-            atime: time_of(m.atime(), m.atime_nsec()),
-            mtime: time_of(m.mtime(), m.mtime_nsec()),
-            ctime: time_of(m.ctime(), m.ctime_nsec()),
+            atime: sys::time_of(m.atime(), m.atime_nsec()),
+            mtime: sys::time_of(m.mtime(), m.mtime_nsec()),
+            ctime: sys::time_of(m.ctime(), m.ctime_nsec()),
         }
     }
 

@@ -85,3 +85,41 @@ fn striped_file_follows_new_shares_when_rewritten() {
         data.len()
     );
 }
+
+/// A crash between creating a striped file's pieces leaves an empty piece without its
+/// layout xattr: the next mount claims it for the file instead of setting it aside as a
+/// conflict copy (found by the kill -9 test).
+#[test]
+fn empty_piece_of_an_interrupted_creation_is_adopted() {
+    let d = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[[tier]]\nname = \"fast\"\npath = \"{0}/a\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
+         [[tier]]\nname = \"slow\"\npath = \"{0}/b\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
+         [placement]\nlayout = \"stripe\"\nstripe_unit = \"64KiB\"\n",
+        d.path().display()
+    );
+    let config = MountConfig::parse(&text, Path::new("adopt.toml")).unwrap();
+    config.prepare_tier_dirs().unwrap();
+    {
+        let tiers = tierfs::daemon::open_tiers(&config, false, |_| {}).unwrap();
+        let fs = TierFs::new(&config, tiers).unwrap();
+        let (_, fh, _) = fs
+            .create(
+                ROOT_INO,
+                OsStr::new("f"),
+                0o600,
+                libc::O_WRONLY,
+                Ctx { uid: 0, gid: 0 },
+            )
+            .unwrap();
+        fs.release(fh).unwrap();
+    }
+    let piece = d.path().join("b/data/f");
+    tierfs::sys::lremovexattr(&piece, OsStr::new(tierfs::layout::LAYOUT_XATTR)).unwrap();
+    let tiers = tierfs::daemon::open_tiers(&config, false, |_| {}).unwrap();
+    let fs = TierFs::new(&config, tiers).unwrap();
+    let files = fs.file_list();
+    assert_eq!(files.len(), 1, "{files:?}");
+    assert!(matches!(files[0].2, FileLayout::Stripe(_)), "{files:?}");
+    assert!(tierfs::sys::lgetxattr(&piece, OsStr::new(tierfs::layout::LAYOUT_XATTR)).is_ok());
+}

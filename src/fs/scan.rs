@@ -180,6 +180,8 @@ impl TierFs {
     pub(super) fn adopt_file(&self, rel: &Path, on: &[usize]) -> Option<(FileLayout, u64)> {
         let n = self.tiers.len();
         let mut layouts = Vec::new();
+        // Pieces with no layout xattr at all.
+        let mut bare = Vec::new();
         for &t in on {
             let p = self.tiers[t].path(rel);
             let l = match sys::lgetxattr(&p, OsStr::new(LAYOUT_XATTR)) {
@@ -197,6 +199,7 @@ impl TierFs {
             };
             let len = fs::symlink_metadata(&p).map(|m| m.len()).unwrap_or(0);
             layouts.push((t, l, len));
+            bare.push(sys::lgetxattr(&p, OsStr::new(LAYOUT_XATTR)).is_err());
         }
         if let Some((_, FileLayout::Stripe(m), _)) = layouts
             .iter()
@@ -204,7 +207,21 @@ impl TierFs {
         {
             let m = m.clone();
             let mut size = 0;
-            for (t, l, len) in &layouts {
+            for (i, (t, l, len)) in layouts.iter().enumerate() {
+                // Creation writes each piece's xattr before the file takes any data, so an
+                // empty piece without one, on a tier of the pattern, is this file's piece
+                // from a creation a crash interrupted: claim it.
+                if bare[i] && *len == 0 && m.tiers.contains(t) {
+                    let p = self.tiers[*t].path(rel);
+                    let encoded = FileLayout::Stripe(m.clone()).encode();
+                    if sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0).is_ok() {
+                        log::info!(
+                            "{}: empty piece of an interrupted creation, adopted",
+                            p.display()
+                        );
+                        continue;
+                    }
+                }
                 if !m.tiers.contains(t) || *l != FileLayout::Stripe(m.clone()) {
                     self.set_aside(
                         *t,

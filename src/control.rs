@@ -1,0 +1,239 @@
+//! The command language of the write-only `.tierfs/control` file.
+//!
+//! A training script (or `tools/tierfs_hints.py`) tells the cache what it knows about its
+//! own access order: one command per line. Parsing is separate from acting so that a write
+//! with any bad line is refused whole (the caller gets `EINVAL` and nothing changes), and so
+//! the parser can be fuzzed without a mount.
+//!
+//! ```text
+//! order ascending|descending|alternate|learned [DIR]   how the next steps walk DIR's files
+//! step [DIR]                                           a training step starts now
+//! prefetch PATH                                        load PATH into the cache
+//! drop PATH                                            write PATH back and evict it
+//! flush [PATH]                                         write back dirty data (all, or PATH)
+//! # comment                                            ignored, as are blank lines
+//! ```
+//!
+//! Paths are relative to the mount root (a leading `/` means the mount root too); `..`
+//! components are refused so a command can never name anything outside the mount.
+
+use std::fmt;
+use std::path::{Component, Path, PathBuf};
+
+/// The longest control write accepted (a script listing many files stays far below it).
+pub const MAX_WRITE: usize = 1 << 20;
+
+/// How a directory's files will be walked in the coming steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OrderHint {
+    /// Every step in the same order as the learned one (or by name before one is learned).
+    Ascending,
+    /// Every step in the reverse of that order.
+    Descending,
+    /// Steps alternate between the two.
+    Alternate,
+    /// Forget earlier hints: follow what is observed.
+    Learned,
+}
+
+impl OrderHint {
+    pub fn name(self) -> &'static str {
+        match self {
+            OrderHint::Ascending => "ascending",
+            OrderHint::Descending => "descending",
+            OrderHint::Alternate => "alternate",
+            OrderHint::Learned => "learned",
+        }
+    }
+}
+
+/// One parsed command. Paths are relative to the mount root; an empty path is the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Order { hint: OrderHint, dir: PathBuf },
+    Step { dir: Option<PathBuf> },
+    Prefetch { path: PathBuf },
+    Drop { path: PathBuf },
+    Flush { path: Option<PathBuf> },
+}
+
+/// A refused control write: which line and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlError {
+    /// 1-based line number.
+    pub line: usize,
+    pub reason: String,
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "control line {}: {}", self.line, self.reason)
+    }
+}
+
+impl std::error::Error for ControlError {}
+
+/// Parses a whole control write; any bad line refuses all of it.
+pub fn parse(text: &str) -> Result<Vec<Command>, ControlError> {
+    if text.len() > MAX_WRITE {
+        return Err(ControlError {
+            line: 0,
+            reason: format!("write of {} bytes is over {MAX_WRITE}", text.len()),
+        });
+    }
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let cmd = parse_line(line).map_err(|reason| ControlError {
+            line: i + 1,
+            reason,
+        })?;
+        out.push(cmd);
+    }
+    Ok(out)
+}
+
+/// The word at the start of `s` and the trimmed rest.
+fn split_word(s: &str) -> (&str, &str) {
+    match s.find(char::is_whitespace) {
+        Some(i) => (&s[..i], s[i..].trim()),
+        None => (s, ""),
+    }
+}
+
+fn parse_line(line: &str) -> Result<Command, String> {
+    let (word, rest) = split_word(line);
+    match word {
+        "order" => {
+            let (h, dir) = split_word(rest);
+            let hint = match h {
+                "ascending" => OrderHint::Ascending,
+                "descending" => OrderHint::Descending,
+                "alternate" | "alternating" => OrderHint::Alternate,
+                "learned" => OrderHint::Learned,
+                "" => return Err("`order` needs ascending, descending, alternate or learned".into()),
+                other => {
+                    return Err(format!(
+                        "unknown order '{other}' (ascending, descending, alternate or learned)"
+                    ))
+                }
+            };
+            Ok(Command::Order {
+                hint,
+                dir: mount_path(dir)?,
+            })
+        }
+        "step" => Ok(Command::Step {
+            dir: optional(rest)?,
+        }),
+        "prefetch" => Ok(Command::Prefetch {
+            path: required(word, rest)?,
+        }),
+        "drop" => Ok(Command::Drop {
+            path: required(word, rest)?,
+        }),
+        "flush" => Ok(Command::Flush {
+            path: optional(rest)?,
+        }),
+        other => Err(format!(
+            "unknown command '{}' (order, step, prefetch, drop, flush)",
+            other.escape_debug()
+        )),
+    }
+}
+
+fn required(word: &str, rest: &str) -> Result<PathBuf, String> {
+    if rest.is_empty() {
+        return Err(format!("`{word}` needs a path"));
+    }
+    let p = mount_path(rest)?;
+    if p.as_os_str().is_empty() {
+        return Err(format!("`{word}` needs a file, not the mount root"));
+    }
+    Ok(p)
+}
+
+fn optional(rest: &str) -> Result<Option<PathBuf>, String> {
+    if rest.is_empty() {
+        Ok(None)
+    } else {
+        mount_path(rest).map(Some)
+    }
+}
+
+/// A path inside the mount, relative to its root.
+fn mount_path(s: &str) -> Result<PathBuf, String> {
+    if s.contains('\0') {
+        return Err("a path may not contain NUL".into());
+    }
+    let mut out = PathBuf::new();
+    for c in Path::new(s).components() {
+        match c {
+            Component::RootDir | Component::CurDir => {}
+            Component::Normal(n) => out.push(n),
+            Component::ParentDir => {
+                return Err(format!("'{s}': `..` may not appear in a control path"))
+            }
+            Component::Prefix(_) => return Err(format!("'{s}': not a mount path")),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_command() {
+        let cmds = parse(
+            "# hints from train.py\n\norder alternate zero_stage_3/optimizer/rank0\n\
+             step\nstep /a/b\nprefetch a/b c.swp\ndrop ./x\nflush\nflush y\norder learned\n",
+        )
+        .unwrap();
+        assert_eq!(
+            cmds,
+            vec![
+                Command::Order {
+                    hint: OrderHint::Alternate,
+                    dir: "zero_stage_3/optimizer/rank0".into()
+                },
+                Command::Step { dir: None },
+                Command::Step {
+                    dir: Some("a/b".into())
+                },
+                Command::Prefetch {
+                    path: "a/b c.swp".into()
+                },
+                Command::Drop { path: "x".into() },
+                Command::Flush { path: None },
+                Command::Flush {
+                    path: Some("y".into())
+                },
+                Command::Order {
+                    hint: OrderHint::Learned,
+                    dir: PathBuf::new()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn one_bad_line_refuses_the_whole_write() {
+        let e = parse("step\nprefetch\n").unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.reason.contains("needs a path"), "{e}");
+        let e = parse("order sideways\n").unwrap_err();
+        assert!(e.reason.contains("unknown order 'sideways'"), "{e}");
+        let e = parse("jump x\n").unwrap_err();
+        assert!(e.reason.contains("unknown command 'jump'"), "{e}");
+        let e = parse("drop ../../etc/passwd").unwrap_err();
+        assert!(e.reason.contains(".."), "{e}");
+        assert!(parse("prefetch /").is_err(), "the root is not a file");
+        assert!(parse(&"#".repeat(MAX_WRITE + 1)).is_err());
+    }
+}

@@ -1179,7 +1179,10 @@ path = "/lus/proj/tierfs/${HOSTNAME}"
             ("size = \"1MiB\"", "too small"),
             ("size = \"1GiB\"\npolicy = \"mru\"", "cache.policy"),
             ("size = \"1GiB\"\nprefetch = 65", "cache.prefetch"),
-            ("size = \"1GiB\"\nwriteback_delay = -1.0", "cache.writeback_delay"),
+            (
+                "size = \"1GiB\"\nwriteback_delay = -1.0",
+                "cache.writeback_delay",
+            ),
             ("size = \"1GiB\"\nmax_file = \"2GiB\"", "at most cache.size"),
             ("size = \"1GiB\"\nsizes = 1", "unknown field"),
         ] {

@@ -471,6 +471,9 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
             })
             .map_err(|e| Failure::runtime(format!("cannot start the estimator thread: {e}")))?;
     }
+    // The cache's writer and prefetcher (none without a [cache] section).
+    TierFs::start_cache_threads(&fs)
+        .map_err(|e| Failure::runtime(format!("cannot start the cache threads: {e}")))?;
     ready.say("OK");
     ready.0 = None;
     loop {

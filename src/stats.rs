@@ -163,6 +163,12 @@ pub fn render(fs: &TierFs, v: Virtual) -> Vec<u8> {
         Virtual::Tiers => tiers_table(&snapshot(fs)).into_bytes(),
         Virtual::Files => files_table(&snapshot(fs)).into_bytes(),
         Virtual::Metrics => crate::metrics::render(&snapshot(fs)).into_bytes(),
+        Virtual::Cache => {
+            let mut s = serde_json::to_string_pretty(&fs.cache_view()).unwrap_or_default();
+            s.push('\n');
+            s.into_bytes()
+        }
+        Virtual::Control => Vec::new(),
     }
 }
 

@@ -99,6 +99,21 @@ fn cached_file_is_coherent_with_kernel_passthrough_on() {
     assert_eq!(errno(&e), libc::ENOENT);
     let e = std::fs::write(m.path(".tierfs/control"), b"drop f\nfrobnicate\n").unwrap_err();
     assert_eq!(errno(&e), libc::EINVAL);
+    // The Python helper a training script imports sends the same commands.
+    let helper = concat!(env!("CARGO_MANIFEST_DIR"), "/tools/tierfs_hints.py");
+    let run = |args: &[&str]| {
+        Command::new("python3")
+            .arg(helper)
+            .arg(s.mountpoint())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["order", "alternate"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["order", "sideways"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Invalid argument"));
     // prefetch loads it back (in the background).
     std::fs::write(m.path(".tierfs/control"), b"prefetch f\n").unwrap();
     assert!(

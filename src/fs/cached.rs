@@ -649,7 +649,7 @@ pub struct CacheView {
 #[derive(Debug, serde::Serialize)]
 pub struct MemoryView {
     pub cache_limit: u64,
-    /// Per-thread request buffers and prefetch fill buffers, at most.
+    /// Per-thread request, reply and bounce buffers, at most.
     pub buffers_bound: u64,
     /// Cache plus buffers (metadata, a few hundred bytes per file, comes on top).
     pub bound: u64,
@@ -688,7 +688,10 @@ fn rss_bytes() -> u64 {
 
 impl TierFs {
     pub fn cache_view(&self) -> CacheView {
-        let buffers_bound = (self.threads as u64 + PREFETCH_FILL_THREADS as u64 + 1) * BLOCK;
+        // Per FUSE thread: fuser's request buffer, the read reply buffer and an unaligned-write
+        // bounce buffer, 1 MiB each at most; per prefetch fill thread nothing (blocks are
+        // counted in the cache).
+        let buffers_bound = self.threads as u64 * 3 * BLOCK;
         let Some(c) = &self.cache else {
             return CacheView {
                 enabled: false,

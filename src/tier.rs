@@ -36,7 +36,11 @@ pub struct TierCounters {
     pub reads: AtomicU64,
     pub writes: AtomicU64,
     pub in_flight: AtomicU64,
+    /// Backing operations that failed, all kinds together ...
     pub errors: AtomicU64,
+    /// ... and of those, the data reads and data writes.
+    pub read_errors: AtomicU64,
+    pub write_errors: AtomicU64,
     /// Files that have a piece on this tier.
     pub files: AtomicU64,
     /// Logical bytes of pieces on this tier (what `capacity` limits).
@@ -169,6 +173,8 @@ pub struct Tier {
     pub user_xattrs: bool,
     /// False after the tier failed in a way that means it is broken (EIO, EROFS).
     healthy: std::sync::atomic::AtomicBool,
+    /// The last backing error on this tier, for the stats.
+    last_error: parking_lot::Mutex<Option<String>>,
     /// The block device under the tier (`/sys/dev/block/MAJ:MIN/stat`), if any, and its
     /// sector counters at mount: bytes moved by passthrough are counted from there.
     device_stat: Option<PathBuf>,
@@ -305,6 +311,7 @@ impl Tier {
             small_direct_io,
             user_xattrs,
             healthy: std::sync::atomic::AtomicBool::new(true),
+            last_error: parking_lot::Mutex::new(None),
             device_stat,
             device_base,
             counters: TierCounters::default(),
@@ -320,9 +327,25 @@ impl Tier {
         self.healthy.load(Ordering::Relaxed)
     }
 
+    /// What the stats call the tier's state: "ok", or "failed" (EIO/EROFS seen; no new
+    /// data until remounted).
+    pub fn state(&self) -> &'static str {
+        if self.is_healthy() {
+            "ok"
+        } else {
+            "failed"
+        }
+    }
+
+    /// The last backing error seen on this tier.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().clone()
+    }
+
     /// Records a failure; errors that mean the tier itself is broken mark it unhealthy.
     pub fn note_error(&self, e: &std::io::Error) {
         self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        *self.last_error.lock() = Some(e.to_string());
         if matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EROFS))
             && self.healthy.swap(false, Ordering::Relaxed)
         {

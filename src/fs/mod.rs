@@ -1689,6 +1689,8 @@ impl TierFs {
             }
             Err(e) => {
                 io.finish(false, 0);
+                let c = &self.tiers[tier].counters;
+                c.read_errors.fetch_add(1, Ordering::Relaxed);
                 Err(self.tier_err(tier, "read", Path::new("(open file)"), e))
             }
         }
@@ -1702,6 +1704,8 @@ impl TierFs {
         let r = piece.write_all_at(buf, off);
         io.finish(r.is_ok(), buf.len() as u64);
         if let Err(e) = &r {
+            let c = &self.tiers[tier].counters;
+            c.write_errors.fetch_add(1, Ordering::Relaxed);
             self.tiers[tier].note_error(e);
         }
         r

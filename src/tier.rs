@@ -185,7 +185,10 @@ pub struct Tier {
     /// Online bandwidth estimates from the daemon's own traffic.
     pub est_read: Estimate,
     pub est_write: Estimate,
-    _lock: File,
+    /// Left out of a degraded mount (its folder was missing or unusable): nothing of it is
+    /// opened, created or read.
+    pub missing: bool,
+    _lock: Option<File>,
 }
 
 impl Tier {
@@ -318,8 +321,38 @@ impl Tier {
             queue: crate::sched::TierQueue::new(DEFAULT_MAX_IN_FLIGHT, false),
             est_read: Estimate::default(),
             est_write: Estimate::default(),
-            _lock: lock,
+            missing: false,
+            _lock: Some(lock),
         })
+    }
+
+    /// A tier left out of a degraded mount: it keeps its place (stripe layouts name tiers
+    /// by index) but is never touched; `why` is shown as its last error.
+    pub fn missing(index: usize, name: &str, root: &Path, why: &str) -> Tier {
+        Tier {
+            index,
+            name: name.to_string(),
+            root: root.to_path_buf(),
+            data: root.join(DATA_DIR),
+            limbo: root.join(META_DIR).join(LIMBO_DIR),
+            read_bps: 0.0,
+            write_bps: 0.0,
+            bandwidth_source: BandwidthSource::Config,
+            capacity: Some(0),
+            direct_io: false,
+            small_direct_io: false,
+            user_xattrs: true,
+            healthy: std::sync::atomic::AtomicBool::new(false),
+            last_error: parking_lot::Mutex::new(Some(why.to_string())),
+            device_stat: None,
+            device_base: (0, 0),
+            counters: TierCounters::default(),
+            queue: crate::sched::TierQueue::new(DEFAULT_MAX_IN_FLIGHT, false),
+            est_read: Estimate::default(),
+            est_write: Estimate::default(),
+            missing: true,
+            _lock: None,
+        }
     }
 
     /// Whether the tier is usable for new data.
@@ -327,10 +360,12 @@ impl Tier {
         self.healthy.load(Ordering::Relaxed)
     }
 
-    /// What the stats call the tier's state: "ok", or "failed" (EIO/EROFS seen; no new
-    /// data until remounted).
+    /// What the stats call the tier's state: "ok", "failed" (EIO/EROFS seen; no new data
+    /// until remounted) or "missing" (left out of a degraded mount).
     pub fn state(&self) -> &'static str {
-        if self.is_healthy() {
+        if self.missing {
+            "missing"
+        } else if self.is_healthy() {
             "ok"
         } else {
             "failed"
@@ -417,6 +452,9 @@ impl Tier {
 
     /// The backing filesystem's space.
     pub fn space(&self) -> Option<sys::Space> {
+        if self.missing {
+            return None;
+        }
         sys::statvfs(&self.data).ok()
     }
 

@@ -508,6 +508,7 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
                 while !STOP.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_secs(1));
                     fs.refresh_shares();
+                    fs.probe_tiers();
                 }
             })
             .map_err(|e| Failure::runtime(format!("cannot start the estimator thread: {e}")))?;

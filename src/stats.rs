@@ -49,6 +49,10 @@ pub struct TierStats {
     /// The last backing error on the tier.
     #[serde(default)]
     pub last_error: Option<String>,
+    /// Recovery probes run since mount (small measurements of a tier whose share was cut
+    /// while it saw no traffic).
+    #[serde(default)]
+    pub probes: u64,
     /// Kernel passthrough handles open now / opened since mount. Their bytes bypass the
     /// daemon and appear only in the device counters.
     pub passthrough_open: u64,
@@ -123,6 +127,7 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
                 read_errors: c.read_errors.load(Ordering::Relaxed),
                 write_errors: c.write_errors.load(Ordering::Relaxed),
                 last_error: t.last_error(),
+                probes: t.probes.load(Ordering::Relaxed),
                 passthrough_open: c.pt_open.load(Ordering::Relaxed),
                 passthrough_opens: c.pt_opens_total.load(Ordering::Relaxed),
                 device_read: t.device_bytes().map(|d| d.0),

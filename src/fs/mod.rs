@@ -514,6 +514,7 @@ impl TierFs {
         for t in &self.tiers {
             changed |= t.sample_bandwidth();
         }
+
         if changed && self.adapt {
             let bws: Vec<f64> = self
                 .tiers
@@ -539,6 +540,33 @@ impl TierFs {
             self.placer.set_shares(new);
         }
         self.placer.shares()
+    }
+
+    /// Recovery probes (with `adapt`): a tier whose share fell well below its stated or
+    /// probed one and whose own traffic has gone quiet is measured with a small probe on a
+    /// thread of its own, so its share can return when its bandwidth does.
+    pub fn probe_tiers(self: &Arc<Self>) {
+        if !self.adapt {
+            return;
+        }
+        let base: Vec<f64> = self
+            .tiers
+            .iter()
+            .map(|t| placement::effective_bandwidth(t.read_bps, t.write_bps))
+            .collect();
+        let base = placement::shares(&base);
+        let now = self.placer.shares();
+        for (i, t) in self.tiers.iter().enumerate() {
+            if t.claim_probe(now[i] < 0.8 * base[i]) {
+                let fs = self.clone();
+                let r = std::thread::Builder::new()
+                    .name("tierfs-probe".into())
+                    .spawn(move || fs.tiers[i].probe_now());
+                if let Err(e) = r {
+                    log::warn!("cannot start a probe thread: {e}");
+                }
+            }
+        }
     }
 
     /// The configured passthrough mode.

@@ -32,6 +32,7 @@
 //! log_file = "/tmp/tierfs-${USER}.log"
 //! threads = 64                        # 1..=256
 //! passthrough = "auto"                # "auto" | "direct" | "off": kernel passthrough for whole files
+//! degraded = false                    # mount without a tier whose folder is missing or unusable
 //! ```
 
 use std::ffi::{CStr, CString};
@@ -117,6 +118,9 @@ pub struct MountSection {
     /// Each tier serves one file at a time (the MLP-Offload paper's node-local lock around
     /// swap-in and swap-out). Default `false`.
     pub exclusive_tiers: bool,
+    /// Mount even when a tier's folder is missing or unusable (not the first tier): that
+    /// tier is left out, files with pieces on it answer EIO. Default `false` (an error).
+    pub degraded: bool,
 }
 
 /// `mount.passthrough`: let the kernel do a whole file's I/O on its backing file itself
@@ -241,6 +245,7 @@ impl Default for MountSection {
             threads: DEFAULT_THREADS,
             passthrough: Passthrough::Auto,
             exclusive_tiers: false,
+            degraded: false,
         }
     }
 }
@@ -303,6 +308,8 @@ struct RawMount {
     passthrough: Option<String>,
     #[serde(default)]
     exclusive_tiers: bool,
+    #[serde(default)]
+    degraded: bool,
 }
 
 /// A size or bandwidth as written: a string (`"1MiB"`), or a bare number (`capacity = 4096`),
@@ -789,6 +796,7 @@ impl MountConfig {
                 threads,
                 passthrough,
                 exclusive_tiers: raw.mount.exclusive_tiers,
+                degraded: raw.mount.degraded,
             },
             cache,
         })
@@ -867,6 +875,7 @@ impl MountConfig {
         let _ = writeln!(s, "threads = {}", self.mount.threads);
         let _ = writeln!(s, "passthrough = \"{}\"", self.mount.passthrough.as_str());
         let _ = writeln!(s, "exclusive_tiers = {}", self.mount.exclusive_tiers);
+        let _ = writeln!(s, "degraded = {}", self.mount.degraded);
         match &self.cache {
             None => {
                 let _ = writeln!(s, "\n# [cache]: not set, no host-memory cache");
@@ -895,12 +904,68 @@ impl MountConfig {
     /// put the "PFS" tier on the root disk. Once all folders exist they are resolved through
     /// symlinks and checked again for two tiers sharing (or nesting) one folder.
     pub fn prepare_tier_dirs(&self) -> Result<(), ConfigError> {
+        self.prepare_tier_dirs_degraded(false).map(|_| ())
+    }
+
+    /// [`Self::prepare_tier_dirs`], but with `degraded` a tier other than the first whose
+    /// folder fails the checks is left out instead: returns those tiers' indexes, each with
+    /// why. The first tier must pass (it holds symlinks, special files and the default log).
+    pub fn prepare_tier_dirs_degraded(
+        &self,
+        degraded: bool,
+    ) -> Result<Vec<(usize, String)>, ConfigError> {
+        let mut missing = Vec::new();
+        let mut resolved = Vec::with_capacity(self.tiers.len());
+        for (i, t) in self.tiers.iter().enumerate() {
+            match self.prepare_tier_dir(t) {
+                Ok(real) => resolved.push(Some(real)),
+                Err(ConfigError::Invalid(msg)) if degraded && i > 0 => {
+                    missing.push((i, msg));
+                    resolved.push(None);
+                }
+                Err(ConfigError::Invalid(msg)) if degraded => {
+                    return Err(ConfigError::Invalid(format!(
+                        "{msg}\n(degraded mounts may leave out any tier but the first, which \
+                         holds symlinks, special files and the default log)"
+                    )))
+                }
+                Err(e) => return Err(e),
+            }
+        }
         let file = self.source.display();
         let fail = |t: &TierConfig, msg: String| {
             ConfigError::Invalid(format!("{file}: tier '{}': {msg}", t.name))
         };
-        let mut resolved = Vec::with_capacity(self.tiers.len());
-        for t in &self.tiers {
+        for (i, a) in resolved.iter().enumerate() {
+            let Some(a) = a else { continue };
+            for (j, b) in resolved.iter().enumerate().skip(i + 1) {
+                let Some(b) = b else { continue };
+                if a.starts_with(b) || b.starts_with(a) {
+                    return Err(fail(
+                        &self.tiers[j],
+                        format!(
+                            "{} resolves to {}, which is the same as or nested with tier '{}' \
+                             ({}); tier folders must be separate, so check the symlinks on \
+                             these paths",
+                            self.tiers[j].path.display(),
+                            b.display(),
+                            self.tiers[i].name,
+                            a.display()
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(missing)
+    }
+
+    /// One tier's folder: exists (or is created), is a writable directory; its real path.
+    fn prepare_tier_dir(&self, t: &TierConfig) -> Result<PathBuf, ConfigError> {
+        let file = self.source.display();
+        let fail = |t: &TierConfig, msg: String| {
+            ConfigError::Invalid(format!("{file}: tier '{}': {msg}", t.name))
+        };
+        {
             let dir = &t.path;
             match std::fs::metadata(dir) {
                 Ok(m) if m.is_dir() => {}
@@ -960,27 +1025,8 @@ impl MountConfig {
             }
             let real = std::fs::canonicalize(dir)
                 .map_err(|e| fail(t, format!("cannot resolve {}: {e}", dir.display())))?;
-            resolved.push(real);
+            Ok(real)
         }
-        for (i, a) in resolved.iter().enumerate() {
-            for (j, b) in resolved.iter().enumerate().skip(i + 1) {
-                if a.starts_with(b) || b.starts_with(a) {
-                    return Err(fail(
-                        &self.tiers[j],
-                        format!(
-                            "{} resolves to {}, which is the same as or nested with tier '{}' \
-                             ({}); tier folders must be separate, so check the symlinks on \
-                             these paths",
-                            self.tiers[j].path.display(),
-                            b.display(),
-                            self.tiers[i].name,
-                            a.display()
-                        ),
-                    ));
-                }
-            }
-        }
-        Ok(())
     }
 }
 

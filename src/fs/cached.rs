@@ -172,7 +172,7 @@ impl TierFs {
                 .collect(),
         };
         for (tier, at, len, local) in extents {
-            let piece = st.pieces[tier].as_ref().ok_or(Error::BadHandle)?;
+            let piece = self.open_piece(st, tier, "read")?;
             let dst = &mut buf[at..at + len];
             let got = self.piece_read_as(tier, piece, dst, local, class)?;
             dst[got..].fill(0);
@@ -286,6 +286,9 @@ impl TierFs {
         if e.dirty_blocks() == 0 {
             return Ok(());
         }
+        for t in st.layout.tiers() {
+            self.open_piece(st, t, "write back")?;
+        }
         let size = node.size();
         for (b, slot) in e.all_slots().into_iter().enumerate() {
             let mut s = slot.lock();
@@ -302,12 +305,12 @@ impl TierFs {
             let data = &s.buf.as_ref().expect("dirty slot has a buffer")[..n];
             let r = match &st.layout {
                 FileLayout::Whole { tier } => {
-                    let piece = st.pieces[*tier].as_ref().ok_or(Error::BadHandle)?;
+                    let piece = self.open_piece(st, *tier, "write back")?;
                     self.piece_write_as(*tier, piece, data, start, Class::WriteBack)
                         .map_err(|err| (*tier, err))
                 }
                 FileLayout::Stripe(m) => m.extents(start, n).into_iter().try_for_each(|x| {
-                    let piece = st.pieces[x.tier].as_ref().expect("stripe piece open");
+                    let piece = st.pieces[x.tier].as_ref().expect("checked above");
                     self.piece_write_as(
                         x.tier,
                         piece,
@@ -465,7 +468,7 @@ impl TierFs {
             let f = f.clone();
             let mut st = f.state.write();
             if st.cache.is_none() {
-                if st.pt_opens > 0 {
+                if st.pt_opens > 0 || st.layout.tiers().iter().any(|t| self.tiers[*t].missing) {
                     return Ok(());
                 }
                 let rank = c.rank_of(n.parent, ino);

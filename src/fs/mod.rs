@@ -545,6 +545,7 @@ impl TierFs {
         for t in &self.tiers {
             changed |= t.sample_bandwidth();
         }
+
         if changed && self.adapt {
             let bws: Vec<f64> = self
                 .tiers
@@ -570,6 +571,33 @@ impl TierFs {
             self.placer.set_shares(new);
         }
         self.placer.shares()
+    }
+
+    /// Recovery probes (with `adapt`): a tier whose share fell well below its stated or
+    /// probed one and whose own traffic has gone quiet is measured with a small probe on a
+    /// thread of its own, so its share can return when its bandwidth does.
+    pub fn probe_tiers(self: &Arc<Self>) {
+        if !self.adapt {
+            return;
+        }
+        let base: Vec<f64> = self
+            .tiers
+            .iter()
+            .map(|t| placement::effective_bandwidth(t.read_bps, t.write_bps))
+            .collect();
+        let base = placement::shares(&base);
+        let now = self.placer.shares();
+        for (i, t) in self.tiers.iter().enumerate() {
+            if t.claim_probe(now[i] < 0.8 * base[i]) {
+                let fs = self.clone();
+                let r = std::thread::Builder::new()
+                    .name("tierfs-probe".into())
+                    .spawn(move || fs.tiers[i].probe_now());
+                if let Err(e) = r {
+                    log::warn!("cannot start a probe thread: {e}");
+                }
+            }
+        }
     }
 
     /// The configured passthrough mode.
@@ -648,6 +676,34 @@ impl TierFs {
     }
 
     // ----- helpers ---------------------------------------------------------------------
+
+    /// The piece of an open file on `tier`, or EIO when the tier was left out of a degraded
+    /// mount (the only way an open file lacks one).
+    fn open_piece<'a>(
+        &self,
+        st: &'a FileState,
+        tier: usize,
+        op: &'static str,
+    ) -> Result<&'a Piece> {
+        match &st.pieces[tier] {
+            Some(p) => Ok(p),
+            None if self.tiers[tier].missing => Err(self.missing_err(tier, op)),
+            None => Err(Error::BadHandle),
+        }
+    }
+
+    /// The error for a request that needs a tier missing from a degraded mount.
+    fn missing_err(&self, tier: usize, op: &'static str) -> Error {
+        let t = &self.tiers[tier];
+        t.counters.errors.fetch_add(1, Ordering::Relaxed);
+        Error::tier(
+            &t.name,
+            op,
+            &t.root,
+            // No raw errno: the caller gets EIO, and no move is attempted.
+            std::io::Error::other("the tier is missing (mounted degraded without it)"),
+        )
+    }
 
     fn tier_err(&self, tier: usize, op: &'static str, path: &Path, e: std::io::Error) -> Error {
         self.tiers[tier].note_error(&e);
@@ -739,7 +795,11 @@ impl TierFs {
         match &node.data {
             NodeData::File(f) => {
                 let st = f.state.read();
-                let primary = st.layout.primary();
+                // The primary piece, or where a degraded mount lacks its tier, another.
+                let primary = std::iter::once(st.layout.primary())
+                    .chain(st.layout.tiers())
+                    .find(|t| !self.tiers[*t].missing)
+                    .unwrap_or(st.layout.primary());
                 let size = f.size();
                 let m = if let Some(p) = &st.pieces[primary] {
                     p.file()
@@ -773,8 +833,24 @@ impl TierFs {
 
     /// Backing paths of a node: every tier for folders, the layout's tiers for files, the
     /// first tier for the rest.
+    ///
+    /// A file with a piece on a tier missing from a degraded mount has no complete set of
+    /// paths: changing it (rename, unlink, chmod, ...) answers EIO, so the piece on the
+    /// missing tier never goes out of step with the others.
     fn backing_paths(&self, tree: &Tree, ino: u64) -> Result<Vec<(usize, PathBuf)>> {
         let node = tree.get(ino)?;
+        if let NodeData::File(f) = &node.data {
+            if let Some(t) = f
+                .state
+                .read()
+                .layout
+                .tiers()
+                .into_iter()
+                .find(|t| self.tiers[*t].missing)
+            {
+                return Err(self.missing_err(t, "change"));
+            }
+        }
         if let (NodeData::File(f), true) = (&node.data, node.limbo) {
             return Ok(f
                 .state
@@ -787,7 +863,12 @@ impl TierFs {
         }
         let rel = tree.rel(ino).ok_or(Error::NotFound)?;
         Ok(match &node.data {
-            NodeData::Dir { .. } => self.tiers.iter().map(|t| (t.index, t.path(&rel))).collect(),
+            NodeData::Dir { .. } => self
+                .tiers
+                .iter()
+                .filter(|t| !t.missing)
+                .map(|t| (t.index, t.path(&rel)))
+                .collect(),
             NodeData::File(f) => f
                 .state
                 .read()
@@ -1021,7 +1102,7 @@ impl TierFs {
         }
         let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
         let mut made: Vec<PathBuf> = Vec::new();
-        for t in &self.tiers {
+        for t in self.tiers.iter().filter(|t| !t.missing) {
             let p = t.path(&rel);
             let r = fs::create_dir(&p)
                 .and_then(|_| fs::set_permissions(&p, fs::Permissions::from_mode(mode & 0o7777)));
@@ -1557,6 +1638,10 @@ impl TierFs {
             let mut st = f.state.write();
             if st.opens == 0 && st.cache.is_none() {
                 for t in st.layout.tiers() {
+                    if self.tiers[t].missing {
+                        // Left out of a degraded mount: requests that need it answer EIO.
+                        continue;
+                    }
                     // Also an unlinked file the kernel still references: its pieces are
                     // in limbo.
                     let p = self.piece_path(&tree, ino, t)?;
@@ -1717,7 +1802,7 @@ impl TierFs {
     fn read_pieces(&self, st: &FileState, off: u64, buf: &mut [u8]) -> Result<()> {
         match &st.layout {
             FileLayout::Whole { tier } => {
-                let piece = st.pieces[*tier].as_ref().ok_or(Error::BadHandle)?;
+                let piece = self.open_piece(st, *tier, "read")?;
                 let got = self.piece_read(*tier, piece, buf, off)?;
                 if got < buf.len() {
                     return Err(Error::ShortRead {
@@ -1731,7 +1816,7 @@ impl TierFs {
             }
             FileLayout::Stripe(m) => {
                 for ex in m.extents(off, buf.len()) {
-                    let piece = st.pieces[ex.tier].as_ref().ok_or(Error::BadHandle)?;
+                    let piece = self.open_piece(st, ex.tier, "read")?;
                     let dst = &mut buf[ex.buf..ex.buf + ex.len];
                     let got = self.piece_read(ex.tier, piece, dst, ex.local)?;
                     // A piece shorter than the file is a hole (never written): zeros.
@@ -1763,6 +1848,8 @@ impl TierFs {
             }
             Err(e) => {
                 io.finish(false, 0);
+                let c = &self.tiers[tier].counters;
+                c.read_errors.fetch_add(1, Ordering::Relaxed);
                 Err(self.tier_err(tier, "read", Path::new("(open file)"), e))
             }
         }
@@ -1785,6 +1872,8 @@ impl TierFs {
         let r = piece.write_all_at(buf, off);
         io.finish(r.is_ok(), buf.len() as u64);
         if let Err(e) = &r {
+            let c = &self.tiers[tier].counters;
+            c.write_errors.fetch_add(1, Ordering::Relaxed);
             self.tiers[tier].note_error(e);
         }
         r
@@ -1835,13 +1924,20 @@ impl TierFs {
             }
             let r = match &st.layout {
                 FileLayout::Whole { tier } => {
-                    let piece = st.pieces[*tier].as_ref().ok_or(Error::BadHandle)?;
+                    let piece = self.open_piece(&st, *tier, "write")?;
                     self.piece_write(*tier, piece, data, off)
                         .map_err(|e| (*tier, e))
                 }
                 FileLayout::Stripe(m) => {
                     m.extents(off, data.len()).into_iter().try_for_each(|ex| {
-                        let piece = st.pieces[ex.tier].as_ref().expect("stripe piece open");
+                        let piece = self.open_piece(&st, ex.tier, "write").map_err(|_| {
+                            (
+                                ex.tier,
+                                std::io::Error::other(
+                                    "the tier is missing (mounted degraded without it)",
+                                ),
+                            )
+                        })?;
                         self.piece_write(ex.tier, piece, &data[ex.buf..ex.buf + ex.len], ex.local)
                             .map_err(|e| (ex.tier, e))
                     })
@@ -1896,6 +1992,9 @@ impl TierFs {
         self.uncache_locked(f, &mut st)?;
         let st = st;
         let set = |t: usize, len: u64| -> Result<()> {
+            if self.tiers[t].missing {
+                return Err(self.missing_err(t, "truncate"));
+            }
             if let Some(p) = &st.pieces[t] {
                 return p
                     .file()
@@ -1987,7 +2086,7 @@ impl TierFs {
                 .collect(),
         };
         for (t, a, l) in ranges {
-            let p = st.pieces[t].as_ref().ok_or(Error::BadHandle)?;
+            let p = self.open_piece(&st, t, "fallocate")?;
             sys::fallocate(std::os::fd::AsFd::as_fd(p.file()), mode, a, l)
                 .map_err(|e| self.tier_err(t, "fallocate", Path::new("(open file)"), e))?;
         }

@@ -166,6 +166,49 @@ pub const TIER_QUEUE_GRANTED: Metric = counter(
 pub const QUEUE_CLASSES: [&str; 4] = ["demand_read", "demand_write", "prefetch", "write_back"];
 
 /// Every metric, in the order they are printed.
+// Host-memory cache (only with a `[cache]` section).
+pub const CACHE_SIZE: Metric = gauge("tierfs_cache_size_bytes", "The cache's memory bound.");
+pub const CACHE_USED: Metric = gauge(
+    "tierfs_cache_used_bytes",
+    "Memory held by cached files (whole files, in 1 MiB blocks).",
+);
+pub const CACHE_DIRTY: Metric = gauge(
+    "tierfs_cache_dirty_bytes",
+    "Cached bytes newer than their tier copy (1 MiB blocks).",
+);
+pub const CACHE_HIT: Metric = counter(
+    "tierfs_cache_hit_bytes_total",
+    "Bytes read from cached files that were served from memory.",
+);
+pub const CACHE_MISS: Metric = counter(
+    "tierfs_cache_miss_bytes_total",
+    "Bytes read from cached files that had to be read from a tier first.",
+);
+pub const CACHE_ABSORBED: Metric = counter(
+    "tierfs_cache_absorbed_bytes_total",
+    "Bytes written into cached files (in memory).",
+);
+pub const CACHE_WRITTEN_BACK: Metric = counter(
+    "tierfs_cache_written_back_bytes_total",
+    "Bytes the cache wrote back to the tiers.",
+);
+pub const CACHE_PREFETCHED: Metric = counter(
+    "tierfs_cache_prefetched_bytes_total",
+    "Bytes loaded into the cache ahead of the reader.",
+);
+pub const CACHE_PREFETCH_USED: Metric = counter(
+    "tierfs_cache_prefetch_used_bytes_total",
+    "Prefetched bytes that were then read.",
+);
+pub const CACHE_PREFETCH_WASTED: Metric = counter(
+    "tierfs_cache_prefetch_wasted_bytes_total",
+    "Prefetched bytes dropped before anyone read them.",
+);
+pub const CACHE_EVICTIONS: Metric = counter(
+    "tierfs_cache_evictions_total",
+    "Files dropped from the cache to make room.",
+);
+
 pub const ALL: &[Metric] = &[
     INFO,
     UPTIME,
@@ -196,6 +239,17 @@ pub const ALL: &[Metric] = &[
     TIER_QUEUE_WAITING,
     TIER_QUEUE_WAITED,
     TIER_QUEUE_GRANTED,
+    CACHE_SIZE,
+    CACHE_USED,
+    CACHE_DIRTY,
+    CACHE_HIT,
+    CACHE_MISS,
+    CACHE_ABSORBED,
+    CACHE_WRITTEN_BACK,
+    CACHE_PREFETCHED,
+    CACHE_PREFETCH_USED,
+    CACHE_PREFETCH_WASTED,
+    CACHE_EVICTIONS,
 ];
 
 /// A sample value.
@@ -345,6 +399,25 @@ pub fn render(s: &Snapshot) -> String {
                         })
                 })
                 .collect(),
+            n if n.starts_with("tierfs_cache_") => match &s.cache {
+                None => Vec::new(),
+                Some(c) => vec![(
+                    vec![],
+                    Int(match n {
+                        _ if n == CACHE_SIZE.name => c.size,
+                        _ if n == CACHE_USED.name => c.used,
+                        _ if n == CACHE_DIRTY.name => c.dirty,
+                        _ if n == CACHE_HIT.name => c.hit_bytes,
+                        _ if n == CACHE_MISS.name => c.miss_bytes,
+                        _ if n == CACHE_ABSORBED.name => c.absorbed_bytes,
+                        _ if n == CACHE_WRITTEN_BACK.name => c.writeback_bytes,
+                        _ if n == CACHE_PREFETCHED.name => c.prefetch_bytes,
+                        _ if n == CACHE_PREFETCH_USED.name => c.prefetch_used_bytes,
+                        _ if n == CACHE_PREFETCH_WASTED.name => c.prefetch_wasted_bytes,
+                        _ => c.evictions,
+                    }),
+                )],
+            },
             _ => Vec::new(),
         };
         family(&mut out, m, &samples);
@@ -395,6 +468,7 @@ pub(crate) mod tests {
             uptime_s: 12.5,
             layout: "whole-file".into(),
             passthrough: false,
+            cache: None,
             tiers,
             files: vec![FileStats {
                 path: "/a".into(),
@@ -566,6 +640,36 @@ pub(crate) mod tests {
             }
         }
         Ok(series)
+    }
+
+    #[test]
+    fn cache_families_only_with_a_cache() {
+        let mut s = snap(vec![tier("only", 1e9)]);
+        assert!(!render(&s).contains("tierfs_cache_"));
+        s.cache = Some(crate::stats::CacheStats {
+            size: 1 << 30,
+            used: 2 << 20,
+            dirty: 1 << 20,
+            hit_bytes: 5,
+            miss_bytes: 6,
+            absorbed_bytes: 7,
+            writeback_bytes: 8,
+            prefetch_bytes: 9,
+            prefetch_used_bytes: 10,
+            prefetch_wasted_bytes: 11,
+            evictions: 12,
+        });
+        let text = render(&s);
+        for line in [
+            "tierfs_cache_size_bytes 1073741824",
+            "tierfs_cache_hit_bytes_total 5",
+            "tierfs_cache_miss_bytes_total 6",
+            "tierfs_cache_written_back_bytes_total 8",
+            "tierfs_cache_prefetch_wasted_bytes_total 11",
+            "tierfs_cache_evictions_total 12",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
     }
 
     #[test]

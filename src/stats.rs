@@ -94,6 +94,25 @@ pub struct Snapshot {
     pub passthrough: bool,
     pub tiers: Vec<TierStats>,
     pub files: Vec<FileStats>,
+    /// The host-memory cache's totals (None without a `[cache]`; details in `.tierfs/cache`).
+    #[serde(default)]
+    pub cache: Option<CacheStats>,
+}
+
+/// The cache's totals in `stats.json`, in bytes unless named otherwise.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CacheStats {
+    pub size: u64,
+    pub used: u64,
+    pub dirty: u64,
+    pub hit_bytes: u64,
+    pub miss_bytes: u64,
+    pub absorbed_bytes: u64,
+    pub writeback_bytes: u64,
+    pub prefetch_bytes: u64,
+    pub prefetch_used_bytes: u64,
+    pub prefetch_wasted_bytes: u64,
+    pub evictions: u64,
 }
 
 /// Takes a consistent-enough snapshot of the counters and the tree.
@@ -167,6 +186,23 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
         passthrough: fs.passthrough_enabled(),
         tiers,
         files,
+        cache: fs.cache().map(|c| {
+            let k = &c.counters;
+            let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            CacheStats {
+                size: c.cfg.size,
+                used: c.used(),
+                dirty: get(&k.dirty_bytes),
+                hit_bytes: get(&k.hit_bytes),
+                miss_bytes: get(&k.miss_bytes),
+                absorbed_bytes: get(&k.absorbed_bytes),
+                writeback_bytes: get(&k.writeback_bytes),
+                prefetch_bytes: get(&k.prefetch_bytes),
+                prefetch_used_bytes: get(&k.prefetch_used_bytes),
+                prefetch_wasted_bytes: get(&k.prefetch_wasted_bytes),
+                evictions: get(&k.evictions),
+            }
+        }),
     }
 }
 

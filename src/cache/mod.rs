@@ -189,8 +189,9 @@ pub struct Cache {
     wb: Mutex<WbRequest>,
     wb_cv: Condvar,
     pub stop: AtomicBool,
-    prefetch_tx: crossbeam_channel::Sender<u64>,
-    pub prefetch_rx: crossbeam_channel::Receiver<u64>,
+    /// (inode, asked for by a `prefetch` command rather than predicted)
+    prefetch_tx: crossbeam_channel::Sender<(u64, bool)>,
+    pub prefetch_rx: crossbeam_channel::Receiver<(u64, bool)>,
     /// Files queued for prefetch and not yet taken, so a file is queued once.
     queued: Mutex<std::collections::HashSet<u64>>,
 }
@@ -458,10 +459,10 @@ impl Cache {
         self.inner.lock().used
     }
 
-    /// Queues a prefetch of `ino` (once while it waits).
-    pub fn queue_prefetch(&self, ino: u64) {
+    /// Queues a prefetch of `ino` (once while it waits); `asked`: by a control command.
+    pub fn queue_prefetch(&self, ino: u64, asked: bool) {
         if self.queued.lock().insert(ino) {
-            let _ = self.prefetch_tx.send(ino);
+            let _ = self.prefetch_tx.send((ino, asked));
         }
     }
 

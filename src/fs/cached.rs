@@ -37,7 +37,7 @@ impl TierFs {
             let next = c.access(parent, ino, st.opens > 0);
             for f in next {
                 if f != ino {
-                    c.queue_prefetch(f);
+                    c.queue_prefetch(f, false);
                 }
             }
         }
@@ -439,7 +439,7 @@ impl TierFs {
     /// The prefetcher: loads predicted files into the cache, behind demand I/O.
     pub fn prefetch_loop(&self) {
         let Some(c) = &self.cache else { return };
-        while let Ok(ino) = c.prefetch_rx.recv() {
+        while let Ok((ino, asked)) = c.prefetch_rx.recv() {
             if c.stop.load(Ordering::Relaxed) {
                 return;
             }
@@ -447,14 +447,15 @@ impl TierFs {
                 continue;
             }
             c.dequeued(ino);
-            if let Err(e) = self.prefetch(ino) {
+            if let Err(e) = self.prefetch(ino, asked) {
                 log::debug!("prefetch of inode {ino}: {e}");
             }
         }
     }
 
-    /// Loads one file into the cache (admitting it if the policy lets it in).
-    pub fn prefetch(&self, ino: u64) -> Result<()> {
+    /// Loads one file into the cache (admitting it if the policy lets it in). `asked`: a
+    /// `prefetch` command, wanted now whatever the order says.
+    pub fn prefetch(&self, ino: u64, asked: bool) -> Result<()> {
         let c = self
             .cache
             .as_ref()
@@ -471,7 +472,7 @@ impl TierFs {
                 if st.pt_opens > 0 || st.layout.tiers().iter().any(|t| self.tiers[*t].missing) {
                     return Ok(());
                 }
-                let rank = c.rank_of(n.parent, ino);
+                let rank = if asked { 1 } else { c.rank_of(n.parent, ino) };
                 if st.opens == 0 {
                     for t in st.layout.tiers() {
                         let p = self.piece_path(&tree, ino, t)?;
@@ -480,9 +481,11 @@ impl TierFs {
                         st.pieces[t] = Some(Arc::new(piece));
                     }
                 }
-                // A prefetch is wanted sooner than anything it could displace that is not
-                // itself coming up: rank it as the next read at worst.
-                let rank = rank.min(c.cfg.prefetch as u64 + 1);
+                // The reader may have passed it while it waited in the queue: then it is not
+                // needed soon any more, and loading it would only displace what is.
+                if rank > c.cfg.prefetch as u64 + 1 {
+                    return Ok(());
+                }
                 let name = n.name.clone();
                 if !self.admit(c, ino, n.parent, name.as_bytes(), &f, &mut st, rank) {
                     if st.opens == 0 {
@@ -543,7 +546,7 @@ impl TierFs {
         if let Some(c) = &self.cache {
             c.stop.store(true, Ordering::Relaxed);
             c.wake_all();
-            c.queue_prefetch(0);
+            c.queue_prefetch(0, false);
         }
     }
 
@@ -596,7 +599,7 @@ impl TierFs {
                     hint,
                 ),
                 Command::Step { .. } => c.mark_step(target),
-                Command::Prefetch { .. } => c.queue_prefetch(target.expect("resolved")),
+                Command::Prefetch { .. } => c.queue_prefetch(target.expect("resolved"), true),
                 Command::Drop { .. } | Command::Flush { path: Some(_) } => {
                     let ino = target.expect("resolved");
                     let node = match &self.tree.read().get(ino)?.data {

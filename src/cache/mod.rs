@@ -33,10 +33,13 @@ use std::time::Instant;
 /// Cache block: the unit of filling, dirtiness and write-back.
 pub const BLOCK: u64 = 1 << 20;
 
+/// Granularity of a file's memory reservation (the last block is only as long as needed).
+pub const RESERVE_ALIGN: u64 = 4096;
+
 /// One block of a cached file.
 #[derive(Default)]
 pub struct Slot {
-    /// Allocated when first filled or written; `BLOCK` bytes, zero past the file's end.
+    /// Allocated when first filled or written: [`Entry::cap`] bytes, zero past the file's end.
     pub buf: Option<AlignedBuf>,
     /// Holds the file's current bytes (else they are on the tier).
     pub valid: bool,
@@ -44,6 +47,32 @@ pub struct Slot {
     pub dirty: bool,
     /// Filled by prefetch and not read since.
     pub prefetched: bool,
+}
+
+impl Slot {
+    /// Bytes allocated (0 before the first fill or write).
+    #[allow(clippy::len_without_is_empty)]
+    pub fn len(&self) -> usize {
+        self.buf.as_ref().map_or(0, |b| b.len())
+    }
+
+    /// Makes the buffer hold `cap` bytes (a grown last block keeps what it had).
+    pub fn ensure(&mut self, cap: usize, counters: &Counters) {
+        let old = self.len();
+        if self.buf.is_some() && old >= cap {
+            return;
+        }
+        let mut buf = AlignedBuf::zeroed(cap);
+        if let Some(b) = &self.buf {
+            buf[..old].copy_from_slice(b);
+        }
+        self.buf = Some(buf);
+        if self.dirty {
+            counters
+                .dirty_bytes
+                .fetch_add((cap - old) as u64, Ordering::Relaxed);
+        }
+    }
 }
 
 impl std::fmt::Debug for Slot {
@@ -91,18 +120,25 @@ impl Entry {
         self.reserved.load(Ordering::Relaxed)
     }
 
+    /// Bytes block `b` may hold: a whole block, less for the last one.
+    pub fn cap(&self, b: u64) -> usize {
+        self.reserved().saturating_sub(b * BLOCK).min(BLOCK) as usize
+    }
+
     pub fn dirty_blocks(&self) -> u64 {
         self.dirty_blocks.load(Ordering::Acquire)
     }
 
-    /// Marks a slot dirty (its lock held by the caller).
+    /// Marks a slot dirty (its lock held by the caller, its buffer allocated).
     pub fn set_dirty(&self, s: &mut Slot, counters: &Counters) {
         if !s.dirty {
             s.dirty = true;
             if self.dirty_blocks.fetch_add(1, Ordering::AcqRel) == 0 {
                 *self.dirty_since.lock() = Some(Instant::now());
             }
-            counters.dirty_bytes.fetch_add(BLOCK, Ordering::Relaxed);
+            counters
+                .dirty_bytes
+                .fetch_add(s.len() as u64, Ordering::Relaxed);
         }
     }
 
@@ -113,7 +149,9 @@ impl Entry {
             if self.dirty_blocks.fetch_sub(1, Ordering::AcqRel) == 1 {
                 *self.dirty_since.lock() = None;
             }
-            counters.dirty_bytes.fetch_sub(BLOCK, Ordering::Relaxed);
+            counters
+                .dirty_bytes
+                .fetch_sub(s.len() as u64, Ordering::Relaxed);
         }
     }
 
@@ -204,7 +242,7 @@ pub fn is_gradient(name: &[u8]) -> bool {
 
 /// Bytes of budget a file of `size` bytes holds.
 pub fn reserve_for(size: u64) -> u64 {
-    size.div_ceil(BLOCK).max(1) * BLOCK
+    size.div_ceil(RESERVE_ALIGN).max(1) * RESERVE_ALIGN
 }
 
 impl Cache {
@@ -368,7 +406,7 @@ impl Cache {
         node: &Arc<FileNode>,
         reserve: u64,
     ) -> Arc<Entry> {
-        let blocks = reserve / BLOCK;
+        let blocks = reserve.div_ceil(BLOCK);
         let entry = Arc::new(Entry {
             ino,
             dir,
@@ -396,13 +434,13 @@ impl Cache {
         entry
     }
 
-    /// Grows a cached file to `blocks` blocks with budget already reserved.
-    pub fn grow(&self, e: &Entry, blocks: u64) {
+    /// Grows a cached file's reservation to `reserve` bytes (the budget already taken).
+    pub fn grow(&self, e: &Entry, reserve: u64) {
         let mut slots = e.slots.write();
-        while (slots.len() as u64) < blocks {
+        while (slots.len() as u64) < reserve.div_ceil(BLOCK) {
             slots.push(Arc::new(Mutex::new(Slot::default())));
-            e.reserved.fetch_add(BLOCK, Ordering::Relaxed);
         }
+        e.reserved.store(reserve, Ordering::Relaxed);
     }
 
     /// Forgets a file and frees its memory. `evicted`: to make room (else dropped because
@@ -425,10 +463,12 @@ impl Cache {
         for s in e.all_slots() {
             let mut s = s.lock();
             if s.prefetched {
-                c.prefetch_wasted_bytes.fetch_add(BLOCK, Ordering::Relaxed);
+                c.prefetch_wasted_bytes
+                    .fetch_add(s.len() as u64, Ordering::Relaxed);
             }
             if s.dirty {
-                c.discarded_dirty_bytes.fetch_add(BLOCK, Ordering::Relaxed);
+                c.discarded_dirty_bytes
+                    .fetch_add(s.len() as u64, Ordering::Relaxed);
                 e.set_clean(&mut s, c);
             }
             s.buf = None;
@@ -517,7 +557,7 @@ mod tests {
     fn gradient_names() {
         assert!(is_gradient(b"0_999_gradient_0_1000.tensor.swp"));
         assert!(!is_gradient(b"exp_avg-0_999.tensor.swp"));
-        assert_eq!(reserve_for(0), BLOCK);
-        assert_eq!(reserve_for(BLOCK + 1), 2 * BLOCK);
+        assert_eq!(reserve_for(0), RESERVE_ALIGN);
+        assert_eq!(reserve_for(BLOCK + 1), BLOCK + RESERVE_ALIGN);
     }
 }

@@ -145,15 +145,16 @@ impl TierFs {
         &self,
         node: &FileNode,
         st: &FileState,
+        e: &Entry,
         b: u64,
         s: &mut Slot,
         class: Class,
     ) -> Result<()> {
         let start = b * BLOCK;
         let size = node.size();
-        let mut buf = AlignedBuf::zeroed(BLOCK as usize);
+        let mut buf = AlignedBuf::zeroed(e.cap(b));
         if start < size {
-            let n = (size - start).min(BLOCK) as usize;
+            let n = ((size - start).min(BLOCK) as usize).min(buf.len());
             self.read_lenient(st, start, &mut buf[..n], class)?;
         }
         s.buf = Some(buf);
@@ -206,10 +207,10 @@ impl TierFs {
                     s.prefetched = false;
                     c.counters
                         .prefetch_used_bytes
-                        .fetch_add(BLOCK, Ordering::Relaxed);
+                        .fetch_add(s.len() as u64, Ordering::Relaxed);
                 }
             } else {
-                self.fill(node, st, b, &mut s, Class::DemandRead)?;
+                self.fill(node, st, e, b, &mut s, Class::DemandRead)?;
                 c.counters.miss_bytes.fetch_add(n as u64, Ordering::Relaxed);
             }
             let data = s.buf.as_ref().expect("valid slot has a buffer");
@@ -232,15 +233,13 @@ impl TierFs {
     ) -> Result<bool> {
         let c = self.cache.as_ref().expect("cached file without a cache");
         let end = off + data.len() as u64;
-        let blocks = end.div_ceil(BLOCK);
-        if blocks > e.blocks() {
-            let extra = (blocks - e.blocks()) * BLOCK;
-            if e.reserved() + extra > c.cfg.max_file.div_ceil(BLOCK) * BLOCK
-                || !self.make_room(c, extra, 0, e.ino)
-            {
+        let want = cache::reserve_for(end);
+        if want > e.reserved() {
+            let extra = want - e.reserved();
+            if want > cache::reserve_for(c.cfg.max_file) || !self.make_room(c, extra, 0, e.ino) {
                 return Ok(false);
             }
-            c.grow(e, blocks);
+            c.grow(e, want);
         }
         let new_size = node.size().max(end);
         let mut done = 0usize;
@@ -255,12 +254,14 @@ impl TierFs {
             let whole = at == 0 && (n as u64 == BLOCK || pos + n as u64 >= new_size);
             if !s.valid {
                 if whole {
-                    s.buf = Some(AlignedBuf::zeroed(BLOCK as usize));
+                    s.buf = Some(AlignedBuf::zeroed(e.cap(b)));
                     s.valid = true;
                 } else {
-                    self.fill(node, st, b, &mut s, Class::DemandWrite)?;
+                    self.fill(node, st, e, b, &mut s, Class::DemandWrite)?;
                 }
             }
+            // A last block the file has grown into.
+            s.ensure(at + n, &c.counters);
             s.buf.as_mut().expect("valid slot has a buffer")[at..at + n]
                 .copy_from_slice(&data[done..done + n]);
             s.prefetched = false;
@@ -486,6 +487,10 @@ impl TierFs {
                 if rank > c.cfg.prefetch as u64 + 1 {
                     return Ok(());
                 }
+                // A predicted file is read once whether prefetched or not, so displacing a
+                // file that will be read again would only add a read: prediction fills free
+                // memory (or that of files with no known next use) and nothing else.
+                let rank = if asked { rank } else { u64::MAX - 1 };
                 let name = n.name.clone();
                 if !self.admit(c, ino, n.parent, name.as_bytes(), &f, &mut st, rank) {
                     if st.opens == 0 {
@@ -517,10 +522,10 @@ impl TierFs {
                     if s.valid {
                         continue;
                     }
-                    match self.fill(&node, &st, b, &mut s, Class::Prefetch) {
+                    match self.fill(&node, &st, &e, b, &mut s, Class::Prefetch) {
                         Ok(()) => {
                             s.prefetched = true;
-                            loaded.fetch_add(BLOCK, Ordering::Relaxed);
+                            loaded.fetch_add(s.len() as u64, Ordering::Relaxed);
                         }
                         Err(x) => {
                             *err.lock() = Some(x);
@@ -748,7 +753,7 @@ impl TierFs {
                 for s in &slots {
                     let s = s.lock();
                     valid += s.valid as u64;
-                    allocated += if s.buf.is_some() { BLOCK } else { 0 };
+                    allocated += s.len() as u64;
                 }
                 let rank = c.rank_of_entry(&e);
                 CachedFile {

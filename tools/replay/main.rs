@@ -130,6 +130,10 @@ struct Args {
     /// Serialize the optimizer step: read subgroup i, compute, write it, then i+1.
     #[arg(long)]
     no_pipeline: bool,
+    /// Only the optimizer is offloaded (`offload_param` off): no parameter files; the
+    /// backward pass writes every gradient file, descending.
+    #[arg(long)]
+    optimizer_only: bool,
     /// Subgroup order of the optimizer step: `ascending` every step (unmodified DeepSpeed)
     /// or `alternate` (descending on even steps, as the MLP-Offload patch does).
     #[arg(long, value_enum, default_value_t = StepOrder::Ascending)]
@@ -1060,10 +1064,12 @@ fn build_rank(args: &Args, rank: usize) -> (PathBuf, PathBuf, Vec<Subgroup>) {
                 fp32,
             ));
             let bf16 = (numel * 2).div_ceil(1024) * 1024;
-            params.push(sized(
-                spec(&par, format!("{}_param.tensor.swp", first + j as usize)),
-                bf16,
-            ));
+            if !args.optimizer_only {
+                params.push(sized(
+                    spec(&par, format!("{}_param.tensor.swp", first + j as usize)),
+                    bf16,
+                ));
+            }
             elem_off += numel;
         }
         sgs.push(Subgroup {
@@ -1412,6 +1418,15 @@ fn run_rank(args: &Args, rank: usize, sh: &Shared) {
             .collect();
         for (i, _) in &order {
             pending_params[*i] += 1;
+        }
+        if args.optimizer_only {
+            // No parameters to wait for: the gradients come out subgroup by subgroup.
+            for sg in sgs.iter().rev() {
+                for g in sg.grads.iter().rev() {
+                    writes.push_back(cx.write(g, cur, None));
+                    cx.reap(&mut writes, window * 2);
+                }
+            }
         }
         let mut k = 0;
         while k < order.len() || !reads.is_empty() {

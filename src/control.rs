@@ -115,7 +115,9 @@ fn parse_line(line: &str) -> Result<Command, String> {
                 "descending" => OrderHint::Descending,
                 "alternate" | "alternating" => OrderHint::Alternate,
                 "learned" => OrderHint::Learned,
-                "" => return Err("`order` needs ascending, descending, alternate or learned".into()),
+                "" => {
+                    return Err("`order` needs ascending, descending, alternate or learned".into())
+                }
                 other => {
                     return Err(format!(
                         "unknown order '{other}' (ascending, descending, alternate or learned)"

@@ -1170,6 +1170,11 @@ impl TierFs {
         if flags & libc::RENAME_EXCHANGE != 0 {
             return Err(Error::Invalid("RENAME_EXCHANGE is not supported"));
         }
+        // RENAME_WHITEOUT (overlayfs) would need a whiteout device node left behind, which
+        // tierfs cannot store: refuse it rather than rename without one.
+        if flags & !libc::RENAME_NOREPLACE != 0 {
+            return Err(Error::Invalid("only RENAME_NOREPLACE is supported"));
+        }
         let mut tree = self.tree.write();
         let ino = tree.child(parent, name)?;
         let kind = tree.get(ino)?.kind();
@@ -2045,6 +2050,9 @@ impl TierFs {
     }
 
     pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+        if Virtual::from_ino(ino).is_some() {
+            return Err(Error::Access("the stats files are read-only"));
+        }
         Self::xattr_name_ok(name)?;
         if self.tree.read().get(ino)?.kind() == Kind::Symlink {
             return Err(Error::NotPermitted("user xattrs on symlinks"));
@@ -2086,6 +2094,9 @@ impl TierFs {
     }
 
     pub fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
+        if Virtual::from_ino(ino).is_some() {
+            return Err(Error::Access("the stats files are read-only"));
+        }
         Self::xattr_name_ok(name).map_err(|_| Error::NoAttr)?;
         let (t, p) = self.xattr_path(ino)?;
         sys::lremovexattr(&p, name).map_err(|e| match e.raw_os_error() {

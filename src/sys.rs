@@ -301,6 +301,11 @@ pub fn no_symlink_below(root: &Path, path: &Path) -> io::Result<()> {
 /// and O_NOFOLLOW.
 pub fn open_beneath(root: &Path, path: &Path, flags: i32, mode: u32) -> io::Result<File> {
     use std::os::fd::FromRawFd;
+    // The other backing calls take the whole path; a file they could not reach (unlink,
+    // chmod) must not be created through the shorter relative one.
+    if path.as_os_str().len() >= libc::PATH_MAX as usize {
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
     let rel = path
         .strip_prefix(root)
         .map_err(|_| io::Error::from_raw_os_error(libc::EXDEV))?;

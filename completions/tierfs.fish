@@ -42,6 +42,7 @@ complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s c -l config -d '
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s f -l foreground -d 'Stay attached and log to stderr (or the config\'s log_file)'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l force -d 'Clear a dead tierfs mount left at MOUNTPOINT by a killed daemon'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l reprobe -d 'Measure tiers again even where a probe result is cached'
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l degraded -d 'Mount even if a tier (not the first) is missing or unusable: it is left out, files with pieces on it answer EIO (also `degraded = true` under [mount])'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s h -l help -d 'Print help'
 complete -c tierfs -n "__fish_tierfs_using_subcommand unmount" -l stats-dir -d 'Name of the stats folder if the config changed it' -r
 complete -c tierfs -n "__fish_tierfs_using_subcommand unmount" -s h -l help -d 'Print help'

@@ -43,6 +43,10 @@ pub enum Cmd {
         /// Measure tiers again even where a probe result is cached.
         #[arg(long)]
         reprobe: bool,
+        /// Mount even if a tier (not the first) is missing or unusable: it is left out,
+        /// files with pieces on it answer EIO (also `degraded = true` under [mount]).
+        #[arg(long)]
+        degraded: bool,
     },
     /// Unmount and wait until the daemon has exited.
     #[command(
@@ -232,12 +236,14 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             foreground,
             force,
             reprobe,
+            degraded,
         } => daemon::mount(&MountOptions {
             config,
             mountpoint,
             foreground,
             force,
             reprobe,
+            degraded,
         }),
         Cmd::Unmount {
             mountpoint,

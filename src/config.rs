@@ -32,6 +32,7 @@
 //! log_file = "/tmp/tierfs-${USER}.log"
 //! threads = 64                        # 1..=256
 //! passthrough = "auto"                # "auto" | "direct" | "off": kernel passthrough for whole files
+//! degraded = false                    # mount without a tier whose folder is missing or unusable
 //! ```
 
 use std::ffi::{CStr, CString};
@@ -117,6 +118,9 @@ pub struct MountSection {
     /// Each tier serves one file at a time (the MLP-Offload paper's node-local lock around
     /// swap-in and swap-out). Default `false`.
     pub exclusive_tiers: bool,
+    /// Mount even when a tier's folder is missing or unusable (not the first tier): that
+    /// tier is left out, files with pieces on it answer EIO. Default `false` (an error).
+    pub degraded: bool,
 }
 
 /// `mount.passthrough`: let the kernel do a whole file's I/O on its backing file itself
@@ -155,7 +159,51 @@ pub struct MountConfig {
     pub tiers: Vec<TierConfig>,
     pub placement: PlacementConfig,
     pub mount: MountSection,
+    /// `[cache]`: the host-memory tier; `None` (no section) means no cache.
+    pub cache: Option<CacheConfig>,
 }
+
+/// How the cache chooses what to keep when it is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CachePolicy {
+    /// Keep the files whose next read is predicted soonest (the learned order): on a cyclic
+    /// scan larger than the cache that is the head of the next pass, not the most recent.
+    Learned,
+    /// Least recently used, for comparison (it keeps nothing useful on a cyclic scan).
+    Lru,
+}
+
+impl CachePolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CachePolicy::Learned => "learned",
+            CachePolicy::Lru => "lru",
+        }
+    }
+}
+
+/// The validated `[cache]` section.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CacheConfig {
+    /// Bytes of host memory the cache may hold, at most.
+    pub size: u64,
+    pub policy: CachePolicy,
+    /// Predicted files loaded ahead of the reader, per directory, at most.
+    pub prefetch: usize,
+    /// Seconds dirty data may stay in memory before it is written back (gradient files,
+    /// which are rewritten or deleted before their next read, stay until memory is needed).
+    pub writeback_delay: f64,
+    /// Largest file the cache takes; larger files always go to their tiers.
+    pub max_file: u64,
+}
+
+/// `cache.prefetch` when the file does not say.
+pub const DEFAULT_PREFETCH: usize = 2;
+/// `cache.writeback_delay` when the file does not say, in seconds.
+pub const DEFAULT_WRITEBACK_DELAY: f64 = 5.0;
+/// Smallest accepted `cache.size`.
+pub const MIN_CACHE: u64 = 16 << 20;
 
 /// `placement.layout` when the file does not say: stripes, because DeepSpeed's swapper
 /// moves one file at a time per handle, and only stripes put every tier to work on it
@@ -197,6 +245,7 @@ impl Default for MountSection {
             threads: DEFAULT_THREADS,
             passthrough: Passthrough::Auto,
             exclusive_tiers: false,
+            degraded: false,
         }
     }
 }
@@ -213,6 +262,17 @@ struct RawConfig {
     placement: RawPlacement,
     #[serde(default)]
     mount: RawMount,
+    cache: Option<RawCache>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCache {
+    size: Option<Human>,
+    policy: Option<String>,
+    prefetch: Option<i64>,
+    writeback_delay: Option<f64>,
+    max_file: Option<Human>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -248,6 +308,8 @@ struct RawMount {
     passthrough: Option<String>,
     #[serde(default)]
     exclusive_tiers: bool,
+    #[serde(default)]
+    degraded: bool,
 }
 
 /// A size or bandwidth as written: a string (`"1MiB"`), or a bare number (`capacity = 4096`),
@@ -404,6 +466,88 @@ fn normalize_absolute(p: &str) -> Result<PathBuf, String> {
         }
     }
     Ok(out)
+}
+
+/// Validates `[cache]`; `None` after reporting a problem.
+fn parse_cache(c: &RawCache, p: &mut Problems) -> Option<CacheConfig> {
+    let before = p.list.len();
+    let size = match c.size.as_ref().map(|v| units::parse_size(&v.0)) {
+        None => {
+            p.add(
+                "cache.size",
+                "missing; say how much host memory the cache may use, e.g. size = \"16GiB\" \
+                 (remove the [cache] section for no cache)",
+            );
+            0
+        }
+        Some(Ok(n)) if n < MIN_CACHE => {
+            p.add(
+                "cache.size",
+                format_args!("{n} bytes is too small; use at least 16MiB"),
+            );
+            0
+        }
+        Some(Ok(n)) => n,
+        Some(Err(e)) => {
+            p.add("cache.size", e);
+            0
+        }
+    };
+    let policy = match c.policy.as_deref() {
+        None | Some("learned") => CachePolicy::Learned,
+        Some("lru") => CachePolicy::Lru,
+        Some(other) => {
+            p.add(
+                "cache.policy",
+                format_args!("{other:?} is not one of \"learned\", \"lru\""),
+            );
+            CachePolicy::Learned
+        }
+    };
+    let prefetch = match c.prefetch {
+        None => DEFAULT_PREFETCH,
+        Some(n) if (0..=64).contains(&n) => n as usize,
+        Some(n) => {
+            p.add(
+                "cache.prefetch",
+                format_args!("{n} is out of range; use 0 (off) to 64 files"),
+            );
+            DEFAULT_PREFETCH
+        }
+    };
+    let writeback_delay = match c.writeback_delay {
+        None => DEFAULT_WRITEBACK_DELAY,
+        Some(d) if d.is_finite() && (0.0..=3600.0).contains(&d) => d,
+        Some(d) => {
+            p.add(
+                "cache.writeback_delay",
+                format_args!("{d} is out of range; use 0 to 3600 seconds"),
+            );
+            DEFAULT_WRITEBACK_DELAY
+        }
+    };
+    let max_file = match c.max_file.as_ref().map(|v| units::parse_size(&v.0)) {
+        None => size / 4,
+        Some(Ok(n)) if n > 0 && n <= size => n,
+        Some(Ok(n)) => {
+            p.add(
+                "cache.max_file",
+                format_args!("{n} bytes must be above zero and at most cache.size"),
+            );
+            0
+        }
+        Some(Err(e)) => {
+            p.add("cache.max_file", e);
+            0
+        }
+    };
+    (p.list.len() == before).then_some(CacheConfig {
+        size,
+        policy,
+        prefetch,
+        writeback_delay,
+        max_file,
+    })
 }
 
 impl MountConfig {
@@ -642,6 +786,8 @@ impl MountConfig {
             }
         };
 
+        let cache = raw.cache.as_ref().and_then(|c| parse_cache(c, &mut p));
+
         let adapt_default = tiers
             .iter()
             .all(|t| t.read_bandwidth.is_none() && t.write_bandwidth.is_none());
@@ -660,7 +806,9 @@ impl MountConfig {
                 threads,
                 passthrough,
                 exclusive_tiers: raw.mount.exclusive_tiers,
+                degraded: raw.mount.degraded,
             },
+            cache,
         })
     }
 
@@ -737,6 +885,24 @@ impl MountConfig {
         let _ = writeln!(s, "threads = {}", self.mount.threads);
         let _ = writeln!(s, "passthrough = \"{}\"", self.mount.passthrough.as_str());
         let _ = writeln!(s, "exclusive_tiers = {}", self.mount.exclusive_tiers);
+        let _ = writeln!(s, "degraded = {}", self.mount.degraded);
+        match &self.cache {
+            None => {
+                let _ = writeln!(s, "\n# [cache]: not set, no host-memory cache");
+            }
+            Some(c) => {
+                let _ = writeln!(s, "\n[cache]");
+                let _ = writeln!(s, "size = {}", toml_str(&units::fmt_size_exact(c.size)));
+                let _ = writeln!(s, "policy = \"{}\"", c.policy.as_str());
+                let _ = writeln!(s, "prefetch = {}", c.prefetch);
+                let _ = writeln!(s, "writeback_delay = {}", c.writeback_delay);
+                let _ = writeln!(
+                    s,
+                    "max_file = {}",
+                    toml_str(&units::fmt_size_exact(c.max_file))
+                );
+            }
+        }
         s
     }
 
@@ -748,16 +914,38 @@ impl MountConfig {
     /// put the "PFS" tier on the root disk. Once all folders exist they are resolved through
     /// symlinks and checked again for two tiers sharing (or nesting) one folder.
     pub fn prepare_tier_dirs(&self) -> Result<(), ConfigError> {
+        self.prepare_tier_dirs_degraded(false).map(|_| ())
+    }
+
+    /// [`Self::prepare_tier_dirs`], but with `degraded` a tier other than the first whose
+    /// folder fails the checks is left out instead: returns those tiers' indexes, each with
+    /// why. The first tier must pass (it holds symlinks, special files and the default log).
+    pub fn prepare_tier_dirs_degraded(
+        &self,
+        degraded: bool,
+    ) -> Result<Vec<(usize, String)>, ConfigError> {
+        let mut missing = Vec::new();
         let mut resolved = Vec::with_capacity(self.tiers.len());
-        for t in &self.tiers {
-            let real = self
-                .tier_dir(t, true)
-                .map_err(|m| self.tier_problem(t, &m))?;
-            resolved.push(real);
+        for (i, t) in self.tiers.iter().enumerate() {
+            match self.tier_dir(t, true).map_err(|m| self.tier_problem(t, &m)) {
+                Ok(real) => resolved.push(real),
+                Err(ConfigError::Invalid(msg)) if degraded && i > 0 => {
+                    missing.push((i, msg));
+                    // An empty path overlaps nothing in the check below.
+                    resolved.push(PathBuf::new());
+                }
+                Err(ConfigError::Invalid(msg)) if degraded => {
+                    return Err(ConfigError::Invalid(format!(
+                        "{msg}\n(degraded mounts may leave out any tier but the first, which \
+                         holds symlinks, special files and the default log)"
+                    )))
+                }
+                Err(e) => return Err(e),
+            }
         }
         match self.overlaps(&resolved).into_iter().next() {
             Some(p) => Err(ConfigError::Invalid(p)),
-            None => Ok(()),
+            None => Ok(missing),
         }
     }
 
@@ -1055,6 +1243,44 @@ capacity = "800GiB"
 name = "pfs"
 path = "/lus/proj/tierfs/${HOSTNAME}"
 "#;
+
+    #[test]
+    fn cache_section() {
+        assert!(parse(TWO).unwrap().cache.is_none(), "no section, no cache");
+        let c = parse(&format!("{TWO}\n[cache]\nsize = \"1GiB\"\n"))
+            .unwrap()
+            .cache
+            .unwrap();
+        assert_eq!(c.size, 1 << 30);
+        assert_eq!(c.max_file, 1 << 28, "a quarter of the cache by default");
+        assert_eq!(c.policy, CachePolicy::Learned);
+        assert_eq!(c.prefetch, DEFAULT_PREFETCH);
+        let text = format!(
+            "{TWO}\n[cache]\nsize = \"64MiB\"\npolicy = \"lru\"\nprefetch = 0\n\
+             writeback_delay = 0.5\nmax_file = \"8MiB\"\n"
+        );
+        let a = parse(&text).unwrap();
+        let printed = a.to_toml();
+        assert_eq!(
+            serde_json::to_value(&a).unwrap(),
+            serde_json::to_value(parse(&printed).unwrap()).unwrap()
+        );
+        for (body, want) in [
+            ("", "cache.size: missing"),
+            ("size = \"1MiB\"", "too small"),
+            ("size = \"1GiB\"\npolicy = \"mru\"", "cache.policy"),
+            ("size = \"1GiB\"\nprefetch = 65", "cache.prefetch"),
+            (
+                "size = \"1GiB\"\nwriteback_delay = -1.0",
+                "cache.writeback_delay",
+            ),
+            ("size = \"1GiB\"\nmax_file = \"2GiB\"", "at most cache.size"),
+            ("size = \"1GiB\"\nsizes = 1", "unknown field"),
+        ] {
+            let e = parse(&format!("{TWO}\n[cache]\n{body}\n")).unwrap_err();
+            assert!(e.contains(want), "{body}: {e}");
+        }
+    }
 
     #[test]
     fn adapt_defaults_to_probed_tiers_only() {

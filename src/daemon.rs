@@ -63,6 +63,8 @@ pub struct MountOptions {
     pub foreground: bool,
     pub force: bool,
     pub reprobe: bool,
+    /// Mount without tiers whose folders are missing (also `[mount] degraded`).
+    pub degraded: bool,
 }
 
 /// What a path is, as far as mounting on it goes.
@@ -164,7 +166,7 @@ fn check_mountpoint(opts: &MountOptions) -> Result<(), Failure> {
 pub fn mount(opts: &MountOptions) -> Result<(), Failure> {
     let config = MountConfig::load(&opts.config).map_err(|e| Failure::usage(e.to_string()))?;
     config
-        .prepare_tier_dirs()
+        .prepare_tier_dirs_degraded(opts.degraded || config.mount.degraded)
         .map_err(|e| Failure::usage(e.to_string()))?;
     check_mountpoint(opts)?;
     if opts.foreground || std::env::var_os(READY_FD_ENV).is_some() {
@@ -208,6 +210,9 @@ fn spawn_background(opts: &MountOptions, config: &MountConfig) -> Result<(), Fai
         .arg(&opts.mountpoint);
     if opts.reprobe {
         cmd.arg("--reprobe");
+    }
+    if opts.degraded {
+        cmd.arg("--degraded");
     }
     let child_fd = write_end.as_raw_fd();
     cmd.env(READY_FD_ENV, child_fd.to_string())
@@ -327,10 +332,30 @@ fn install_signal_handlers() {
 pub fn open_tiers(
     config: &MountConfig,
     reprobe: bool,
+    progress: impl FnMut(&str),
+) -> Result<Vec<Tier>, Failure> {
+    open_tiers_degraded(config, reprobe, &[], progress)
+}
+
+/// [`open_tiers`], leaving out the tiers in `missing` (index, why): they keep their place
+/// as [`Tier::missing`] placeholders.
+pub fn open_tiers_degraded(
+    config: &MountConfig,
+    reprobe: bool,
+    missing: &[(usize, String)],
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<Tier>, Failure> {
     let mut tiers = Vec::new();
     for (i, t) in config.tiers.iter().enumerate() {
+        if let Some((_, why)) = missing.iter().find(|(m, _)| *m == i) {
+            let mut tier = Tier::missing(i, &t.name, &t.path, why);
+            // The stated figures, so the stats show what the tier would get; it is never
+            // eligible while missing.
+            tier.read_bps = t.read_bandwidth.or(t.write_bandwidth).unwrap_or(0.0);
+            tier.write_bps = t.write_bandwidth.or(t.read_bandwidth).unwrap_or(0.0);
+            tiers.push(tier);
+            continue;
+        }
         let mut tier = Tier::open(
             i,
             &t.name,
@@ -388,7 +413,23 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
     crate::cli::init_logging(config);
     install_signal_handlers();
     raise_fd_limit();
-    let tiers = open_tiers(config, opts.reprobe, |m| ready.say(&format!("MSG {m}")))?;
+    let degraded = opts.degraded || config.mount.degraded;
+    let missing = config
+        .prepare_tier_dirs_degraded(degraded)
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    for (i, why) in &missing {
+        let msg = format!(
+            "tier '{}' is missing, mounting degraded without it: files with pieces on it \
+             answer EIO, whole files on it are not listed, new data goes to the other tiers \
+             ({why})",
+            config.tiers[*i].name
+        );
+        log::warn!("{msg}");
+        ready.say(&format!("MSG WARNING: {msg}"));
+    }
+    let tiers = open_tiers_degraded(config, opts.reprobe, &missing, |m| {
+        ready.say(&format!("MSG {m}"))
+    })?;
     if config.placement.layout == crate::config::Layout::Stripe {
         if let Some(t) = tiers.iter().find(|t| !t.user_xattrs) {
             return Err(Failure::usage(format!(
@@ -399,7 +440,7 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
             )));
         }
     }
-    for t in &tiers {
+    for t in tiers.iter().filter(|t| !t.missing) {
         log::info!(
             "tier '{}' at {}: read {:.0} MB/s, write {:.0} MB/s ({:?}), O_DIRECT {}",
             t.name,
@@ -474,10 +515,14 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
                 while !STOP.load(Ordering::SeqCst) {
                     std::thread::sleep(Duration::from_secs(1));
                     fs.refresh_shares();
+                    fs.probe_tiers();
                 }
             })
             .map_err(|e| Failure::runtime(format!("cannot start the estimator thread: {e}")))?;
     }
+    // The cache's writer and prefetcher (none without a [cache] section).
+    TierFs::start_cache_threads(&fs)
+        .map_err(|e| Failure::runtime(format!("cannot start the cache threads: {e}")))?;
     ready.say("OK");
     ready.0 = None;
     loop {

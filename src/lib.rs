@@ -12,6 +12,7 @@
 //! - [`fuse`]: the thin `fuser` adapter; [`daemon`]: mount, background, unmount; [`cli`].
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod control;

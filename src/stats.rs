@@ -38,6 +38,21 @@ pub struct TierStats {
     pub capacity: Option<u64>,
     /// Healthy: takes new data. False after EIO/EROFS.
     pub healthy: bool,
+    /// "ok", "failed" (EIO/EROFS seen) or "missing" (not there at a degraded mount).
+    #[serde(default)]
+    pub state: String,
+    /// Of `errors`, the failed data reads and writes.
+    #[serde(default)]
+    pub read_errors: u64,
+    #[serde(default)]
+    pub write_errors: u64,
+    /// The last backing error on the tier.
+    #[serde(default)]
+    pub last_error: Option<String>,
+    /// Recovery probes run since mount (small measurements of a tier whose share was cut
+    /// while it saw no traffic).
+    #[serde(default)]
+    pub probes: u64,
     /// Kernel passthrough handles open now / opened since mount. Their bytes bypass the
     /// daemon and appear only in the device counters.
     pub passthrough_open: u64,
@@ -108,6 +123,11 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
                 free: t.room(),
                 capacity: t.capacity,
                 healthy: t.is_healthy(),
+                state: t.state().to_string(),
+                read_errors: c.read_errors.load(Ordering::Relaxed),
+                write_errors: c.write_errors.load(Ordering::Relaxed),
+                last_error: t.last_error(),
+                probes: t.probes.load(Ordering::Relaxed),
                 passthrough_open: c.pt_open.load(Ordering::Relaxed),
                 passthrough_opens: c.pt_opens_total.load(Ordering::Relaxed),
                 device_read: t.device_bytes().map(|d| d.0),
@@ -163,6 +183,12 @@ pub fn render(fs: &TierFs, v: Virtual) -> Vec<u8> {
         Virtual::Tiers => tiers_table(&snapshot(fs)).into_bytes(),
         Virtual::Files => files_table(&snapshot(fs)).into_bytes(),
         Virtual::Metrics => crate::metrics::render(&snapshot(fs)).into_bytes(),
+        Virtual::Cache => {
+            let mut s = serde_json::to_string_pretty(&fs.cache_view()).unwrap_or_default();
+            s.push('\n');
+            s.into_bytes()
+        }
+        Virtual::Control => Vec::new(),
     }
 }
 
@@ -211,7 +237,16 @@ pub fn tiers_table(s: &Snapshot) -> String {
     for t in &s.tiers {
         let mut notes = Vec::new();
         if !t.healthy {
-            notes.push("FAILED: takes no new data".to_string());
+            notes.push(format!(
+                "{}: takes no new data; {} read, {} write errors{}",
+                t.state.to_uppercase(),
+                t.read_errors,
+                t.write_errors,
+                t.last_error
+                    .as_deref()
+                    .map(|e| format!(", last: {e}"))
+                    .unwrap_or_default()
+            ));
         }
         if t.passthrough_opens > 0 {
             notes.push(format!(

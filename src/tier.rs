@@ -36,7 +36,11 @@ pub struct TierCounters {
     pub reads: AtomicU64,
     pub writes: AtomicU64,
     pub in_flight: AtomicU64,
+    /// Backing operations that failed, all kinds together ...
     pub errors: AtomicU64,
+    /// ... and of those, the data reads and data writes.
+    pub read_errors: AtomicU64,
+    pub write_errors: AtomicU64,
     /// Files that have a piece on this tier.
     pub files: AtomicU64,
     /// Logical bytes of pieces on this tier (what `capacity` limits).
@@ -69,6 +73,11 @@ fn epoch_ns() -> u64 {
         .get_or_init(std::time::Instant::now)
         .elapsed()
         .as_nanos() as u64
+}
+
+/// Whether the [`epoch_ns`] time `t` (0 = never) is less than `ns` ago.
+fn within(t: u64, ns: u64) -> bool {
+    t != 0 && epoch_ns().saturating_sub(t) < ns
 }
 
 impl Busy {
@@ -114,7 +123,25 @@ pub const STALL_BUSY_NS: u64 = 1_000_000_000;
 /// Weight of the newest sample.
 pub const EWMA_ALPHA: f64 = 0.3;
 
+/// Recovery probes: a tier whose share was cut and that has had no sample of its own
+/// traffic for [`PROBE_IDLE_NS`] is measured with a small O_DIRECT write and read-back of
+/// [`PROBE_BYTES`] in its `.tierfs-meta` folder, at most every [`PROBE_EVERY_NS`], so an
+/// idle tier whose bandwidth came back regains its share.
+pub const PROBE_BYTES: usize = 8 << 20;
+pub const PROBE_EVERY_NS: u64 = 5_000_000_000;
+pub const PROBE_IDLE_NS: u64 = 3_000_000_000;
+
 impl Estimate {
+    /// Folds one measured bandwidth (bytes/s) into the estimate.
+    pub fn observe(&self, sample: f64) -> f64 {
+        let new = match self.get() {
+            Some(old) => old + EWMA_ALPHA * (sample - old),
+            None => sample,
+        };
+        self.bps.store(new.to_bits(), Ordering::Relaxed);
+        new
+    }
+
     pub fn get(&self) -> Option<f64> {
         let v = f64::from_bits(self.bps.load(Ordering::Relaxed));
         (v > 0.0).then_some(v)
@@ -169,6 +196,8 @@ pub struct Tier {
     pub user_xattrs: bool,
     /// False after the tier failed in a way that means it is broken (EIO, EROFS).
     healthy: std::sync::atomic::AtomicBool,
+    /// The last backing error on this tier, for the stats.
+    last_error: parking_lot::Mutex<Option<String>>,
     /// The block device under the tier (`/sys/dev/block/MAJ:MIN/stat`), if any, and its
     /// sector counters at mount: bytes moved by passthrough are counted from there.
     device_stat: Option<PathBuf>,
@@ -179,7 +208,17 @@ pub struct Tier {
     /// Online bandwidth estimates from the daemon's own traffic.
     pub est_read: Estimate,
     pub est_write: Estimate,
-    _lock: File,
+    /// Left out of a degraded mount (its folder was missing or unusable): nothing of it is
+    /// opened, created or read.
+    pub missing: bool,
+    /// [`epoch_ns`] of the last estimate update from traffic, of the last probe start, and
+    /// probes finished but not yet folded into the shares / run since mount.
+    last_sample_ns: AtomicU64,
+    last_probe_ns: AtomicU64,
+    probe_running: std::sync::atomic::AtomicBool,
+    probe_fresh: std::sync::atomic::AtomicBool,
+    pub probes: AtomicU64,
+    _lock: Option<File>,
 }
 
 impl Tier {
@@ -305,14 +344,55 @@ impl Tier {
             small_direct_io,
             user_xattrs,
             healthy: std::sync::atomic::AtomicBool::new(true),
+            last_error: parking_lot::Mutex::new(None),
             device_stat,
             device_base,
             counters: TierCounters::default(),
             queue: crate::sched::TierQueue::new(DEFAULT_MAX_IN_FLIGHT, false),
             est_read: Estimate::default(),
             est_write: Estimate::default(),
-            _lock: lock,
+            missing: false,
+            last_sample_ns: AtomicU64::new(epoch_ns().max(1)),
+            last_probe_ns: AtomicU64::new(0),
+            probe_running: Default::default(),
+            probe_fresh: Default::default(),
+            probes: AtomicU64::new(0),
+            _lock: Some(lock),
         })
+    }
+
+    /// A tier left out of a degraded mount: it keeps its place (stripe layouts name tiers
+    /// by index) but is never touched; `why` is shown as its last error.
+    pub fn missing(index: usize, name: &str, root: &Path, why: &str) -> Tier {
+        Tier {
+            index,
+            name: name.to_string(),
+            root: root.to_path_buf(),
+            data: root.join(DATA_DIR),
+            limbo: root.join(META_DIR).join(LIMBO_DIR),
+            read_bps: 0.0,
+            write_bps: 0.0,
+            bandwidth_source: BandwidthSource::Config,
+            capacity: Some(0),
+            direct_io: false,
+            small_direct_io: false,
+            user_xattrs: true,
+            healthy: std::sync::atomic::AtomicBool::new(false),
+            last_error: parking_lot::Mutex::new(Some(why.to_string())),
+            device_stat: None,
+            device_base: (0, 0),
+            counters: TierCounters::default(),
+            queue: crate::sched::TierQueue::new(DEFAULT_MAX_IN_FLIGHT, false),
+            est_read: Estimate::default(),
+            est_write: Estimate::default(),
+            missing: true,
+            last_sample_ns: AtomicU64::new(0),
+            last_probe_ns: AtomicU64::new(0),
+            probe_running: Default::default(),
+            probe_fresh: Default::default(),
+            probes: AtomicU64::new(0),
+            _lock: None,
+        }
     }
 
     /// Whether the tier is usable for new data.
@@ -320,9 +400,27 @@ impl Tier {
         self.healthy.load(Ordering::Relaxed)
     }
 
+    /// What the stats call the tier's state: "ok", "failed" (EIO/EROFS seen; no new data
+    /// until remounted) or "missing" (left out of a degraded mount).
+    pub fn state(&self) -> &'static str {
+        if self.missing {
+            "missing"
+        } else if self.is_healthy() {
+            "ok"
+        } else {
+            "failed"
+        }
+    }
+
+    /// The last backing error seen on this tier.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().clone()
+    }
+
     /// Records a failure; errors that mean the tier itself is broken mark it unhealthy.
     pub fn note_error(&self, e: &std::io::Error) {
         self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        *self.last_error.lock() = Some(e.to_string());
         if matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EROFS))
             && self.healthy.swap(false, Ordering::Relaxed)
         {
@@ -355,7 +453,104 @@ impl Tier {
             c.bytes_written.load(Ordering::Relaxed),
             c.write_busy.total_ns(),
         );
-        r.is_some() || w.is_some()
+        if r.is_some() || w.is_some() {
+            self.last_sample_ns
+                .store(epoch_ns().max(1), Ordering::Relaxed);
+        }
+        let probed = self.probe_fresh.swap(false, Ordering::AcqRel);
+        r.is_some() || w.is_some() || probed
+    }
+
+    /// Claims a recovery probe if one is due: the tier's share was cut (`cut`), its own
+    /// traffic gave no sample for [`PROBE_IDLE_NS`], none ran in the last
+    /// [`PROBE_EVERY_NS`] and none is running. The caller then runs [`Tier::probe_now`]
+    /// (on a thread of its own: a stalled tier must not stall the estimator).
+    pub fn claim_probe(&self, cut: bool) -> bool {
+        let now = epoch_ns();
+        if !cut
+            || self.missing
+            || !self.is_healthy()
+            || within(self.last_sample_ns.load(Ordering::Relaxed), PROBE_IDLE_NS)
+            || within(self.last_probe_ns.load(Ordering::Relaxed), PROBE_EVERY_NS)
+            || self.probe_running.swap(true, Ordering::AcqRel)
+        {
+            return false;
+        }
+        self.last_probe_ns.store(now.max(1), Ordering::Relaxed);
+        true
+    }
+
+    /// Runs a claimed probe and folds its result into the estimates, capped at the
+    /// configured or probed figure (a probe this small says whether the tier recovered,
+    /// not how far beyond it could go); the next [`Tier::sample_bandwidth`] reports it.
+    pub fn probe_now(&self) {
+        match self.run_probe() {
+            Ok((r, w)) => {
+                let r = self.est_read.observe(r.min(self.read_bps.max(1.0)));
+                let w = self.est_write.observe(w.min(self.write_bps.max(1.0)));
+                self.probes.fetch_add(1, Ordering::Relaxed);
+                log::info!(
+                    "probe of idle tier '{}' ({} MiB written and read): estimates now read {:.0} MB/s, write {:.0} MB/s",
+                    self.name,
+                    PROBE_BYTES >> 20,
+                    r / 1e6,
+                    w / 1e6
+                );
+                self.probe_fresh.store(true, Ordering::Release);
+            }
+            Err(e) => {
+                log::warn!("probe of tier '{}' failed: {e}", self.name);
+                self.note_error(&e);
+            }
+        }
+        self.probe_running.store(false, Ordering::Release);
+    }
+
+    /// Writes [`PROBE_BYTES`] to a probe file in `.tierfs-meta` and reads them back, 1 MiB
+    /// O_DIRECT requests from 4 threads at once; (read, write) bytes/s.
+    fn run_probe(&self) -> std::io::Result<(f64, f64)> {
+        use std::os::unix::fs::{FileExt, OpenOptionsExt};
+        const THREADS: usize = 4;
+        let path = self.root.join(META_DIR).join("probe-live");
+        let mut o = OpenOptions::new();
+        o.read(true).write(true).create(true).truncate(false);
+        if self.direct_io {
+            o.custom_flags(libc::O_DIRECT);
+        }
+        let f = o.open(&path)?;
+        let chunk = PROBE_BYTES / THREADS;
+        let run = |write: bool| -> std::io::Result<f64> {
+            let start = std::time::Instant::now();
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..THREADS)
+                    .map(|i| {
+                        let f = &f;
+                        s.spawn(move || -> std::io::Result<()> {
+                            let mut buf = crate::io::AlignedBuf::zeroed(1 << 20);
+                            buf.fill(0x5a);
+                            let mut off = i * chunk;
+                            while off < (i + 1) * chunk {
+                                if write {
+                                    f.write_all_at(&buf, off as u64)?;
+                                } else {
+                                    f.read_exact_at(&mut buf, off as u64)?;
+                                }
+                                off += buf.len();
+                            }
+                            Ok(())
+                        })
+                    })
+                    .collect();
+                handles.into_iter().try_for_each(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(std::io::Error::other("probe thread panicked")))
+                })
+            })?;
+            Ok(PROBE_BYTES as f64 / start.elapsed().as_secs_f64().max(1e-6))
+        };
+        let w = run(true)?;
+        let r = run(false)?;
+        Ok((r, w))
     }
 
     /// The bandwidths placement should use now: the online estimate where there is one,
@@ -400,6 +595,9 @@ impl Tier {
 
     /// The backing filesystem's space.
     pub fn space(&self) -> Option<sys::Space> {
+        if self.missing {
+            return None;
+        }
         sys::statvfs(&self.data).ok()
     }
 
@@ -517,6 +715,35 @@ mod tests {
         assert!(e.to_string().contains("in use by another tierfs"), "{e}");
         drop(t);
         Tier::open(0, "a", d.path(), 1.0, 1.0, BandwidthSource::Config, None).unwrap();
+    }
+
+    #[test]
+    fn probe_runs_only_when_cut_and_measures_the_tier() {
+        let d = tempfile::tempdir().unwrap();
+        let t = Tier::open(0, "t", d.path(), 1e9, 1e9, BandwidthSource::Config, None).unwrap();
+        // A share that was not cut never probes; a fresh tier has just been "sampled".
+        assert!(!t.claim_probe(false));
+        assert!(!t.claim_probe(true));
+        t.last_sample_ns.store(0, Ordering::Relaxed);
+        assert!(t.claim_probe(true));
+        // One at a time, and not again right away.
+        assert!(!t.claim_probe(true));
+        t.probe_now();
+        assert!(!t.claim_probe(true));
+        assert_eq!(t.probes.load(Ordering::Relaxed), 1);
+        let (r, w) = (t.est_read.get().unwrap(), t.est_write.get().unwrap());
+        assert!(r > 0.0 && r <= 1e9 && w > 0.0 && w <= 1e9, "{r} {w}");
+        // The next sampling reports the probe once.
+        assert!(t.sample_bandwidth());
+        assert!(!t.sample_bandwidth());
+        assert!(d.path().join(META_DIR).join("probe-live").exists());
+    }
+
+    #[test]
+    fn estimate_observe_is_an_ewma() {
+        let e = Estimate::default();
+        assert_eq!(e.observe(100.0), 100.0);
+        assert_eq!(e.observe(200.0), 100.0 + EWMA_ALPHA * 100.0);
     }
 
     #[test]

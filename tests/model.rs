@@ -1008,6 +1008,31 @@ fn model_mount_stripe_1m_2_tiers() {
     });
 }
 
+/// The host-memory cache in the data path: a small cache (files move in and out of it),
+/// quick write-back, and kernel passthrough for whatever is not cached.
+#[test]
+fn model_mount_whole_file_2_tiers_cache() {
+    run(Spec {
+        name: "mount, whole-file, 2 tiers, cache",
+        layout: "whole-file",
+        tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
+        stripe_unit: "1MiB",
+        mount: "passthrough = \"direct\"\n[cache]\nsize = \"16MiB\"\nwriteback_delay = 0.05\n\
+                max_file = \"2MiB\"\nprefetch = 1\n",
+    });
+}
+
+#[test]
+fn model_mount_stripe_64k_2_tiers_cache() {
+    run(Spec {
+        name: "mount, stripe 64KiB, 2 tiers, cache",
+        layout: "stripe",
+        tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
+        stripe_unit: "64KiB",
+        mount: "[cache]\nsize = \"16MiB\"\nwriteback_delay = 5.0\nmax_file = \"4MiB\"\n",
+    });
+}
+
 /// Regression (found by the model run): with kernel passthrough for O_DIRECT opens, a
 /// handle opened with O_DIRECT stayed direct after fcntl(F_SETFL) cleared O_DIRECT (the
 /// kernel opens the backing file with the open's flags and never sees the change), so the

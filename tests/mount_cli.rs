@@ -386,7 +386,18 @@ fn stats_files_and_tierfs_stat() {
         listed(&m.root(), ".tierfs"),
         "the stats folder is listed at the root"
     );
-    for n in &names {
+    // The control file is the one writable entry: write-only, hints checked line by line.
+    let control = dir.join("control");
+    let e = std::fs::read(&control).unwrap_err();
+    assert!(
+        [libc::EACCES, libc::EPERM].contains(&errno(&e)),
+        "control: read: {e}"
+    );
+    std::fs::write(&control, b"order alternate\nstep\n").unwrap();
+    let e = std::fs::write(&control, b"order sideways\n").unwrap_err();
+    assert_eq!(errno(&e), libc::EINVAL, "bad hint: {e}");
+    assert!(std::fs::remove_file(&control).is_err(), "control: unlink");
+    for n in names.iter().filter(|n| *n != "control") {
         let p = dir.join(n);
         let content = std::fs::read_to_string(&p).unwrap();
         assert!(!content.is_empty(), "{n} is empty");

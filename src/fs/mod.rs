@@ -17,6 +17,7 @@
 //! Submodules: `scan` rebuilds the tree from the tiers at mount; `relocate` moves a file's
 //! bytes to a new layout (off a full or failed tier, or to follow the shares).
 
+mod cached;
 mod relocate;
 mod scan;
 
@@ -59,15 +60,21 @@ pub enum Virtual {
     StatsJson,
     /// Prometheus text exposition format (see `crate::metrics`).
     Metrics,
+    /// The host-memory cache: totals, learned orders, cached files (JSON).
+    Cache,
+    /// Write-only hints for the cache (`crate::control`).
+    Control,
 }
 
 impl Virtual {
-    pub const FILES: [Virtual; 5] = [
+    pub const FILES: [Virtual; 7] = [
         Virtual::Tiers,
         Virtual::Files,
         Virtual::Config,
         Virtual::StatsJson,
         Virtual::Metrics,
+        Virtual::Cache,
+        Virtual::Control,
     ];
 
     pub fn ino(self) -> u64 {
@@ -78,6 +85,8 @@ impl Virtual {
             Virtual::Config => 5,
             Virtual::StatsJson => 6,
             Virtual::Metrics => 7,
+            Virtual::Cache => 8,
+            Virtual::Control => 9,
         }
     }
 
@@ -89,6 +98,8 @@ impl Virtual {
             5 => Virtual::Config,
             6 => Virtual::StatsJson,
             7 => Virtual::Metrics,
+            8 => Virtual::Cache,
+            9 => Virtual::Control,
             _ => return None,
         })
     }
@@ -101,6 +112,8 @@ impl Virtual {
             Virtual::Config => "config",
             Virtual::StatsJson => "stats.json",
             Virtual::Metrics => "metrics",
+            Virtual::Cache => "cache",
+            Virtual::Control => "control",
         }
     }
 }
@@ -198,6 +211,8 @@ pub struct FileNode {
     charge: Mutex<Option<Charge>>,
     /// Written since the last settle.
     dirty: AtomicBool,
+    /// Unlinked: its bytes need never reach a tier again.
+    pub(crate) gone: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -210,6 +225,9 @@ struct FileState {
     /// in passthrough or in cached mode, so while this is non-zero every open must be
     /// passthrough, and while other opens exist none may be.
     pt_opens: u32,
+    /// Held in the host-memory cache: every read and write goes through it, and the pieces
+    /// stay open while it is (for write-back).
+    cache: Option<Arc<crate::cache::Entry>>,
 }
 
 impl FileNode {
@@ -221,9 +239,11 @@ impl FileNode {
                 pieces: vec![None; ntiers],
                 opens: 0,
                 pt_opens: 0,
+                cache: None,
             }),
             charge: Mutex::new(None),
             dirty: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
         }
     }
 
@@ -356,6 +376,8 @@ enum Handle {
         passthrough: bool,
     },
     Virtual(Arc<Vec<u8>>),
+    /// `.tierfs/control`, open for writing.
+    Control,
     Dir(Arc<Vec<DirEntry>>),
 }
 
@@ -385,6 +407,10 @@ pub struct TierFs {
     adapt: bool,
     /// Conflict copies renamed aside by the running scan: (new relative path, tier).
     aside: Mutex<Vec<(PathBuf, usize)>>,
+    /// `[cache]`: the host-memory tier.
+    cache: Option<Arc<crate::cache::Cache>>,
+    /// FUSE threads (each holds a 1 MiB read buffer: part of the memory bound).
+    threads: usize,
 }
 
 fn name_ok(name: &OsStr) -> Result<()> {
@@ -478,6 +504,11 @@ impl TierFs {
             passthrough_mode: config.mount.passthrough,
             aside: Mutex::new(Vec::new()),
             adapt: config.placement.adapt,
+            cache: config
+                .cache
+                .clone()
+                .map(|c| Arc::new(crate::cache::Cache::new(c))),
+            threads: config.mount.threads,
         };
         fs.scan()?;
         Ok(fs)
@@ -514,6 +545,7 @@ impl TierFs {
         for t in &self.tiers {
             changed |= t.sample_bandwidth();
         }
+
         if changed && self.adapt {
             let bws: Vec<f64> = self
                 .tiers
@@ -539,6 +571,33 @@ impl TierFs {
             self.placer.set_shares(new);
         }
         self.placer.shares()
+    }
+
+    /// Recovery probes (with `adapt`): a tier whose share fell well below its stated or
+    /// probed one and whose own traffic has gone quiet is measured with a small probe on a
+    /// thread of its own, so its share can return when its bandwidth does.
+    pub fn probe_tiers(self: &Arc<Self>) {
+        if !self.adapt {
+            return;
+        }
+        let base: Vec<f64> = self
+            .tiers
+            .iter()
+            .map(|t| placement::effective_bandwidth(t.read_bps, t.write_bps))
+            .collect();
+        let base = placement::shares(&base);
+        let now = self.placer.shares();
+        for (i, t) in self.tiers.iter().enumerate() {
+            if t.claim_probe(now[i] < 0.8 * base[i]) {
+                let fs = self.clone();
+                let r = std::thread::Builder::new()
+                    .name("tierfs-probe".into())
+                    .spawn(move || fs.tiers[i].probe_now());
+                if let Err(e) = r {
+                    log::warn!("cannot start a probe thread: {e}");
+                }
+            }
+        }
     }
 
     /// The configured passthrough mode.
@@ -572,6 +631,10 @@ impl TierFs {
         let FileLayout::Whole { tier } = st.layout else {
             return None;
         };
+        if st.cache.is_some() {
+            // Its current bytes are in memory: the kernel must not read the tier instead.
+            return None;
+        }
         let piece = st.pieces[tier].clone()?;
         if st.pt_opens > 0 {
             return Some(piece);
@@ -614,6 +677,34 @@ impl TierFs {
 
     // ----- helpers ---------------------------------------------------------------------
 
+    /// The piece of an open file on `tier`, or EIO when the tier was left out of a degraded
+    /// mount (the only way an open file lacks one).
+    fn open_piece<'a>(
+        &self,
+        st: &'a FileState,
+        tier: usize,
+        op: &'static str,
+    ) -> Result<&'a Piece> {
+        match &st.pieces[tier] {
+            Some(p) => Ok(p),
+            None if self.tiers[tier].missing => Err(self.missing_err(tier, op)),
+            None => Err(Error::BadHandle),
+        }
+    }
+
+    /// The error for a request that needs a tier missing from a degraded mount.
+    fn missing_err(&self, tier: usize, op: &'static str) -> Error {
+        let t = &self.tiers[tier];
+        t.counters.errors.fetch_add(1, Ordering::Relaxed);
+        Error::tier(
+            &t.name,
+            op,
+            &t.root,
+            // No raw errno: the caller gets EIO, and no move is attempted.
+            std::io::Error::other("the tier is missing (mounted degraded without it)"),
+        )
+    }
+
     fn tier_err(&self, tier: usize, op: &'static str, path: &Path, e: std::io::Error) -> Error {
         self.tiers[tier].note_error(&e);
         Error::tier(&self.tiers[tier].name, op, path, e)
@@ -655,10 +746,10 @@ impl TierFs {
     }
 
     fn virtual_attr(&self, v: Virtual) -> Attr {
-        let (kind, perm, nlink) = if v == Virtual::Dir {
-            (Kind::Dir, 0o555, 2)
-        } else {
-            (Kind::File, 0o444, 1)
+        let (kind, perm, nlink) = match v {
+            Virtual::Dir => (Kind::Dir, 0o555, 2),
+            Virtual::Control => (Kind::File, 0o200, 1),
+            _ => (Kind::File, 0o444, 1),
         };
         Attr {
             ino: v.ino(),
@@ -712,7 +803,11 @@ impl TierFs {
         match &node.data {
             NodeData::File(f) => {
                 let st = f.state.read();
-                let primary = st.layout.primary();
+                // The primary piece, or where a degraded mount lacks its tier, another.
+                let primary = std::iter::once(st.layout.primary())
+                    .chain(st.layout.tiers())
+                    .find(|t| !self.tiers[*t].missing)
+                    .unwrap_or(st.layout.primary());
                 let size = f.size();
                 let m = if let Some(p) = &st.pieces[primary] {
                     p.file()
@@ -746,6 +841,10 @@ impl TierFs {
 
     /// Backing paths of a node: every tier for folders, the layout's tiers for files, the
     /// first tier for the rest.
+    ///
+    /// A file with a piece on a tier missing from a degraded mount has no complete set of
+    /// paths: changing it (rename, unlink, chmod, ...) answers EIO, so the piece on the
+    /// missing tier never goes out of step with the others.
     fn backing_paths(&self, tree: &Tree, ino: u64) -> Result<Vec<(usize, PathBuf)>> {
         let paths = self.backing_paths_unchecked(tree, ino)?;
         for (t, p) in &paths {
@@ -756,6 +855,18 @@ impl TierFs {
 
     fn backing_paths_unchecked(&self, tree: &Tree, ino: u64) -> Result<Vec<(usize, PathBuf)>> {
         let node = tree.get(ino)?;
+        if let NodeData::File(f) = &node.data {
+            if let Some(t) = f
+                .state
+                .read()
+                .layout
+                .tiers()
+                .into_iter()
+                .find(|t| self.tiers[*t].missing)
+            {
+                return Err(self.missing_err(t, "change"));
+            }
+        }
         if let (NodeData::File(f), true) = (&node.data, node.limbo) {
             return Ok(f
                 .state
@@ -768,7 +879,12 @@ impl TierFs {
         }
         let rel = tree.rel(ino).ok_or(Error::NotFound)?;
         Ok(match &node.data {
-            NodeData::Dir { .. } => self.tiers.iter().map(|t| (t.index, t.path(&rel))).collect(),
+            NodeData::Dir { .. } => self
+                .tiers
+                .iter()
+                .filter(|t| !t.missing)
+                .map(|t| (t.index, t.path(&rel)))
+                .collect(),
             NodeData::File(f) => f
                 .state
                 .read()
@@ -824,6 +940,7 @@ impl TierFs {
             if f.state.read().opens > 0 {
                 return;
             }
+            self.cache_forget(f);
         }
         if n.limbo {
             if let Ok(paths) = self.backing_paths(tree, ino) {
@@ -907,6 +1024,15 @@ impl TierFs {
     }
 
     pub fn setattr(&self, ino: u64, s: SetAttr) -> Result<Attr> {
+        if ino == Virtual::Control.ino()
+            && s.size == Some(0)
+            && s.mode.is_none()
+            && s.uid.is_none()
+            && s.gid.is_none()
+        {
+            // `echo cmd > .tierfs/control` opens with O_TRUNC: nothing to truncate.
+            return Ok(self.virtual_attr(Virtual::Control));
+        }
         if Virtual::from_ino(ino).is_some() {
             return Err(Error::Access("the stats files are read-only"));
         }
@@ -995,7 +1121,7 @@ impl TierFs {
         }
         let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
         let mut made: Vec<PathBuf> = Vec::new();
-        for t in &self.tiers {
+        for t in self.tiers.iter().filter(|t| !t.missing) {
             let p = t.path(&rel);
             let r = t
                 .beneath(&p)
@@ -1125,6 +1251,7 @@ impl TierFs {
         node.removed_attr = keep_attr;
         node.limbo = limbo;
         if let NodeData::File(f) = &node.data {
+            f.gone.store(true, Ordering::Relaxed);
             let st = f.state.read();
             self.account_resize(&st.layout, f.size(), 0);
             for t in st.layout.tiers() {
@@ -1459,9 +1586,12 @@ impl TierFs {
             self.tiers[t].counters.files.fetch_add(1, Ordering::Relaxed);
         }
         let node = Arc::new(FileNode::new(layout, 0, self.tiers.len()));
+        *node.charge.lock() = charge;
+        let ino = tree.insert(parent, name, NodeData::File(node.clone()));
         let pt = {
             let mut st = node.state.write();
             st.pieces = pieces;
+            self.cache_on_open(ino, parent, name, &node, &mut st, false);
             let pt = self.passthrough_piece(&st, 0, flags);
             st.opens = 1;
             if pt.is_some() {
@@ -1469,8 +1599,6 @@ impl TierFs {
             }
             pt
         };
-        *node.charge.lock() = charge;
-        let ino = tree.insert(parent, name, NodeData::File(node.clone()));
         self.remember(&mut tree, ino);
         let attr = self.attr_locked(&tree, ino)?;
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
@@ -1502,6 +1630,18 @@ impl TierFs {
     pub fn open(&self, ino: u64, flags: i32) -> Result<(u64, OpenInfo)> {
         let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
         if let Some(v) = Virtual::from_ino(ino) {
+            if v == Virtual::Control {
+                if !write || flags & libc::O_ACCMODE == libc::O_RDWR {
+                    return Err(Error::Access("the control file is write-only"));
+                }
+                return Ok((
+                    self.new_fh(Handle::Control),
+                    OpenInfo {
+                        direct_io: true,
+                        passthrough: None,
+                    },
+                ));
+            }
             if write {
                 return Err(Error::Access("the stats files are read-only"));
             }
@@ -1524,10 +1664,15 @@ impl TierFs {
             NodeData::Dir { .. } => return Err(Error::IsDir),
             NodeData::Other(_) => return Err(Error::NotSupported("open of a special file")),
         };
+        let (parent, name) = (node.parent, node.name.clone());
         let pt = {
             let mut st = f.state.write();
-            if st.opens == 0 {
+            if st.opens == 0 && st.cache.is_none() {
                 for t in st.layout.tiers() {
+                    if self.tiers[t].missing {
+                        // Left out of a degraded mount: requests that need it answer EIO.
+                        continue;
+                    }
                     // Also an unlinked file the kernel still references: its pieces are
                     // in limbo.
                     let p = self.piece_path(&tree, ino, t)?;
@@ -1536,6 +1681,7 @@ impl TierFs {
                     st.pieces[t] = Some(Arc::new(piece));
                 }
             }
+            self.cache_on_open(ino, parent, &name, &f, &mut st, !write);
             let pt = self.passthrough_piece(&st, f.size(), flags);
             st.opens += 1;
             if pt.is_some() {
@@ -1631,7 +1777,7 @@ impl TierFs {
                 }
             }
             st.opens = st.opens.saturating_sub(1);
-            if st.opens == 0 {
+            if st.opens == 0 && st.cache.is_none() {
                 for p in st.pieces.iter_mut() {
                     *p = None;
                 }
@@ -1664,6 +1810,7 @@ impl TierFs {
                 Ok(reply(&content[start..end]))
             }
             Handle::Dir(_) => Err(Error::IsDir),
+            Handle::Control => Err(Error::Access("the control file is write-only")),
             Handle::File { node, .. } => READ_BUF.with(|b| {
                 let mut b = b.borrow_mut();
                 let st = node.state.read();
@@ -1674,7 +1821,10 @@ impl TierFs {
                 let len = (size as u64).min(fsize - off) as usize;
                 // Read whole aligned blocks when we can, so the tier sees direct I/O.
                 b.resize(len.div_ceil(crate::io::ALIGN) * crate::io::ALIGN);
-                self.read_pieces(&st, off, &mut b[..len])?;
+                match &st.cache {
+                    Some(e) => self.cached_read(&node, &st, e, off, &mut b[..len])?,
+                    None => self.read_pieces(&st, off, &mut b[..len])?,
+                }
                 Ok(reply(&b[..len]))
             }),
         }
@@ -1683,7 +1833,7 @@ impl TierFs {
     fn read_pieces(&self, st: &FileState, off: u64, buf: &mut [u8]) -> Result<()> {
         match &st.layout {
             FileLayout::Whole { tier } => {
-                let piece = st.pieces[*tier].as_ref().ok_or(Error::BadHandle)?;
+                let piece = self.open_piece(st, *tier, "read")?;
                 let got = self.piece_read(*tier, piece, buf, off)?;
                 if got < buf.len() {
                     return Err(Error::ShortRead {
@@ -1697,7 +1847,7 @@ impl TierFs {
             }
             FileLayout::Stripe(m) => {
                 for ex in m.extents(off, buf.len()) {
-                    let piece = st.pieces[ex.tier].as_ref().ok_or(Error::BadHandle)?;
+                    let piece = self.open_piece(st, ex.tier, "read")?;
                     let dst = &mut buf[ex.buf..ex.buf + ex.len];
                     let got = self.piece_read(ex.tier, piece, dst, ex.local)?;
                     // A piece shorter than the file is a hole (never written): zeros.
@@ -1709,9 +1859,18 @@ impl TierFs {
     }
 
     fn piece_read(&self, tier: usize, piece: &Piece, buf: &mut [u8], off: u64) -> Result<usize> {
-        let _slot = self.tiers[tier]
-            .queue
-            .acquire(Class::DemandRead, piece_id(piece));
+        self.piece_read_as(tier, piece, buf, off, Class::DemandRead)
+    }
+
+    fn piece_read_as(
+        &self,
+        tier: usize,
+        piece: &Piece,
+        buf: &mut [u8],
+        off: u64,
+        class: Class,
+    ) -> Result<usize> {
+        let _slot = self.tiers[tier].queue.acquire(class, piece_id(piece));
         let io = InFlight::start(&self.tiers[tier], false, buf.len() as u64);
         match piece.read_at(buf, off) {
             Ok(n) => {
@@ -1720,19 +1879,32 @@ impl TierFs {
             }
             Err(e) => {
                 io.finish(false, 0);
+                let c = &self.tiers[tier].counters;
+                c.read_errors.fetch_add(1, Ordering::Relaxed);
                 Err(self.tier_err(tier, "read", Path::new("(open file)"), e))
             }
         }
     }
 
     fn piece_write(&self, tier: usize, piece: &Piece, buf: &[u8], off: u64) -> std::io::Result<()> {
-        let _slot = self.tiers[tier]
-            .queue
-            .acquire(Class::DemandWrite, piece_id(piece));
+        self.piece_write_as(tier, piece, buf, off, Class::DemandWrite)
+    }
+
+    fn piece_write_as(
+        &self,
+        tier: usize,
+        piece: &Piece,
+        buf: &[u8],
+        off: u64,
+        class: Class,
+    ) -> std::io::Result<()> {
+        let _slot = self.tiers[tier].queue.acquire(class, piece_id(piece));
         let io = InFlight::start(&self.tiers[tier], true, buf.len() as u64);
         let r = piece.write_all_at(buf, off);
         io.finish(r.is_ok(), buf.len() as u64);
         if let Err(e) = &r {
+            let c = &self.tiers[tier].counters;
+            c.write_errors.fetch_add(1, Ordering::Relaxed);
             self.tiers[tier].note_error(e);
         }
         r
@@ -1750,6 +1922,10 @@ impl TierFs {
                 (node, ino)
             }
             Handle::Virtual(_) => return Err(Error::Access("the stats files are read-only")),
+            Handle::Control => {
+                self.control(data)?;
+                return Ok(data.len() as u32);
+            }
             Handle::Dir(_) => return Err(Error::IsDir),
         };
         if data.is_empty() {
@@ -1762,15 +1938,37 @@ impl TierFs {
         let mut moved = false;
         loop {
             let st = node.state.read();
+            if let Some(e) = &st.cache {
+                if self.cached_write(&node, &st, e, off, data)? {
+                    let old = node.size.fetch_max(end, Ordering::AcqRel);
+                    if end > old {
+                        self.account_resize(&st.layout, old, end);
+                    }
+                    node.dirty.store(true, Ordering::Relaxed);
+                    return Ok(data.len() as u32);
+                }
+                // It outgrew the cache: back to the tiers, then write there.
+                drop(st);
+                let mut st = node.state.write();
+                self.uncache_locked(&node, &mut st)?;
+                continue;
+            }
             let r = match &st.layout {
                 FileLayout::Whole { tier } => {
-                    let piece = st.pieces[*tier].as_ref().ok_or(Error::BadHandle)?;
+                    let piece = self.open_piece(&st, *tier, "write")?;
                     self.piece_write(*tier, piece, data, off)
                         .map_err(|e| (*tier, e))
                 }
                 FileLayout::Stripe(m) => {
                     m.extents(off, data.len()).into_iter().try_for_each(|ex| {
-                        let piece = st.pieces[ex.tier].as_ref().expect("stripe piece open");
+                        let piece = self.open_piece(&st, ex.tier, "write").map_err(|_| {
+                            (
+                                ex.tier,
+                                std::io::Error::other(
+                                    "the tier is missing (mounted degraded without it)",
+                                ),
+                            )
+                        })?;
                         self.piece_write(ex.tier, piece, &data[ex.buf..ex.buf + ex.len], ex.local)
                             .map_err(|e| (ex.tier, e))
                     })
@@ -1820,8 +2018,14 @@ impl TierFs {
 
     /// Sets a file's size, piece by piece (tree lock held for reading).
     fn truncate(&self, tree: &Tree, ino: u64, f: &Arc<FileNode>, size: u64) -> Result<()> {
-        let st = f.state.write();
+        let mut st = f.state.write();
+        // The cache holds whole files as they were: write back and drop, then resize.
+        self.uncache_locked(f, &mut st)?;
+        let st = st;
         let set = |t: usize, len: u64| -> Result<()> {
+            if self.tiers[t].missing {
+                return Err(self.missing_err(t, "truncate"));
+            }
             if let Some(p) = &st.pieces[t] {
                 return p
                     .file()
@@ -1853,7 +2057,13 @@ impl TierFs {
 
     pub fn fsync(&self, fh: u64, datasync: bool) -> Result<()> {
         let node = match self.handle(fh)? {
-            Handle::File { node, .. } => node,
+            Handle::File { node, ino, .. } => {
+                let e = node.state.read().cache.clone();
+                if let Some(e) = e {
+                    self.write_back(&node, &e, ino)?;
+                }
+                node
+            }
             _ => return Ok(()),
         };
         let st = node.state.read();
@@ -1888,6 +2098,10 @@ impl TierFs {
         let end = off
             .checked_add(len)
             .ok_or(Error::Invalid("range overflow"))?;
+        if node.state.read().cache.is_some() {
+            let mut st = node.state.write();
+            self.uncache_locked(&node, &mut st)?;
+        }
         let st = node.state.read();
         // Each tier's stripes of a logical range are contiguous in its piece.
         let ranges: Vec<(usize, u64, u64)> = match &st.layout {
@@ -1903,7 +2117,7 @@ impl TierFs {
                 .collect(),
         };
         for (t, a, l) in ranges {
-            let p = st.pieces[t].as_ref().ok_or(Error::BadHandle)?;
+            let p = self.open_piece(&st, t, "fallocate")?;
             sys::fallocate(std::os::fd::AsFd::as_fd(p.file()), mode, a, l)
                 .map_err(|e| self.tier_err(t, "fallocate", Path::new("(open file)"), e))?;
         }
@@ -2159,8 +2373,12 @@ impl TierFs {
         out
     }
 
-    /// Closes every open piece (called at unmount; data is already on the tiers).
+    /// At unmount: writes the cache back, stops its threads and syncs every open piece.
     pub fn shutdown(&self) {
+        if let Err(e) = self.flush_cache() {
+            log::error!("unmount: the cache could not write everything back: {e}");
+        }
+        self.stop_cache();
         let tree = self.tree.read();
         for n in tree.nodes.values() {
             if let NodeData::File(f) = &n.data {

@@ -125,7 +125,11 @@ impl TierFs {
             let mut off = 0u64;
             while off < size {
                 let n = ((size - off) as usize).min(buf.len());
-                self.read_pieces(&st, off, &mut buf[..n])?;
+                match st.cache.clone() {
+                    // Its newest bytes may be only in memory.
+                    Some(e) => self.cached_read(node, &st, &e, off, &mut buf[..n])?,
+                    None => self.read_pieces(&st, off, &mut buf[..n])?,
+                }
                 for ex in layout.extents(off, n) {
                     let piece = new_pieces[ex.tier].as_ref().expect("created above");
                     self.piece_write(ex.tier, piece, &buf[ex.buf..ex.buf + ex.len], ex.local)
@@ -216,6 +220,12 @@ impl TierFs {
         *c = charge.map(|ch| self.placer.settle(ch, size));
         drop(c);
         st.pieces = new_pieces;
+        if let (Some(c), Some(e)) = (&self.cache, &st.cache) {
+            // Every byte, memory's included, is in the new pieces.
+            for slot in e.all_slots() {
+                e.set_clean(&mut slot.lock(), &c.counters);
+            }
+        }
         match bad {
             Some(b) => log::info!(
                 "moved inode {ino} ({size} bytes) off tier '{}': now {}",

@@ -15,7 +15,8 @@ impl TierFs {
         while let Some((ino, rel)) = stack.pop() {
             // name -> (tier, kind) for every tier that has it
             let mut found: BTreeMap<OsString, Vec<(usize, Kind)>> = BTreeMap::new();
-            for t in &self.tiers {
+            // A tier left out of a degraded mount is neither read nor mirrored to.
+            for t in self.tiers.iter().filter(|t| !t.missing) {
                 let dir = t.path(&rel);
                 let rd = match fs::read_dir(&dir) {
                     Ok(rd) => rd,
@@ -66,7 +67,7 @@ impl TierFs {
                             );
                         }
                     }
-                    for t in &self.tiers {
+                    for t in self.tiers.iter().filter(|t| !t.missing) {
                         if !on.iter().any(|(i, k)| *i == t.index && *k == Kind::Dir) {
                             let p = t.path(&child_rel);
                             let _ = fs::create_dir_all(&p);
@@ -233,6 +234,19 @@ impl TierFs {
                 size = size.max(m.logical_end(*t, *len));
             }
             for t in &m.tiers {
+                if self.tiers[*t].missing {
+                    log::warn!(
+                        "{}: its stripes on missing tier '{}' answer EIO{}",
+                        rel.display(),
+                        self.tiers[*t].name,
+                        if m.tiers.last() == Some(t) {
+                            ""
+                        } else {
+                            " (its size may read short)"
+                        }
+                    );
+                    continue;
+                }
                 let p = self.tiers[*t].path(rel);
                 if !p.exists() {
                     log::warn!(

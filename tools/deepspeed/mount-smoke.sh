@@ -5,7 +5,8 @@
 #
 #   tools/deepspeed/mount-smoke.sh [TIERFS_BINARY]     (default: target/debug/tierfs, built if missing)
 #
-# Environment: PASSTHROUGH (default "direct" as root, else "auto"), WORK (temp folder),
+# Environment: PASSTHROUGH (default "direct" as root, else "auto"), CACHE (a size such as
+# "64MiB": mount with tierfs's host-memory cache of that size; default none), WORK (temp folder),
 # and everything smoke.sh reads (TIERFS_DS_VENV, TORCH_EXTENSIONS_DIR, SMOKE_STEPS).
 # The first run on a machine installs torch and deepspeed into a venv outside the repo
 # (~3 GB of wheels) and JIT-builds DeepSpeed's ops (~6.5 min on 2 cores).
@@ -29,6 +30,9 @@ write_bandwidth = "1GB/s"
 log_file = "$WORK/daemon.log"
 passthrough = "$PT"
 EOT
+if [ -n "${CACHE:-}" ]; then
+  printf '[cache]\nsize = "%s"\nwriteback_delay = 1.0\n' "$CACHE" >>"$WORK/tierfs.toml"
+fi
 cleanup() {
   if mountpoint -q "$WORK/mnt"; then "$BIN" unmount "$WORK/mnt" || umount -l "$WORK/mnt" || true; fi
   rm -rf "$WORK"
@@ -36,6 +40,18 @@ cleanup() {
 trap cleanup EXIT
 "$BIN" mount --config "$WORK/tierfs.toml" "$WORK/mnt"
 SMOKE_CLEANUP=1 "$ROOT/tools/deepspeed/smoke.sh" "$WORK/plain" "$WORK/mnt/ds"
-echo "--- tierfs after the run (passthrough = $PT)"
+echo "--- tierfs after the run (passthrough = $PT, cache = ${CACHE:-none})"
 "$BIN" stat "$WORK/mnt"
+if [ -n "${CACHE:-}" ]; then
+  python3 - "$WORK/mnt/.tierfs/cache" <<'EOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+print("cache: %d MiB used of %d, hits %.0f MiB, misses %.0f MiB, absorbed %.0f MiB, written back %.0f MiB, "
+      "evictions %d, discarded dirty %.0f MiB" % (c["used"] >> 20, c["config"]["size"] >> 20,
+      c["hit_bytes"] / 2**20, c["miss_bytes"] / 2**20, c["absorbed_bytes"] / 2**20,
+      c["writeback_bytes"] / 2**20, c["evictions"], c["discarded_dirty_bytes"] / 2**20))
+for o in c["orders"]:
+    print("  order %s: %s, cycle of %d files, %d cycles" % (o["dir"], o["mode"], o["cycle_len"], o["cycles"]))
+EOF
+fi
 grep -E "WARN|ERROR" "$WORK/daemon.log" | tail -5 || true

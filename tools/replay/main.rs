@@ -57,6 +57,13 @@ Example:
   tierfs-replay /mnt/tierfs/ds --ranks 2 --subgroups 8 --subgroup-bytes 32MiB --steps 3 --json out.json";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum StepOrder {
+    Ascending,
+    Alternate,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
 enum EngineKind {
     #[value(name = "io_uring")]
     #[serde(rename = "io_uring")]
@@ -123,6 +130,14 @@ struct Args {
     /// Serialize the optimizer step: read subgroup i, compute, write it, then i+1.
     #[arg(long)]
     no_pipeline: bool,
+    /// Subgroup order of the optimizer step: `ascending` every step (unmodified DeepSpeed)
+    /// or `alternate` (descending on even steps, as the MLP-Offload patch does).
+    #[arg(long, value_enum, default_value_t = StepOrder::Ascending)]
+    order: StepOrder,
+    /// A tierfs `.tierfs/cache` file: report, per phase, how many of the bytes read came
+    /// from tierfs's host-memory cache.
+    #[arg(long)]
+    cache_stats: Option<PathBuf>,
     /// Parameter files in flight ahead in forward and backward.
     #[arg(long, default_value_t = 2)]
     prefetch: usize,
@@ -1107,6 +1122,10 @@ struct Summary {
     files_checked: u64,
     mismatched_blocks: u64,
     mismatched_files: Vec<String>,
+    /// With --cache-stats: per step, the share of the optimizer step's reads served from
+    /// tierfs's cache.
+    optimizer_cache_share: Vec<f64>,
+    optimizer_cache_share_median: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -1126,6 +1145,23 @@ struct Shared {
     phases: Mutex<Vec<(usize, String, Vec<RankPhase>)>>,
     epoch: Instant,
     trace: Option<Arc<Mutex<File>>>,
+    /// (step, phase, bytes served from the cache) per phase, with --cache-stats.
+    cache: Mutex<Vec<(usize, String, u64)>>,
+    cache_mark: Mutex<u64>,
+}
+
+/// `hit_bytes` of a tierfs `.tierfs/cache` file.
+fn cache_hits(p: &Path) -> u64 {
+    std::fs::read_to_string(p)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .and_then(|v| v.get("hit_bytes")?.as_u64())
+        .unwrap_or_else(|| {
+            die(
+                3,
+                &format!("--cache-stats {}: no hit_bytes in it", p.display()),
+            )
+        })
 }
 
 struct RankCtx<'a> {
@@ -1164,6 +1200,20 @@ impl RankCtx<'_> {
             match ph.iter_mut().find(|(s, n, _)| *s == step && n == name) {
                 Some((_, _, v)) => v.push(rp),
                 None => ph.push((step, name.to_string(), vec![rp])),
+            }
+        }
+        if self.sh.barrier.wait().is_leader() {
+            if let Some(p) = &self.args.cache_stats {
+                // Every rank is past the phase and none has begun the next.
+                let now = cache_hits(p);
+                let mut mark = self.sh.cache_mark.lock().expect("lock");
+                let d = now.saturating_sub(*mark);
+                *mark = now;
+                self.sh
+                    .cache
+                    .lock()
+                    .expect("lock")
+                    .push((step, name.to_string(), d));
             }
         }
         self.sh.barrier.wait();
@@ -1400,12 +1450,17 @@ fn run_rank(args: &Args, rank: usize, sh: &Shared) {
                 .collect()
         };
         let pipeline = !args.no_pipeline;
-        let mut next_reads = start_reads(&mut cx, &sgs[0]);
+        let mut walk: Vec<usize> = (0..sgs.len()).collect();
+        if args.order == StepOrder::Alternate && step % 2 == 0 {
+            walk.reverse();
+        }
+        let mut next_reads = start_reads(&mut cx, &sgs[walk[0]]);
         let mut prev_writes: Vec<u64> = Vec::new();
-        for (i, sg) in sgs.iter().enumerate() {
+        for (k, &i) in walk.iter().enumerate() {
+            let sg = &sgs[i];
             let mine: Vec<Transfer> = next_reads.drain(..).map(|id| cx.io.wait(id)).collect();
-            if pipeline && i + 1 < sgs.len() {
-                next_reads = start_reads(&mut cx, &sgs[i + 1]);
+            if pipeline && k + 1 < walk.len() {
+                next_reads = start_reads(&mut cx, &sgs[walk[k + 1]]);
             }
             // compute: check the inputs, model the update, produce the outputs in place
             let mut bufs: Vec<AlignedBuf> = mine.into_iter().map(|t| cx.verify(t)).collect();
@@ -1431,8 +1486,8 @@ fn run_rank(args: &Args, rank: usize, sh: &Shared) {
             }
             if !pipeline {
                 cx.io.wait_all(&mut prev_writes, &mut cx.pool);
-                if i + 1 < sgs.len() {
-                    next_reads = start_reads(&mut cx, &sgs[i + 1]);
+                if k + 1 < walk.len() {
+                    next_reads = start_reads(&mut cx, &sgs[walk[k + 1]]);
                 }
             }
         }
@@ -1570,6 +1625,8 @@ fn main() {
         phases: Mutex::new(Vec::new()),
         epoch: Instant::now(),
         trace,
+        cache: Mutex::new(Vec::new()),
+        cache_mark: Mutex::new(args.cache_stats.as_deref().map(cache_hits).unwrap_or(0)),
     });
     let args = Arc::new(args);
     let handles: Vec<_> = (0..args.ranks)
@@ -1637,6 +1694,15 @@ fn main() {
                 .sum()
         })
         .collect();
+    let opt_read: u64 = r * (3 * master_bytes + grad_bytes);
+    let opt_cache: Vec<f64> = sh
+        .cache
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|(_, n, _)| n == "optimizer")
+        .map(|(_, _, hit)| *hit as f64 / opt_read.max(1) as f64)
+        .collect();
     let bad_files = sh.bad_files.lock().expect("lock").clone();
     let bad_blocks = sh.bad_blocks.load(Ordering::Relaxed);
     let exit = if bad_blocks > 0 { 1 } else { 0 };
@@ -1657,7 +1723,20 @@ fn main() {
         files_checked: sh.files_checked.load(Ordering::Relaxed),
         mismatched_blocks: bad_blocks,
         mismatched_files: bad_files.clone(),
+        optimizer_cache_share: opt_cache.clone(),
+        optimizer_cache_share_median: (!opt_cache.is_empty()).then(|| median(&opt_cache)),
     };
+    if let Some(m) = summary.optimizer_cache_share_median {
+        println!(
+            "cache: optimizer step reads served from memory: median {:.3} ({})",
+            m,
+            opt_cache
+                .iter()
+                .map(|s| format!("{s:.3}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
     println!(
         "optimizer step I/O: median {:.3} s ({}), {:.3} GB/s; forward {:.3} GB/s, backward {:.3} GB/s; step I/O median {:.3} s",
         summary.optimizer_io_s_median,
@@ -1807,6 +1886,8 @@ mod tests {
                 phases: Mutex::new(Vec::new()),
                 epoch: Instant::now(),
                 trace: None,
+                cache: Mutex::new(Vec::new()),
+                cache_mark: Mutex::new(0),
             };
             std::thread::scope(|s| {
                 for r in 0..2 {

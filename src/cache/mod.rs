@@ -1,0 +1,522 @@
+//! The host-memory tier: which files are held in memory, their blocks, the memory budget,
+//! and the choice of what to keep.
+//!
+//! A file is cached whole or not at all: DeepSpeed reads and writes its swap files whole,
+//! and whole-file residency lets one rule keep the cache coherent: while a file is cached,
+//! every byte of it goes through its blocks here (the filesystem core routes reads and
+//! writes of a cached file to [`Entry`], never to the tier behind it, and never opens it in
+//! kernel passthrough). Its memory is reserved whole at admission, so the budget is a hard
+//! bound; blocks are filled lazily, by the reader's own requests or by prefetch.
+//!
+//! What to keep is decided by rank: how many reads away the file's next use is, from the
+//! directory's learned order ([`order`]); the file with the largest rank goes first. With
+//! `policy = "lru"` the rank is the time since last use instead (for comparison). A file
+//! whose next use is unknown is only admitted into free memory, so the first pass fills the
+//! cache with the head of the cycle and later passes keep it.
+//!
+//! The I/O itself (filling blocks, writing dirty ones back, evicting, which needs the file's
+//! lock) belongs to the core, `crate::fs::cached`; this module owns the bookkeeping.
+
+pub mod order;
+
+use crate::config::{CacheConfig, CachePolicy};
+use crate::control::OrderHint;
+use crate::fs::FileNode;
+use crate::io::AlignedBuf;
+use order::{DirOrder, OrderView};
+use parking_lot::{Condvar, Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+/// Cache block: the unit of filling, dirtiness and write-back.
+pub const BLOCK: u64 = 1 << 20;
+
+/// One block of a cached file.
+#[derive(Default)]
+pub struct Slot {
+    /// Allocated when first filled or written; `BLOCK` bytes, zero past the file's end.
+    pub buf: Option<AlignedBuf>,
+    /// Holds the file's current bytes (else they are on the tier).
+    pub valid: bool,
+    /// Newer than the tier.
+    pub dirty: bool,
+    /// Filled by prefetch and not read since.
+    pub prefetched: bool,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("allocated", &self.buf.is_some())
+            .field("valid", &self.valid)
+            .field("dirty", &self.dirty)
+            .field("prefetched", &self.prefetched)
+            .finish()
+    }
+}
+
+/// A cached file.
+#[derive(Debug)]
+pub struct Entry {
+    pub ino: u64,
+    /// Directory whose order ranks it.
+    pub dir: u64,
+    /// A DeepSpeed gradient file: rewritten or deleted before it is read again, so it is
+    /// written back only when memory is needed (or on fsync and unmount).
+    pub gradient: bool,
+    slots: RwLock<Vec<Arc<Mutex<Slot>>>>,
+    /// Bytes of the budget held (whole blocks).
+    reserved: AtomicU64,
+    dirty_blocks: AtomicU64,
+    dirty_since: Mutex<Option<Instant>>,
+    /// Serializes write-backs of this file, so an older copy never lands after a newer one.
+    pub writeback: Mutex<()>,
+    last_use: AtomicU64,
+    pub last_error: Mutex<Option<String>>,
+}
+
+impl Entry {
+    /// The slot of block `b`, if the file has one there.
+    pub fn slot(&self, b: u64) -> Option<Arc<Mutex<Slot>>> {
+        self.slots.read().get(b as usize).cloned()
+    }
+
+    pub fn blocks(&self) -> u64 {
+        self.slots.read().len() as u64
+    }
+
+    pub fn reserved(&self) -> u64 {
+        self.reserved.load(Ordering::Relaxed)
+    }
+
+    pub fn dirty_blocks(&self) -> u64 {
+        self.dirty_blocks.load(Ordering::Acquire)
+    }
+
+    /// Marks a slot dirty (its lock held by the caller).
+    pub fn set_dirty(&self, s: &mut Slot, counters: &Counters) {
+        if !s.dirty {
+            s.dirty = true;
+            if self.dirty_blocks.fetch_add(1, Ordering::AcqRel) == 0 {
+                *self.dirty_since.lock() = Some(Instant::now());
+            }
+            counters.dirty_bytes.fetch_add(BLOCK, Ordering::Relaxed);
+        }
+    }
+
+    /// Marks a slot clean after its bytes reached the tier (its lock held by the caller).
+    pub fn set_clean(&self, s: &mut Slot, counters: &Counters) {
+        if s.dirty {
+            s.dirty = false;
+            if self.dirty_blocks.fetch_sub(1, Ordering::AcqRel) == 1 {
+                *self.dirty_since.lock() = None;
+            }
+            counters.dirty_bytes.fetch_sub(BLOCK, Ordering::Relaxed);
+        }
+    }
+
+    /// Seconds since the oldest unwritten change.
+    pub fn dirty_age(&self) -> Option<f64> {
+        self.dirty_since.lock().map(|t| t.elapsed().as_secs_f64())
+    }
+
+    /// Every slot, for write-back and for the per-file view.
+    pub fn all_slots(&self) -> Vec<Arc<Mutex<Slot>>> {
+        self.slots.read().clone()
+    }
+}
+
+/// Running totals, in bytes unless named otherwise.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub hit_bytes: AtomicU64,
+    pub miss_bytes: AtomicU64,
+    pub absorbed_bytes: AtomicU64,
+    pub dirty_bytes: AtomicU64,
+    pub writeback_bytes: AtomicU64,
+    pub writeback_errors: AtomicU64,
+    pub prefetch_files: AtomicU64,
+    pub prefetch_bytes: AtomicU64,
+    pub prefetch_used_bytes: AtomicU64,
+    pub prefetch_wasted_bytes: AtomicU64,
+    pub admissions: AtomicU64,
+    pub refusals: AtomicU64,
+    pub evictions: AtomicU64,
+    pub evicted_bytes: AtomicU64,
+    /// Dirty bytes dropped because their file was deleted first: writes that never had
+    /// to reach a tier.
+    pub discarded_dirty_bytes: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Resident {
+    node: Weak<FileNode>,
+    entry: Arc<Entry>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    files: HashMap<u64, Resident>,
+    used: u64,
+}
+
+/// A file that may be evicted to make room: its node (to take its lock) and entry.
+pub struct Victim {
+    pub node: Arc<FileNode>,
+    pub entry: Arc<Entry>,
+}
+
+/// What the background writer should do next.
+#[derive(Debug, Default)]
+struct WbRequest {
+    /// Write back every dirty file ranked above this (memory is needed for a file ranked
+    /// this); `u64::MAX` when nothing is asked.
+    above_rank: Option<u64>,
+    /// Write back everything (control `flush`, unmount).
+    all: bool,
+}
+
+/// The cache of one mount.
+#[derive(Debug)]
+pub struct Cache {
+    pub cfg: CacheConfig,
+    inner: Mutex<Inner>,
+    orders: Mutex<HashMap<u64, DirOrder>>,
+    pub counters: Counters,
+    seq: AtomicU64,
+    wb: Mutex<WbRequest>,
+    wb_cv: Condvar,
+    pub stop: AtomicBool,
+    prefetch_tx: crossbeam_channel::Sender<u64>,
+    pub prefetch_rx: crossbeam_channel::Receiver<u64>,
+    /// Files queued for prefetch and not yet taken, so a file is queued once.
+    queued: Mutex<std::collections::HashSet<u64>>,
+}
+
+/// Whether a name is one of DeepSpeed's gradient swap files.
+pub fn is_gradient(name: &[u8]) -> bool {
+    name.windows(b"_gradient_".len())
+        .any(|w| w == b"_gradient_")
+}
+
+/// Bytes of budget a file of `size` bytes holds.
+pub fn reserve_for(size: u64) -> u64 {
+    size.div_ceil(BLOCK).max(1) * BLOCK
+}
+
+impl Cache {
+    pub fn new(cfg: CacheConfig) -> Cache {
+        let (prefetch_tx, prefetch_rx) = crossbeam_channel::unbounded();
+        Cache {
+            cfg,
+            inner: Mutex::new(Inner::default()),
+            orders: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+            seq: AtomicU64::new(1),
+            wb: Mutex::new(WbRequest::default()),
+            wb_cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+            prefetch_tx,
+            prefetch_rx,
+            queued: Mutex::new(Default::default()),
+        }
+    }
+
+    /// Records a read-open of `ino` in directory `dir` and returns the files to prefetch.
+    pub fn access(&self, dir: u64, ino: u64, dup: bool) -> Vec<u64> {
+        let mut orders = self.orders.lock();
+        let o = orders.entry(dir).or_default();
+        o.access(ino, dup);
+        if self.cfg.policy == CachePolicy::Learned {
+            o.predict(self.cfg.prefetch)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Notes a use of a cached file (for LRU).
+    pub fn touch(&self, e: &Entry) {
+        e.last_use
+            .store(self.seq.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    pub fn hint(&self, dir: Option<u64>, hint: OrderHint) {
+        let mut orders = self.orders.lock();
+        match dir {
+            Some(d) => orders.entry(d).or_default().set_hint(hint),
+            None => orders.values_mut().for_each(|o| o.set_hint(hint)),
+        }
+    }
+
+    pub fn mark_step(&self, dir: Option<u64>) {
+        let mut orders = self.orders.lock();
+        match dir {
+            Some(d) => orders.entry(d).or_default().mark_step(),
+            None => orders.values_mut().for_each(|o| o.mark_step()),
+        }
+    }
+
+    /// How far away `ino`'s next use is (larger: keep it less). Unknown: `u64::MAX`.
+    fn rank_locked(
+        &self,
+        orders: &HashMap<u64, DirOrder>,
+        dir: u64,
+        ino: u64,
+        e: Option<&Entry>,
+    ) -> u64 {
+        match self.cfg.policy {
+            CachePolicy::Learned => orders
+                .get(&dir)
+                .and_then(|o| o.distance(ino))
+                .unwrap_or(u64::MAX),
+            CachePolicy::Lru => match e {
+                Some(e) => self
+                    .seq
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(e.last_use.load(Ordering::Relaxed)),
+                None => 0,
+            },
+        }
+    }
+
+    /// The rank of a file not cached yet.
+    pub fn rank_of(&self, dir: u64, ino: u64) -> u64 {
+        let orders = self.orders.lock();
+        self.rank_locked(&orders, dir, ino, None)
+    }
+
+    pub fn is_cached(&self, ino: u64) -> bool {
+        self.inner.lock().files.contains_key(&ino)
+    }
+
+    /// Takes `bytes` of the budget if they are free.
+    pub fn try_reserve(&self, bytes: u64) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.used + bytes <= self.cfg.size {
+            inner.used += bytes;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Gives back budget taken with [`Cache::try_reserve`] and not used.
+    pub fn unreserve(&self, bytes: u64) {
+        let mut inner = self.inner.lock();
+        inner.used = inner.used.saturating_sub(bytes);
+    }
+
+    /// Clean files ranked above `rank` (largest rank first) whose memory adds up to `need`,
+    /// or `None` if there are not enough of them. Dirty files ranked above `rank` are asked
+    /// to be written back, so a later try may succeed.
+    pub fn victims(&self, need: u64, rank: u64, exclude: u64) -> Option<Vec<Victim>> {
+        let inner = self.inner.lock();
+        let orders = self.orders.lock();
+        let free = self.cfg.size.saturating_sub(inner.used);
+        let mut cands: Vec<(u64, &Resident)> = inner
+            .files
+            .iter()
+            .filter(|(ino, _)| **ino != exclude)
+            .map(|(ino, r)| {
+                (
+                    self.rank_locked(&orders, r.entry.dir, *ino, Some(&r.entry)),
+                    r,
+                )
+            })
+            .filter(|(rk, _)| *rk > rank)
+            .collect();
+        cands.sort_by_key(|c| std::cmp::Reverse(c.0));
+        let mut got = free;
+        let mut out = Vec::new();
+        let mut dirty_above = false;
+        for (_, r) in cands {
+            if got >= need {
+                break;
+            }
+            if r.entry.dirty_blocks() > 0 {
+                dirty_above = true;
+                continue;
+            }
+            if let Some(node) = r.node.upgrade() {
+                got += r.entry.reserved();
+                out.push(Victim {
+                    node,
+                    entry: r.entry.clone(),
+                });
+            }
+        }
+        drop(orders);
+        drop(inner);
+        if got >= need {
+            return Some(out);
+        }
+        if dirty_above {
+            self.request_writeback(Some(rank), false);
+        }
+        None
+    }
+
+    /// Adds a file whose `reserve` bytes were taken with [`Cache::try_reserve`].
+    pub fn insert(
+        &self,
+        ino: u64,
+        dir: u64,
+        name: &[u8],
+        node: &Arc<FileNode>,
+        reserve: u64,
+    ) -> Arc<Entry> {
+        let blocks = reserve / BLOCK;
+        let entry = Arc::new(Entry {
+            ino,
+            dir,
+            gradient: is_gradient(name),
+            slots: RwLock::new(
+                (0..blocks)
+                    .map(|_| Arc::new(Mutex::new(Slot::default())))
+                    .collect(),
+            ),
+            reserved: AtomicU64::new(reserve),
+            dirty_blocks: AtomicU64::new(0),
+            dirty_since: Mutex::new(None),
+            writeback: Mutex::new(()),
+            last_use: AtomicU64::new(self.seq.fetch_add(1, Ordering::Relaxed)),
+            last_error: Mutex::new(None),
+        });
+        self.inner.lock().files.insert(
+            ino,
+            Resident {
+                node: Arc::downgrade(node),
+                entry: entry.clone(),
+            },
+        );
+        self.counters.admissions.fetch_add(1, Ordering::Relaxed);
+        entry
+    }
+
+    /// Grows a cached file to `blocks` blocks with budget already reserved.
+    pub fn grow(&self, e: &Entry, blocks: u64) {
+        let mut slots = e.slots.write();
+        while (slots.len() as u64) < blocks {
+            slots.push(Arc::new(Mutex::new(Slot::default())));
+            e.reserved.fetch_add(BLOCK, Ordering::Relaxed);
+        }
+    }
+
+    /// Forgets a file and frees its memory. `evicted`: to make room (else dropped because
+    /// the file changed shape or went away). Dirty bytes still in it are counted as
+    /// discarded: only callers for whom that is right (the file was deleted) pass dirty
+    /// entries.
+    pub fn remove(&self, ino: u64, e: &Arc<Entry>, evicted: bool) {
+        let mut inner = self.inner.lock();
+        let same = inner
+            .files
+            .get(&ino)
+            .is_some_and(|r| Arc::ptr_eq(&r.entry, e));
+        if !same {
+            return;
+        }
+        inner.files.remove(&ino);
+        inner.used = inner.used.saturating_sub(e.reserved());
+        drop(inner);
+        let c = &self.counters;
+        for s in e.all_slots() {
+            let mut s = s.lock();
+            if s.prefetched {
+                c.prefetch_wasted_bytes.fetch_add(BLOCK, Ordering::Relaxed);
+            }
+            if s.dirty {
+                c.discarded_dirty_bytes.fetch_add(BLOCK, Ordering::Relaxed);
+                e.set_clean(&mut s, c);
+            }
+            s.buf = None;
+            s.valid = false;
+        }
+        if evicted {
+            c.evictions.fetch_add(1, Ordering::Relaxed);
+            c.evicted_bytes.fetch_add(e.reserved(), Ordering::Relaxed);
+        }
+    }
+
+    /// Every cached file with its node, for the writer and for views.
+    pub fn residents(&self) -> Vec<(Arc<FileNode>, Arc<Entry>)> {
+        self.inner
+            .lock()
+            .files
+            .values()
+            .filter_map(|r| Some((r.node.upgrade()?, r.entry.clone())))
+            .collect()
+    }
+
+    pub fn rank_of_entry(&self, e: &Entry) -> u64 {
+        let orders = self.orders.lock();
+        self.rank_locked(&orders, e.dir, e.ino, Some(e))
+    }
+
+    pub fn used(&self) -> u64 {
+        self.inner.lock().used
+    }
+
+    /// Queues a prefetch of `ino` (once while it waits).
+    pub fn queue_prefetch(&self, ino: u64) {
+        if self.queued.lock().insert(ino) {
+            let _ = self.prefetch_tx.send(ino);
+        }
+    }
+
+    /// The prefetcher took `ino` off the queue.
+    pub fn dequeued(&self, ino: u64) {
+        self.queued.lock().remove(&ino);
+    }
+
+    /// Asks the writer for a write-back (see [`WbRequest`]).
+    pub fn request_writeback(&self, above_rank: Option<u64>, all: bool) {
+        let mut w = self.wb.lock();
+        if let Some(r) = above_rank {
+            w.above_rank = Some(w.above_rank.map_or(r, |o| o.min(r)));
+        }
+        w.all |= all;
+        self.wb_cv.notify_all();
+    }
+
+    /// The writer waits here for a request or `timeout`; returns (above_rank, all).
+    pub fn wait_writeback(&self, timeout: std::time::Duration) -> (Option<u64>, bool) {
+        let mut w = self.wb.lock();
+        if w.above_rank.is_none() && !w.all && !self.stop.load(Ordering::Relaxed) {
+            self.wb_cv.wait_for(&mut w, timeout);
+        }
+        let r = (w.above_rank.take(), w.all);
+        w.all = false;
+        r
+    }
+
+    pub fn wake_all(&self) {
+        self.wb_cv.notify_all();
+    }
+
+    /// The learned order of every directory seen.
+    pub fn orders(&self) -> Vec<(u64, OrderView)> {
+        let mut v: Vec<(u64, OrderView)> = self
+            .orders
+            .lock()
+            .iter()
+            .map(|(d, o)| (*d, o.view()))
+            .collect();
+        v.sort_by_key(|(d, _)| *d);
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gradient_names() {
+        assert!(is_gradient(b"0_999_gradient_0_1000.tensor.swp"));
+        assert!(!is_gradient(b"exp_avg-0_999.tensor.swp"));
+        assert_eq!(reserve_for(0), BLOCK);
+        assert_eq!(reserve_for(BLOCK + 1), 2 * BLOCK);
+    }
+}

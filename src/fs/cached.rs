@@ -1,0 +1,839 @@
+//! The core's side of the host-memory cache (`crate::cache`): admitting files, serving
+//! their reads and writes from memory, filling blocks from the tiers, writing dirty blocks
+//! back, evicting, prefetching, and the `.tierfs/control` commands.
+//!
+//! Coherence rests on the file's state lock: a file is admitted or dropped only with it held
+//! for writing, and every read and write of a cached file goes to its blocks while it is
+//! held for reading. So no request ever reads a tier behind a dirty block, and a file in
+//! kernel passthrough (whose I/O the daemon never sees) is never admitted.
+
+use super::*;
+use crate::cache::{self, Cache, Entry, Slot, BLOCK};
+use crate::control::Command;
+
+/// Threads that fill one prefetched file's blocks together (the tier queues bound what is
+/// really in flight).
+const PREFETCH_FILL_THREADS: usize = 4;
+
+impl TierFs {
+    pub fn cache(&self) -> Option<&Arc<Cache>> {
+        self.cache.as_ref()
+    }
+
+    /// At an open (state lock held for writing, pieces open): records a read in the order,
+    /// queues prefetches, and admits the file if the policy wants it more than what it
+    /// would displace.
+    pub(super) fn cache_on_open(
+        &self,
+        ino: u64,
+        parent: u64,
+        name: &OsStr,
+        node: &Arc<FileNode>,
+        st: &mut FileState,
+        read: bool,
+    ) {
+        let Some(c) = &self.cache else { return };
+        if read {
+            let next = c.access(parent, ino, st.opens > 0);
+            for f in next {
+                if f != ino {
+                    c.queue_prefetch(f);
+                }
+            }
+        }
+        match &st.cache {
+            Some(e) => c.touch(e),
+            None => {
+                if st.pt_opens == 0 {
+                    let rank = c.rank_of(parent, ino);
+                    self.admit(c, ino, parent, name.as_bytes(), node, st, rank);
+                }
+            }
+        }
+    }
+
+    /// Makes room and installs a cache entry (state lock held for writing).
+    #[allow(clippy::too_many_arguments)]
+    fn admit(
+        &self,
+        c: &Cache,
+        ino: u64,
+        parent: u64,
+        name: &[u8],
+        node: &Arc<FileNode>,
+        st: &mut FileState,
+        rank: u64,
+    ) -> bool {
+        let size = node.size();
+        if size > c.cfg.max_file {
+            return false;
+        }
+        let need = cache::reserve_for(size);
+        if !self.make_room(c, need, rank, ino) {
+            c.counters.refusals.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        st.cache = Some(c.insert(ino, parent, name, node, need));
+        true
+    }
+
+    /// Takes `need` bytes of the budget, evicting clean files ranked above `rank` if it must.
+    fn make_room(&self, c: &Cache, need: u64, rank: u64, me: u64) -> bool {
+        for _ in 0..3 {
+            if c.try_reserve(need) {
+                return true;
+            }
+            let Some(victims) = c.victims(need, rank, me) else {
+                return false;
+            };
+            for v in victims {
+                self.evict(c, &v.node, &v.entry);
+            }
+        }
+        c.try_reserve(need)
+    }
+
+    /// Drops a clean cached file to free its memory. Never waits for its lock (the caller
+    /// may hold another file's): a busy file is skipped.
+    fn evict(&self, c: &Cache, node: &Arc<FileNode>, e: &Arc<Entry>) -> bool {
+        let Some(mut st) = node.state.try_write() else {
+            return false;
+        };
+        let mine = st.cache.as_ref().is_some_and(|x| Arc::ptr_eq(x, e));
+        if !mine || e.dirty_blocks() > 0 {
+            return false;
+        }
+        st.cache = None;
+        c.remove(e.ino, e, true);
+        if st.opens == 0 {
+            st.pieces.iter_mut().for_each(|p| *p = None);
+        }
+        true
+    }
+
+    /// Writes a cached file back and drops it from the cache (state lock held for
+    /// writing), before its layout or size changes behind the cache. On a write-back error
+    /// the file stays cached, dirty, and the error is returned.
+    pub(super) fn uncache_locked(&self, node: &FileNode, st: &mut FileState) -> Result<()> {
+        let (Some(c), Some(e)) = (&self.cache, st.cache.clone()) else {
+            return Ok(());
+        };
+        {
+            let _wb = e.writeback.lock();
+            self.write_back_locked(c, node, st, &e)?;
+        }
+        st.cache = None;
+        c.remove(e.ino, &e, false);
+        if st.opens == 0 {
+            st.pieces.iter_mut().for_each(|p| *p = None);
+        }
+        Ok(())
+    }
+
+    /// The file is gone for good (unlinked and forgotten): its dirty bytes need no tier.
+    pub(super) fn cache_forget(&self, f: &FileNode) {
+        let Some(c) = &self.cache else { return };
+        let mut st = f.state.write();
+        if let Some(e) = st.cache.take() {
+            c.remove(e.ino, &e, false);
+        }
+    }
+
+    /// Fills one block from the tiers (its lock held). Bytes past what the tiers hold read
+    /// as zeros: a cached file's tail may exist only in memory yet.
+    fn fill(
+        &self,
+        node: &FileNode,
+        st: &FileState,
+        b: u64,
+        s: &mut Slot,
+        class: Class,
+    ) -> Result<()> {
+        let start = b * BLOCK;
+        let size = node.size();
+        let mut buf = AlignedBuf::zeroed(BLOCK as usize);
+        if start < size {
+            let n = (size - start).min(BLOCK) as usize;
+            self.read_lenient(st, start, &mut buf[..n], class)?;
+        }
+        s.buf = Some(buf);
+        s.valid = true;
+        Ok(())
+    }
+
+    /// Reads a range from the tiers, zeros where a piece is shorter.
+    fn read_lenient(&self, st: &FileState, off: u64, buf: &mut [u8], class: Class) -> Result<()> {
+        let extents: Vec<(usize, usize, usize, u64)> = match &st.layout {
+            FileLayout::Whole { tier } => vec![(*tier, 0, buf.len(), off)],
+            FileLayout::Stripe(m) => m
+                .extents(off, buf.len())
+                .into_iter()
+                .map(|x| (x.tier, x.buf, x.len, x.local))
+                .collect(),
+        };
+        for (tier, at, len, local) in extents {
+            let piece = self.open_piece(st, tier, "read")?;
+            let dst = &mut buf[at..at + len];
+            let got = self.piece_read_as(tier, piece, dst, local, class)?;
+            dst[got..].fill(0);
+        }
+        Ok(())
+    }
+
+    /// Serves a read of a cached file (state lock held for reading).
+    pub(super) fn cached_read(
+        &self,
+        node: &FileNode,
+        st: &FileState,
+        e: &Entry,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let c = self.cache.as_ref().expect("cached file without a cache");
+        let mut done = 0usize;
+        while done < buf.len() {
+            let pos = off + done as u64;
+            let b = pos / BLOCK;
+            let at = (pos % BLOCK) as usize;
+            let n = (buf.len() - done).min(BLOCK as usize - at);
+            let slot = e
+                .slot(b)
+                .ok_or(Error::Invalid("read past a cached file's blocks"))?;
+            let mut s = slot.lock();
+            if s.valid {
+                c.counters.hit_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                if s.prefetched {
+                    s.prefetched = false;
+                    c.counters
+                        .prefetch_used_bytes
+                        .fetch_add(BLOCK, Ordering::Relaxed);
+                }
+            } else {
+                self.fill(node, st, b, &mut s, Class::DemandRead)?;
+                c.counters.miss_bytes.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            let data = s.buf.as_ref().expect("valid slot has a buffer");
+            buf[done..done + n].copy_from_slice(&data[at..at + n]);
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Takes a write into a cached file's blocks (state lock held for reading). `Ok(false)`
+    /// when the file would outgrow what the cache can give it: the caller drops it from the
+    /// cache and writes to the tiers.
+    pub(super) fn cached_write(
+        &self,
+        node: &FileNode,
+        st: &FileState,
+        e: &Entry,
+        off: u64,
+        data: &[u8],
+    ) -> Result<bool> {
+        let c = self.cache.as_ref().expect("cached file without a cache");
+        let end = off + data.len() as u64;
+        let blocks = end.div_ceil(BLOCK);
+        if blocks > e.blocks() {
+            let extra = (blocks - e.blocks()) * BLOCK;
+            if e.reserved() + extra > c.cfg.max_file.div_ceil(BLOCK) * BLOCK
+                || !self.make_room(c, extra, 0, e.ino)
+            {
+                return Ok(false);
+            }
+            c.grow(e, blocks);
+        }
+        let new_size = node.size().max(end);
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = off + done as u64;
+            let b = pos / BLOCK;
+            let at = (pos % BLOCK) as usize;
+            let n = (data.len() - done).min(BLOCK as usize - at);
+            let slot = e.slot(b).expect("grown above");
+            let mut s = slot.lock();
+            // Covering the whole block, or all of it up to the file's end, needs no read.
+            let whole = at == 0 && (n as u64 == BLOCK || pos + n as u64 >= new_size);
+            if !s.valid {
+                if whole {
+                    s.buf = Some(AlignedBuf::zeroed(BLOCK as usize));
+                    s.valid = true;
+                } else {
+                    self.fill(node, st, b, &mut s, Class::DemandWrite)?;
+                }
+            }
+            s.buf.as_mut().expect("valid slot has a buffer")[at..at + n]
+                .copy_from_slice(&data[done..done + n]);
+            s.prefetched = false;
+            e.set_dirty(&mut s, &c.counters);
+            done += n;
+        }
+        c.counters
+            .absorbed_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        c.touch(e);
+        Ok(true)
+    }
+
+    /// Writes a cached file's dirty blocks to its tiers (state lock held, for reading or
+    /// writing; the entry's write-back lock held).
+    fn write_back_locked(
+        &self,
+        c: &Cache,
+        node: &FileNode,
+        st: &FileState,
+        e: &Entry,
+    ) -> Result<()> {
+        if e.dirty_blocks() == 0 {
+            return Ok(());
+        }
+        for t in st.layout.tiers() {
+            self.open_piece(st, t, "write back")?;
+        }
+        let size = node.size();
+        for (b, slot) in e.all_slots().into_iter().enumerate() {
+            let mut s = slot.lock();
+            if !s.dirty {
+                continue;
+            }
+            let start = b as u64 * BLOCK;
+            if start >= size {
+                // Past the end (a shrink dropped the file first, so only a race): nothing.
+                e.set_clean(&mut s, &c.counters);
+                continue;
+            }
+            let n = (size - start).min(BLOCK) as usize;
+            let data = &s.buf.as_ref().expect("dirty slot has a buffer")[..n];
+            let r = match &st.layout {
+                FileLayout::Whole { tier } => {
+                    let piece = self.open_piece(st, *tier, "write back")?;
+                    self.piece_write_as(*tier, piece, data, start, Class::WriteBack)
+                        .map_err(|err| (*tier, err))
+                }
+                FileLayout::Stripe(m) => m.extents(start, n).into_iter().try_for_each(|x| {
+                    let piece = st.pieces[x.tier].as_ref().expect("checked above");
+                    self.piece_write_as(
+                        x.tier,
+                        piece,
+                        &data[x.buf..x.buf + x.len],
+                        x.local,
+                        Class::WriteBack,
+                    )
+                    .map_err(|err| (x.tier, err))
+                }),
+            };
+            if let Err((tier, err)) = r {
+                c.counters.writeback_errors.fetch_add(1, Ordering::Relaxed);
+                *e.last_error.lock() = Some(format!("{} ({})", err, self.tiers[tier].name));
+                return Err(Error::tier(
+                    &self.tiers[tier].name,
+                    "write back",
+                    "(cached file)",
+                    err,
+                ));
+            }
+            c.counters
+                .writeback_bytes
+                .fetch_add(n as u64, Ordering::Relaxed);
+            e.set_clean(&mut s, &c.counters);
+        }
+        // A file grown in memory past its last written block still needs its full size.
+        for t in st.layout.tiers() {
+            let want = match &st.layout {
+                FileLayout::Whole { .. } => size,
+                FileLayout::Stripe(m) => m.piece_len(t, size),
+            };
+            if let Some(p) = &st.pieces[t] {
+                let cur = p.file().metadata().map(|m| m.len()).unwrap_or(want);
+                if cur < want {
+                    p.file().set_len(want).map_err(|err| {
+                        self.tier_err(t, "extend", Path::new("(cached file)"), err)
+                    })?;
+                }
+            }
+        }
+        *e.last_error.lock() = None;
+        Ok(())
+    }
+
+    /// Writes one cached file back now. A tier that refuses (full, failed) gets the file
+    /// moved off it with its bytes, memory included, as a failed write would.
+    pub(super) fn write_back(&self, node: &Arc<FileNode>, e: &Arc<Entry>, ino: u64) -> Result<()> {
+        let c = self.cache.as_ref().expect("write-back without a cache");
+        let r = {
+            let _wb = e.writeback.lock();
+            let st = node.state.read();
+            if !st.cache.as_ref().is_some_and(|x| Arc::ptr_eq(x, e)) {
+                return Ok(());
+            }
+            self.write_back_locked(c, node, &st, e)
+        };
+        match r {
+            Err(Error::Tier {
+                ref tier,
+                ref source,
+                ..
+            }) if is_rescuable(source) => {
+                let bad = self.tiers.iter().position(|t| &t.name == tier);
+                log::warn!(
+                    "tier '{tier}' refused the write-back of inode {ino} ({source}); moving the file"
+                );
+                self.relocate(ino, node, bad, node.size())
+            }
+            r => r,
+        }
+    }
+
+    /// The background writer: dirty files older than `writeback_delay` (gradient files only
+    /// under memory pressure), the files asked for, or everything on `flush`.
+    pub fn writeback_loop(&self) {
+        let Some(c) = &self.cache else { return };
+        let delay = c.cfg.writeback_delay;
+        loop {
+            let (above, all) = c.wait_writeback(std::time::Duration::from_millis(100));
+            let stopping = c.stop.load(Ordering::Relaxed);
+            let mut work: Vec<(u64, Arc<FileNode>, Arc<Entry>)> = c
+                .residents()
+                .into_iter()
+                .filter(|(n, e)| e.dirty_blocks() > 0 && !n.gone.load(Ordering::Relaxed))
+                .filter_map(|(n, e)| {
+                    let rank = c.rank_of_entry(&e);
+                    let old = !e.gradient && e.dirty_age().is_some_and(|a| a >= delay);
+                    let pressed = above.is_some_and(|r| rank > r);
+                    (all || stopping || old || pressed).then_some((rank, n, e))
+                })
+                .collect();
+            // Needed last first: the files the cache will give up first.
+            work.sort_by_key(|w| std::cmp::Reverse(w.0));
+            for (_, n, e) in work {
+                if let Err(err) = self.write_back(&n, &e, e.ino) {
+                    log::error!(
+                        "write-back of inode {} failed (kept in memory): {err}",
+                        e.ino
+                    );
+                }
+            }
+            if stopping {
+                return;
+            }
+        }
+    }
+
+    /// Writes every dirty cached file back (unmount, control `flush`); the first error.
+    pub fn flush_cache(&self) -> Result<()> {
+        let Some(c) = &self.cache else { return Ok(()) };
+        let mut first = Ok(());
+        for (n, e) in c.residents() {
+            if e.dirty_blocks() == 0 || n.gone.load(Ordering::Relaxed) {
+                continue;
+            }
+            if let Err(err) = self.write_back(&n, &e, e.ino) {
+                log::error!("write-back of inode {} failed: {err}", e.ino);
+                if first.is_ok() {
+                    first = Err(err);
+                }
+            }
+        }
+        first
+    }
+
+    /// The prefetcher: loads predicted files into the cache, behind demand I/O.
+    pub fn prefetch_loop(&self) {
+        let Some(c) = &self.cache else { return };
+        while let Ok(ino) = c.prefetch_rx.recv() {
+            if c.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            if ino == 0 {
+                continue;
+            }
+            c.dequeued(ino);
+            if let Err(e) = self.prefetch(ino) {
+                log::debug!("prefetch of inode {ino}: {e}");
+            }
+        }
+    }
+
+    /// Loads one file into the cache (admitting it if the policy lets it in).
+    pub fn prefetch(&self, ino: u64) -> Result<()> {
+        let c = self
+            .cache
+            .as_ref()
+            .ok_or(Error::NotSupported("prefetch without a cache"))?;
+        let node = {
+            let tree = self.tree.read();
+            let n = tree.get(ino)?;
+            let NodeData::File(f) = &n.data else {
+                return Err(Error::Invalid("prefetch of something not a file"));
+            };
+            let f = f.clone();
+            let mut st = f.state.write();
+            if st.cache.is_none() {
+                if st.pt_opens > 0 || st.layout.tiers().iter().any(|t| self.tiers[*t].missing) {
+                    return Ok(());
+                }
+                let rank = c.rank_of(n.parent, ino);
+                if st.opens == 0 {
+                    for t in st.layout.tiers() {
+                        let p = self.piece_path(&tree, ino, t)?;
+                        let piece =
+                            Piece::open_in(&self.tiers[t].root, &p, self.tiers[t].direct_io)
+                                .map_err(|e| self.tier_err(t, "open", &p, e))?;
+                        st.pieces[t] = Some(Arc::new(piece));
+                    }
+                }
+                // A prefetch is wanted sooner than anything it could displace that is not
+                // itself coming up: rank it as the next read at worst.
+                let rank = rank.min(c.cfg.prefetch as u64 + 1);
+                let name = n.name.clone();
+                if !self.admit(c, ino, n.parent, name.as_bytes(), &f, &mut st, rank) {
+                    if st.opens == 0 {
+                        st.pieces.iter_mut().for_each(|p| *p = None);
+                    }
+                    return Ok(());
+                }
+            }
+            drop(st);
+            f
+        };
+        let st = node.state.read();
+        let Some(e) = st.cache.clone() else {
+            return Ok(());
+        };
+        let blocks = node.size().div_ceil(BLOCK).min(e.blocks());
+        let next = AtomicU64::new(0);
+        let loaded = AtomicU64::new(0);
+        let err: Mutex<Option<Error>> = Mutex::new(None);
+        std::thread::scope(|scope| {
+            for _ in 0..PREFETCH_FILL_THREADS.min(blocks as usize) {
+                scope.spawn(|| loop {
+                    let b = next.fetch_add(1, Ordering::Relaxed);
+                    if b >= blocks || c.stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let Some(slot) = e.slot(b) else { return };
+                    let mut s = slot.lock();
+                    if s.valid {
+                        continue;
+                    }
+                    match self.fill(&node, &st, b, &mut s, Class::Prefetch) {
+                        Ok(()) => {
+                            s.prefetched = true;
+                            loaded.fetch_add(BLOCK, Ordering::Relaxed);
+                        }
+                        Err(x) => {
+                            *err.lock() = Some(x);
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        let n = loaded.load(Ordering::Relaxed);
+        if n > 0 {
+            c.counters.prefetch_files.fetch_add(1, Ordering::Relaxed);
+            c.counters.prefetch_bytes.fetch_add(n, Ordering::Relaxed);
+        }
+        match err.into_inner() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops the cache's threads' loops (they finish what they hold).
+    pub fn stop_cache(&self) {
+        if let Some(c) = &self.cache {
+            c.stop.store(true, Ordering::Relaxed);
+            c.wake_all();
+            c.queue_prefetch(0);
+        }
+    }
+
+    /// Resolves a control path to an inode.
+    fn resolve(&self, path: &Path) -> Result<(u64, u64)> {
+        let tree = self.tree.read();
+        let mut ino = ROOT_INO;
+        let mut parent = ROOT_INO;
+        for c in path.components() {
+            parent = ino;
+            ino = tree.child(ino, c.as_os_str())?;
+        }
+        Ok((parent, ino))
+    }
+
+    /// Runs a `.tierfs/control` write: every line is checked first, so a bad one changes
+    /// nothing. Without a cache the hints are accepted and have no effect.
+    pub fn control(&self, text: &[u8]) -> Result<()> {
+        let text =
+            std::str::from_utf8(text).map_err(|_| Error::Invalid("control text is not UTF-8"))?;
+        let cmds = crate::control::parse(text).map_err(|e| {
+            log::warn!("refused a control write: {e}");
+            Error::Invalid("bad control command (the daemon log says which line and why)")
+        })?;
+        // Resolve every path before acting on any.
+        let mut plan = Vec::with_capacity(cmds.len());
+        for cmd in cmds {
+            let target = match &cmd {
+                Command::Order { dir, .. } => Some(self.resolve(dir)?.1),
+                Command::Step { dir: Some(d) } => Some(self.resolve(d)?.1),
+                Command::Prefetch { path } | Command::Drop { path } => {
+                    let (_, ino) = self.resolve(path)?;
+                    if !matches!(self.tree.read().get(ino)?.data, NodeData::File(_)) {
+                        return Err(Error::Invalid("prefetch/drop of something not a file"));
+                    }
+                    Some(ino)
+                }
+                Command::Flush { path: Some(p) } => Some(self.resolve(p)?.1),
+                _ => None,
+            };
+            plan.push((cmd, target));
+        }
+        let Some(c) = &self.cache else {
+            return Ok(());
+        };
+        for (cmd, target) in plan {
+            match cmd {
+                Command::Order { hint, dir } => c.hint(
+                    (!dir.as_os_str().is_empty()).then_some(target.unwrap_or(ROOT_INO)),
+                    hint,
+                ),
+                Command::Step { .. } => c.mark_step(target),
+                Command::Prefetch { .. } => c.queue_prefetch(target.expect("resolved")),
+                Command::Drop { .. } | Command::Flush { path: Some(_) } => {
+                    let ino = target.expect("resolved");
+                    let node = match &self.tree.read().get(ino)?.data {
+                        NodeData::File(f) => f.clone(),
+                        _ => continue,
+                    };
+                    if matches!(cmd, Command::Drop { .. }) {
+                        let mut st = node.state.write();
+                        self.uncache_locked(&node, &mut st)?;
+                    } else if let Some(e) = node.state.read().cache.clone() {
+                        self.write_back(&node, &e, ino)?;
+                    }
+                }
+                Command::Flush { path: None } => self.flush_cache()?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `.tierfs/cache`.
+#[derive(Debug, serde::Serialize)]
+pub struct CacheView {
+    pub enabled: bool,
+    pub config: Option<crate::config::CacheConfig>,
+    /// Budget held by cached files (whole files, rounded up to blocks).
+    pub used: u64,
+    /// Memory really allocated for blocks.
+    pub allocated: u64,
+    pub dirty: u64,
+    pub hit_bytes: u64,
+    pub miss_bytes: u64,
+    /// Of the bytes read from cached files, the share served from memory.
+    pub hit_ratio: f64,
+    pub absorbed_bytes: u64,
+    pub writeback_bytes: u64,
+    pub writeback_errors: u64,
+    pub prefetch_files: u64,
+    pub prefetch_bytes: u64,
+    pub prefetch_used_bytes: u64,
+    pub prefetch_wasted_bytes: u64,
+    pub admissions: u64,
+    pub refusals: u64,
+    pub evictions: u64,
+    pub evicted_bytes: u64,
+    pub discarded_dirty_bytes: u64,
+    pub memory: MemoryView,
+    pub orders: Vec<OrderEntry>,
+    pub files: Vec<CachedFile>,
+}
+
+/// The daemon's memory: what it may use at most, and what it uses.
+#[derive(Debug, serde::Serialize)]
+pub struct MemoryView {
+    pub cache_limit: u64,
+    /// Per-thread request, reply and bounce buffers, at most.
+    pub buffers_bound: u64,
+    /// Cache plus buffers (metadata, a few hundred bytes per file, comes on top).
+    pub bound: u64,
+    /// Resident set size of the daemon now.
+    pub rss: u64,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct OrderEntry {
+    pub dir: String,
+    #[serde(flatten)]
+    pub order: crate::cache::order::OrderView,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct CachedFile {
+    pub path: String,
+    pub size: u64,
+    pub blocks: u64,
+    pub valid_blocks: u64,
+    pub dirty_blocks: u64,
+    /// Reads until its predicted next use (the policy's rank; null when unknown).
+    pub next_use: Option<u64>,
+    pub gradient: bool,
+    pub dirty_age_s: Option<f64>,
+    pub last_error: Option<String>,
+}
+
+fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map(|pages| pages * 4096)
+        .unwrap_or(0)
+}
+
+impl TierFs {
+    pub fn cache_view(&self) -> CacheView {
+        // Per FUSE thread: fuser's request buffer, the read reply buffer and an unaligned-write
+        // bounce buffer, 1 MiB each at most; per prefetch fill thread nothing (blocks are
+        // counted in the cache).
+        let buffers_bound = self.threads as u64 * 3 * BLOCK;
+        let Some(c) = &self.cache else {
+            return CacheView {
+                enabled: false,
+                config: None,
+                used: 0,
+                allocated: 0,
+                dirty: 0,
+                hit_bytes: 0,
+                miss_bytes: 0,
+                hit_ratio: 0.0,
+                absorbed_bytes: 0,
+                writeback_bytes: 0,
+                writeback_errors: 0,
+                prefetch_files: 0,
+                prefetch_bytes: 0,
+                prefetch_used_bytes: 0,
+                prefetch_wasted_bytes: 0,
+                admissions: 0,
+                refusals: 0,
+                evictions: 0,
+                evicted_bytes: 0,
+                discarded_dirty_bytes: 0,
+                memory: MemoryView {
+                    cache_limit: 0,
+                    buffers_bound,
+                    bound: buffers_bound,
+                    rss: rss_bytes(),
+                },
+                orders: Vec::new(),
+                files: Vec::new(),
+            };
+        };
+        let k = &c.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let tree = self.tree.read();
+        let path_of = |ino: u64| {
+            tree.rel(ino)
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| format!("(inode {ino}, deleted)"))
+        };
+        let mut allocated = 0;
+        let mut files: Vec<CachedFile> = c
+            .residents()
+            .into_iter()
+            .map(|(n, e)| {
+                let slots = e.all_slots();
+                let mut valid = 0;
+                for s in &slots {
+                    let s = s.lock();
+                    valid += s.valid as u64;
+                    allocated += if s.buf.is_some() { BLOCK } else { 0 };
+                }
+                let rank = c.rank_of_entry(&e);
+                CachedFile {
+                    path: path_of(e.ino),
+                    size: n.size(),
+                    blocks: slots.len() as u64,
+                    valid_blocks: valid,
+                    dirty_blocks: e.dirty_blocks(),
+                    next_use: (c.cfg.policy == crate::config::CachePolicy::Learned
+                        && rank != u64::MAX)
+                        .then_some(rank),
+                    gradient: e.gradient,
+                    dirty_age_s: e.dirty_age(),
+                    last_error: e.last_error.lock().clone(),
+                }
+            })
+            .collect();
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let orders = c
+            .orders()
+            .into_iter()
+            .map(|(d, o)| OrderEntry {
+                dir: if d == ROOT_INO {
+                    "/".into()
+                } else {
+                    path_of(d)
+                },
+                order: o,
+            })
+            .collect();
+        let (hit, miss) = (get(&k.hit_bytes), get(&k.miss_bytes));
+        CacheView {
+            enabled: true,
+            config: Some(c.cfg.clone()),
+            used: c.used(),
+            allocated,
+            dirty: get(&k.dirty_bytes),
+            hit_bytes: hit,
+            miss_bytes: miss,
+            hit_ratio: if hit + miss > 0 {
+                hit as f64 / (hit + miss) as f64
+            } else {
+                0.0
+            },
+            absorbed_bytes: get(&k.absorbed_bytes),
+            writeback_bytes: get(&k.writeback_bytes),
+            writeback_errors: get(&k.writeback_errors),
+            prefetch_files: get(&k.prefetch_files),
+            prefetch_bytes: get(&k.prefetch_bytes),
+            prefetch_used_bytes: get(&k.prefetch_used_bytes),
+            prefetch_wasted_bytes: get(&k.prefetch_wasted_bytes),
+            admissions: get(&k.admissions),
+            refusals: get(&k.refusals),
+            evictions: get(&k.evictions),
+            evicted_bytes: get(&k.evicted_bytes),
+            discarded_dirty_bytes: get(&k.discarded_dirty_bytes),
+            memory: MemoryView {
+                cache_limit: c.cfg.size,
+                buffers_bound,
+                bound: c.cfg.size + buffers_bound,
+                rss: rss_bytes(),
+            },
+            orders,
+            files,
+        }
+    }
+
+    /// Starts the cache's writer and prefetcher threads (nothing without a cache).
+    pub fn start_cache_threads(
+        fs: &Arc<TierFs>,
+    ) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
+        let mut out = Vec::new();
+        if fs.cache.is_none() {
+            return Ok(out);
+        }
+        let f = fs.clone();
+        out.push(
+            std::thread::Builder::new()
+                .name("tierfs-writeback".into())
+                .spawn(move || f.writeback_loop())?,
+        );
+        let f = fs.clone();
+        out.push(
+            std::thread::Builder::new()
+                .name("tierfs-prefetch".into())
+                .spawn(move || f.prefetch_loop())?,
+        );
+        Ok(out)
+    }
+}

@@ -1,0 +1,287 @@
+//! The host-memory cache on the core, without a mount: what a cyclic scan larger than the
+//! cache gets from the learned order against LRU, that a cached file is never served behind
+//! the cache's back, write-back, and what gradient files save.
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tierfs::config::MountConfig;
+use tierfs::fs::{Ctx, TierFs, ROOT_INO};
+
+const MIB: usize = 1 << 20;
+const CTX: Ctx = Ctx { uid: 0, gid: 0 };
+
+fn content(file: usize, version: u32, len: usize) -> Vec<u8> {
+    let seed = (file as u32).wrapping_mul(2654435761) ^ version.wrapping_mul(40503);
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(seed).to_le_bytes()[1])
+        .collect()
+}
+
+struct Bed {
+    _dir: tempfile::TempDir,
+    tier: PathBuf,
+    fs: Arc<TierFs>,
+}
+
+fn bed(cache: &str, layout: &str) -> Bed {
+    let d = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[[tier]]\nname = \"nvme\"\npath = \"{0}/a\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
+         [placement]\nlayout = \"{layout}\"\n[cache]\n{cache}\n",
+        d.path().display()
+    );
+    let config = MountConfig::parse(&text, Path::new("cache.toml")).unwrap();
+    config.prepare_tier_dirs().unwrap();
+    let tiers = tierfs::daemon::open_tiers(&config, false, |_| {}).unwrap();
+    let fs = Arc::new(TierFs::new(&config, tiers).unwrap());
+    Bed {
+        tier: d.path().join("a").join("data"),
+        _dir: d,
+        fs,
+    }
+}
+
+fn write_file(fs: &TierFs, ino: u64, data: &[u8]) {
+    let (fh, _) = fs.open(ino, libc::O_WRONLY).unwrap();
+    for (i, chunk) in data.chunks(MIB).enumerate() {
+        assert_eq!(
+            fs.write(fh, (i * MIB) as u64, chunk).unwrap() as usize,
+            chunk.len()
+        );
+    }
+    fs.release(fh).unwrap();
+}
+
+fn read_file(fs: &TierFs, ino: u64, len: usize) -> Vec<u8> {
+    let (fh, _) = fs.open(ino, libc::O_RDONLY).unwrap();
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        let chunk = fs
+            .read_with(fh, out.len() as u64, MIB as u32, |b| b.to_vec())
+            .unwrap();
+        assert!(!chunk.is_empty(), "early end of file");
+        out.extend(chunk);
+    }
+    fs.release(fh).unwrap();
+    out
+}
+
+/// DeepSpeed's optimizer step on one rank: each step reads every file whole in `order`
+/// and rewrites it. Returns the share of read bytes served from memory in each step.
+fn cyclic(b: &Bed, files: usize, len: usize, steps: usize, alternate: bool) -> Vec<f64> {
+    let fs = &b.fs;
+    let threads = TierFs::start_cache_threads(fs).unwrap();
+    let mut inos = Vec::new();
+    for f in 0..files {
+        let (a, fh, _) = fs
+            .create(
+                ROOT_INO,
+                OsStr::new(&format!("{f}.tensor.swp")),
+                0o600,
+                libc::O_WRONLY,
+                CTX,
+            )
+            .unwrap();
+        fs.release(fh).unwrap();
+        write_file(fs, a.ino, &content(f, 0, len));
+        inos.push(a.ino);
+    }
+    let mut shares = Vec::new();
+    for step in 1..=steps as u32 {
+        let v0 = fs.cache_view();
+        let mut order: Vec<usize> = (0..files).collect();
+        if alternate && step % 2 == 0 {
+            order.reverse();
+        }
+        for f in order {
+            let got = read_file(fs, inos[f], len);
+            assert!(
+                got == content(f, step - 1, len),
+                "file {f} step {step}: wrong bytes"
+            );
+            write_file(fs, inos[f], &content(f, step, len));
+        }
+        let v1 = fs.cache_view();
+        let hit = v1.hit_bytes - v0.hit_bytes;
+        shares.push(hit as f64 / (files * len) as f64);
+    }
+    // Everything reaches the tier at unmount, with the last step's bytes.
+    fs.shutdown();
+    for t in threads {
+        t.join().unwrap();
+    }
+    for (f, _) in inos.iter().enumerate() {
+        let on_tier = std::fs::read(b.tier.join(format!("{f}.tensor.swp"))).unwrap();
+        assert!(
+            on_tier == content(f, steps as u32, len),
+            "file {f}: tier copy is not the last version"
+        );
+    }
+    shares
+}
+
+#[test]
+fn learned_order_keeps_the_head_of_a_cyclic_scan() {
+    // 32 files of 2 MiB = 64 MiB a step; the cache holds a quarter.
+    let b = bed(
+        "size = \"16MiB\"\nprefetch = 0\nwriteback_delay = 0.0\n",
+        "whole-file",
+    );
+    let shares = cyclic(&b, 32, 2 * MIB, 4, false);
+    eprintln!("learned, ascending: {shares:?}");
+    for s in &shares[1..] {
+        assert!(*s >= 0.22, "served from memory per step: {shares:?}");
+    }
+    let v = b.fs.cache_view();
+    assert!(v.used <= 16 << 20, "over budget: {}", v.used);
+    assert_eq!(v.orders[0].order.mode, "ascending");
+}
+
+#[test]
+fn lru_keeps_nothing_useful_on_the_same_scan() {
+    let b = bed(
+        "size = \"16MiB\"\nprefetch = 0\nwriteback_delay = 0.0\npolicy = \"lru\"\n",
+        "whole-file",
+    );
+    let shares = cyclic(&b, 32, 2 * MIB, 4, false);
+    eprintln!("lru, ascending: {shares:?}");
+    for s in &shares[1..] {
+        assert!(*s < 0.05, "LRU should miss a cyclic scan: {shares:?}");
+    }
+}
+
+#[test]
+fn alternating_order_is_learned_too() {
+    let b = bed(
+        "size = \"16MiB\"\nprefetch = 0\nwriteback_delay = 0.0\n",
+        "stripe",
+    );
+    let shares = cyclic(&b, 32, 2 * MIB, 5, true);
+    eprintln!("learned, alternating: {shares:?}");
+    for s in &shares[1..] {
+        assert!(*s >= 0.22, "served from memory per step: {shares:?}");
+    }
+    assert_eq!(b.fs.cache_view().orders[0].order.mode, "alternate");
+}
+
+#[test]
+fn a_cached_file_is_never_opened_in_passthrough() {
+    let b = bed("size = \"16MiB\"\n", "whole-file");
+    let fs = &b.fs;
+    let (a, fh, info) = fs
+        .create(ROOT_INO, OsStr::new("f"), 0o600, libc::O_WRONLY, CTX)
+        .unwrap();
+    assert!(
+        info.passthrough.is_none(),
+        "cached at creation (free memory)"
+    );
+    let data = content(1, 1, 3 * MIB + 1000);
+    for (i, chunk) in data.chunks(MIB).enumerate() {
+        fs.write(fh, (i * MIB) as u64, chunk).unwrap();
+    }
+    fs.release(fh).unwrap();
+    // Dirty in memory, not on the tier yet.
+    let backing = b.tier.join("f");
+    assert_eq!(std::fs::metadata(&backing).unwrap().len(), 0);
+    assert_eq!(fs.getattr(a.ino).unwrap().size, data.len() as u64);
+    let (fh, info) = fs.open(a.ino, libc::O_RDONLY).unwrap();
+    assert!(
+        info.passthrough.is_none(),
+        "passthrough would read the stale tier copy"
+    );
+    fs.release(fh).unwrap();
+    assert!(read_file(fs, a.ino, data.len()) == data);
+    // fsync makes it durable on the tier.
+    let (fh, _) = fs.open(a.ino, libc::O_RDONLY).unwrap();
+    fs.fsync(fh, false).unwrap();
+    fs.release(fh).unwrap();
+    assert!(std::fs::read(&backing).unwrap() == data);
+    // A file the cache does not take (over max_file, a quarter of 16 MiB) may use it.
+    let (big, fh, info) = fs
+        .create(ROOT_INO, OsStr::new("big"), 0o600, libc::O_WRONLY, CTX)
+        .unwrap();
+    assert!(info.passthrough.is_none());
+    let five = content(2, 1, 5 * MIB);
+    for (i, chunk) in five.chunks(MIB).enumerate() {
+        fs.write(fh, (i * MIB) as u64, chunk).unwrap();
+    }
+    fs.release(fh).unwrap();
+    fs.control(b"drop big\n").unwrap();
+    let (fh, info) = fs.open(big.ino, libc::O_RDONLY).unwrap();
+    assert!(
+        info.passthrough.is_some(),
+        "uncached whole file: passthrough"
+    );
+    fs.release(fh).unwrap();
+    assert!(std::fs::read(b.tier.join("big")).unwrap() == five);
+}
+
+#[test]
+fn gradient_files_deleted_before_write_back_never_reach_a_tier() {
+    let b = bed("size = \"64MiB\"\nwriteback_delay = 0.0\n", "whole-file");
+    let fs = &b.fs;
+    let threads = TierFs::start_cache_threads(fs).unwrap();
+    let name = "0_99_gradient_0_100.tensor.swp";
+    let (a, fh, _) = fs
+        .create(ROOT_INO, OsStr::new(name), 0o600, libc::O_WRONLY, CTX)
+        .unwrap();
+    let data = content(7, 1, 4 * MIB);
+    for (i, chunk) in data.chunks(MIB).enumerate() {
+        fs.write(fh, (i * MIB) as u64, chunk).unwrap();
+    }
+    fs.release(fh).unwrap();
+    // An ordinary file is written back at once (writeback_delay 0) ...
+    let (o, fh, _) = fs
+        .create(
+            ROOT_INO,
+            OsStr::new("exp_avg-0_99.tensor.swp"),
+            0o600,
+            libc::O_WRONLY,
+            CTX,
+        )
+        .unwrap();
+    fs.write(fh, 0, &data[..MIB]).unwrap();
+    fs.release(fh).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::fs::metadata(b.tier.join("exp_avg-0_99.tensor.swp"))
+        .unwrap()
+        .len()
+        == 0
+    {
+        assert!(std::time::Instant::now() < deadline, "no write-back");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // ... the gradient stays in memory, is read from there, and is deleted unwritten.
+    assert!(read_file(fs, a.ino, data.len()) == data);
+    assert_eq!(std::fs::metadata(b.tier.join(name)).unwrap().len(), 0);
+    fs.unlink(ROOT_INO, OsStr::new(name)).unwrap();
+    fs.forget(a.ino, 1);
+    let v = fs.cache_view();
+    assert_eq!(v.discarded_dirty_bytes, 4 << 20, "{v:?}");
+    assert!(v.files.iter().all(|f| !f.path.contains("gradient")));
+    let _ = o;
+    fs.shutdown();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+#[test]
+fn control_commands_are_checked_before_any_runs() {
+    let b = bed("size = \"16MiB\"\n", "whole-file");
+    let fs = &b.fs;
+    let (_, fh, _) = fs
+        .create(ROOT_INO, OsStr::new("x"), 0o600, libc::O_WRONLY, CTX)
+        .unwrap();
+    fs.release(fh).unwrap();
+    assert!(fs
+        .control(b"order alternate\nstep\nprefetch x\nflush\n")
+        .is_ok());
+    // A bad second line: the first does nothing either.
+    let before = fs.cache_view().orders.len();
+    let e = fs.control(b"order ascending sub\nbogus\n").unwrap_err();
+    assert_eq!(e.errno(), libc::EINVAL);
+    let e = fs.control(b"drop missing-file\n").unwrap_err();
+    assert_eq!(e.errno(), libc::ENOENT);
+    assert_eq!(fs.cache_view().orders.len(), before);
+}

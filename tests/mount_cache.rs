@@ -1,0 +1,166 @@
+//! The host-memory cache through a real mount: data written into memory reaches the tiers
+//! at unmount (`tierfs unmount` and a plain `umount` alike), a cached file is never served
+//! behind the cache's back (kernel passthrough on), the control file, and what a daemon
+//! crash may lose (only what was neither fsynced nor written back).
+mod common;
+use common::*;
+use std::os::unix::fs::OpenOptionsExt;
+use std::process::Command;
+
+const MIB: usize = 1 << 20;
+
+/// One tier; the cache keeps dirty data a long time, so the tests see it in memory.
+fn setup(extra_mount: &str) -> Setup {
+    let mut s = Setup::new(vec![TierSpec::new("nvme", "2GB/s")], "whole-file");
+    s.extra = format!("{extra_mount}[cache]\nsize = \"64MiB\"\nwriteback_delay = 600.0\n");
+    s
+}
+
+fn cache_json(m: &Mount) -> serde_json::Value {
+    let t = std::fs::read_to_string(m.path(".tierfs/cache")).unwrap();
+    serde_json::from_str(&t).unwrap()
+}
+
+fn wait_exit(pid: u32) {
+    assert!(
+        wait_for(30, || !std::path::Path::new(&format!("/proc/{pid}"))
+            .exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map(|s| s.contains(") Z "))
+                .unwrap_or(true)),
+        "daemon {pid} did not exit"
+    );
+}
+
+#[test]
+fn dirty_data_reaches_the_tier_at_unmount_and_plain_umount() {
+    if !fuse_available() {
+        return;
+    }
+    for plain in [false, true] {
+        let s = setup("");
+        let m = s.mount();
+        let data = pattern(5 * MIB + 6 * 1024, 3);
+        write_ds(&m.path("0_9.tensor.swp"), &data, 4, 0);
+        assert_eq!(read_direct_threads(&m.path("0_9.tensor.swp"), 4), data);
+        let c = cache_json(&m);
+        assert!(c["dirty"].as_u64().unwrap() > 0, "{c}");
+        assert_eq!(c["files"][0]["path"], "0_9.tensor.swp", "{c}");
+        let backing = s.backing(0, "0_9.tensor.swp");
+        assert_eq!(
+            std::fs::metadata(&backing).unwrap().len(),
+            0,
+            "written back already: the test needs it in memory"
+        );
+        if plain {
+            let pid = m.daemon_pid();
+            let st = Command::new("umount").arg(s.mountpoint()).status().unwrap();
+            assert!(st.success());
+            m.disarm();
+            wait_exit(pid);
+        } else {
+            m.unmount();
+        }
+        assert!(
+            std::fs::read(&backing).unwrap() == data,
+            "plain umount: {plain}: the tier copy differs"
+        );
+    }
+}
+
+#[test]
+fn cached_file_is_coherent_with_kernel_passthrough_on() {
+    if !fuse_available() {
+        return;
+    }
+    let s = setup("passthrough = \"direct\"\n");
+    let m = s.mount();
+    let data = pattern(3 * MIB, 9);
+    write_ds(&m.path("f"), &data, 2, 0);
+    // Only the cache has the bytes; a passthrough open would read the empty tier file.
+    assert_eq!(std::fs::metadata(s.backing(0, "f")).unwrap().len(), 0);
+    for _ in 0..2 {
+        assert_eq!(read_direct_threads(&m.path("f"), 2), data);
+        assert_eq!(std::fs::read(m.path("f")).unwrap(), data);
+    }
+    let st = m.stats_json();
+    let pt_opens: u64 = st["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["passthrough_opens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(pt_opens, 0, "a cached file was opened in passthrough: {st}");
+    // The control file: drop writes it back and evicts it.
+    std::fs::write(m.path(".tierfs/control"), b"drop f\n").unwrap();
+    assert!(std::fs::read(s.backing(0, "f")).unwrap() == data);
+    assert_eq!(cache_json(&m)["files"].as_array().unwrap().len(), 0);
+    let e = std::fs::write(m.path(".tierfs/control"), b"prefetch nothing-here\n").unwrap_err();
+    assert_eq!(errno(&e), libc::ENOENT);
+    let e = std::fs::write(m.path(".tierfs/control"), b"drop f\nfrobnicate\n").unwrap_err();
+    assert_eq!(errno(&e), libc::EINVAL);
+    // The Python helper a training script imports sends the same commands.
+    let helper = concat!(env!("CARGO_MANIFEST_DIR"), "/tools/tierfs_hints.py");
+    let run = |args: &[&str]| {
+        Command::new("python3")
+            .arg(helper)
+            .arg(s.mountpoint())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["order", "alternate"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run(&["order", "sideways"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("Invalid argument"));
+    // prefetch loads it back (in the background).
+    std::fs::write(m.path(".tierfs/control"), b"prefetch f\n").unwrap();
+    assert!(
+        wait_for(20, || cache_json(&m)["files"][0]["valid_blocks"].as_u64()
+            == Some(3)),
+        "{}",
+        cache_json(&m)
+    );
+    assert_eq!(read_direct_threads(&m.path("f"), 2), data);
+    m.unmount();
+}
+
+#[test]
+fn a_crash_loses_only_data_neither_fsynced_nor_written_back() {
+    if !fuse_available() {
+        return;
+    }
+    let s = setup("");
+    let m = s.mount();
+    let synced = pattern(2 * MIB, 1);
+    let unsynced = pattern(2 * MIB, 2);
+    {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(m.path("synced"))
+            .unwrap();
+        pwrite_exact(&f, &aligned(&synced), 0).unwrap();
+        f.sync_all().unwrap();
+    }
+    write_ds(&m.path("unsynced"), &unsynced, 2, 0);
+    assert!(cache_json(&m)["dirty"].as_u64().unwrap() > 0);
+    let pid = m.daemon_pid();
+    let st = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    m.disarm();
+    wait_exit(pid);
+    let o = s.mount_output(&["--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = s.adopt();
+    assert!(std::fs::read(m.path("synced")).unwrap() == synced);
+    // The unsynced file exists (created on the tier) but its bytes were only in memory.
+    let len = std::fs::metadata(m.path("unsynced")).unwrap().len();
+    assert!(len == 0 || len == unsynced.len() as u64, "{len}");
+    m.unmount();
+}

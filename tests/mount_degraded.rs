@@ -1,0 +1,256 @@
+//! A tier missing at mount time (the PFS not mounted on this node: the tier folder's parent
+//! is gone). Without `--degraded` the mount is refused with the reason; with it (or
+//! `[mount] degraded = true`) tierfs mounts without the tier: listing and stat work, files
+//! with pieces on it answer EIO, new data goes to the other tier, the stats show the tier
+//! as missing and the log warns. Once the tier is back, a normal mount sees every byte.
+//! Needs /dev/fuse; says SKIP otherwise.
+mod common;
+use common::*;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn fast(&self) -> PathBuf {
+        self.dir.path().join("nvme/tier")
+    }
+    /// The slow tier sits in its own "file system" folder, `pfs/`, which the test
+    /// takes away (renames) to make the tier missing.
+    fn pfs(&self) -> PathBuf {
+        self.dir.path().join("pfs")
+    }
+    fn mnt(&self) -> PathBuf {
+        self.dir.path().join("mnt")
+    }
+    fn log(&self) -> PathBuf {
+        self.dir.path().join("daemon.log")
+    }
+    fn config(&self, degraded: bool) -> PathBuf {
+        let p = self.dir.path().join(format!("c-{degraded}.toml"));
+        std::fs::write(
+            &p,
+            format!(
+                "[[tier]]\nname = \"fast\"\npath = \"{}\"\ncreate = true\nwrite_bandwidth = \"2GB/s\"\n\
+                 [[tier]]\nname = \"slow\"\npath = \"{}/tier\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
+                 [placement]\nlayout = \"stripe\"\nstripe_unit = \"1MiB\"\n\
+                 [mount]\nlog_file = \"{}\"\n{}",
+                self.fast().display(),
+                self.pfs().display(),
+                self.log().display(),
+                if degraded { "degraded = true\n" } else { "" }
+            ),
+        )
+        .unwrap();
+        p
+    }
+    fn mount(&self, config: &Path, extra: &[&str]) -> Output {
+        Command::new(tierfs_bin())
+            .arg("mount")
+            .args(extra)
+            .arg("--config")
+            .arg(config)
+            .arg(self.mnt())
+            .output()
+            .unwrap()
+    }
+    fn unmount(&self) {
+        let out = Command::new(tierfs_bin())
+            .arg("unmount")
+            .arg(self.mnt())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    fn stats(&self) -> serde_json::Value {
+        serde_json::from_str(
+            &std::fs::read_to_string(self.mnt().join(".tierfs/stats.json")).unwrap(),
+        )
+        .unwrap()
+    }
+}
+
+/// Unmounts on drop (also when an assertion fails).
+struct Guard(PathBuf);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if Command::new("mountpoint")
+            .arg("-q")
+            .arg(&self.0)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false)
+        {
+            let _ = Command::new(tierfs_bin())
+                .arg("unmount")
+                .arg(&self.0)
+                .output();
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+fn assert_eio<T: std::fmt::Debug>(r: std::io::Result<T>, what: &str) {
+    match r {
+        Err(e) => assert_eq!(errno(&e), libc::EIO, "{what}: want EIO, got {e}"),
+        Ok(v) => panic!("{what}: want EIO, got Ok({v:?})"),
+    }
+}
+
+#[test]
+fn degraded_mount_without_a_missing_tier() {
+    if !fuse_available() {
+        return;
+    }
+    let env = Env {
+        dir: tempfile::Builder::new()
+            .prefix("tierfs-degraded-")
+            .tempdir()
+            .unwrap(),
+    };
+    std::fs::create_dir_all(env.dir.path().join("nvme")).unwrap();
+    std::fs::create_dir_all(env.pfs()).unwrap();
+    std::fs::create_dir_all(env.mnt()).unwrap();
+    let _guard = Guard(env.mnt());
+
+    // Files striped over both tiers, sized so that their last stripe is on the fast tier
+    // (so the size stays exact while the slow one is gone).
+    let pattern_ = tierfs::placement::stripe_pattern(&[2.0 / 3.0, 1.0 / 3.0], &[true, true]);
+    let last_fast = (0..pattern_.len())
+        .rev()
+        .find(|i| pattern_[*i] == 0)
+        .unwrap();
+    let first_slow = pattern_.iter().position(|t| *t == 1).unwrap();
+    let size = (pattern_.len() + last_fast) * MIB + 5000;
+    let out = env.mount(&env.config(false), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut content = Vec::new();
+    std::fs::create_dir(env.mnt().join("d")).unwrap();
+    for i in 0..2u64 {
+        let d = pattern(size, i);
+        write_ds(&env.mnt().join(format!("d/s{i}")), &d, 2, 0);
+        content.push(d);
+    }
+    env.unmount();
+    assert!(env.pfs().join("tier/data/d/s0").exists());
+
+    // The PFS goes away.
+    let away = env.dir.path().join("pfs.away");
+    std::fs::rename(env.pfs(), &away).unwrap();
+
+    // A plain mount is refused and says why and what to do.
+    let out = env.mount(&env.config(false), &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("tier 'slow'") && err.contains("does not exist"),
+        "{err}"
+    );
+
+    // --degraded mounts without it, with a warning.
+    let out = env.mount(&env.config(false), &["--degraded"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("WARNING") && err.contains("tier 'slow' is missing"),
+        "{err}"
+    );
+    assert!(
+        !env.pfs().exists(),
+        "the degraded mount created the missing tier's folder"
+    );
+
+    // Listing and stat work; the data answers EIO, never zeros.
+    let d = env.mnt().join("d");
+    assert!(listed(&d, "s0") && listed(&d, "s1"));
+    for i in 0..2 {
+        let p = d.join(format!("s{i}"));
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), size as u64, "s{i}");
+        assert_eio(std::fs::read(&p), &format!("read of s{i}"));
+        let f = open_flags(&p, libc::O_RDONLY | libc::O_DIRECT, 0).unwrap();
+        let mut buf = aligned(&vec![0u8; size.div_ceil(4096) * 4096]);
+        assert_eio(f.read_at(&mut buf, 0), &format!("O_DIRECT read of s{i}"));
+        // A write to a stripe on the missing tier. (A write spanning several stripes
+        // that fails may have written those on the present tier, like any failed write.)
+        let f = open_flags(&p, libc::O_WRONLY | libc::O_DIRECT, 0).unwrap();
+        let data = aligned(&pattern(MIB, 9));
+        let off = (first_slow * MIB) as u64;
+        assert_eio(f.write_at(&data, off), &format!("O_DIRECT write of s{i}"));
+    }
+    assert_eio(
+        std::fs::rename(d.join("s0"), d.join("s0.renamed")),
+        "rename of s0",
+    );
+    assert!(listed(&d, "s0"));
+
+    // New data goes to the fast tier.
+    std::fs::create_dir(env.mnt().join("new")).unwrap();
+    let fresh = pattern(5 * MIB + 100, 42);
+    write_ds(&env.mnt().join("new/f"), &fresh, 2, 0);
+    assert!(read_direct_threads(&env.mnt().join("new/f"), 2) == fresh);
+
+    // The stats and the log say so.
+    let st = env.stats();
+    assert_eq!(st["tiers"][1]["state"], "missing", "{}", st["tiers"][1]);
+    assert_eq!(st["tiers"][1]["healthy"], false);
+    assert_eq!(st["tiers"][0]["state"], "ok");
+    let f = st["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "/new/f")
+        .unwrap()
+        .clone();
+    assert_eq!(f["tiers"], serde_json::json!(["fast"]), "{f}");
+    let tiers = std::fs::read_to_string(env.mnt().join(".tierfs/tiers")).unwrap();
+    assert!(tiers.contains("MISSING"), "{tiers}");
+    let log = std::fs::read_to_string(env.log()).unwrap();
+    assert!(
+        log.contains("WARN") && log.contains("tier 'slow' is missing"),
+        "{log}"
+    );
+    env.unmount();
+
+    // `[mount] degraded = true` does the same without the flag.
+    let out = env.mount(&env.config(true), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(env.stats()["tiers"][1]["state"], "missing");
+    assert!(std::fs::read_to_string(env.mnt().join(".tierfs/config"))
+        .unwrap()
+        .contains("degraded = true"));
+    env.unmount();
+
+    // The PFS is back: a normal mount has every byte, old and new.
+    std::fs::rename(&away, env.pfs()).unwrap();
+    let out = env.mount(&env.config(false), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (i, c) in content.iter().enumerate() {
+        assert!(
+            &read_direct_threads(&env.mnt().join(format!("d/s{i}")), 2) == c,
+            "s{i} differs after the tier came back"
+        );
+    }
+    assert!(read_direct_threads(&env.mnt().join("new/f"), 2) == fresh);
+    assert_eq!(env.stats()["tiers"][1]["state"], "ok");
+    env.unmount();
+}

@@ -576,26 +576,15 @@ fn run_probe(
 
 fn check_config(path: &Path) -> Result<(), Failure> {
     let cfg = MountConfig::load(path).map_err(|e| Failure::usage(e.to_string()))?;
-    let mut problems = Vec::new();
+    // The same checks `tierfs mount` makes, without creating anything.
+    let problems = cfg.check_tier_dirs();
     for t in &cfg.tiers {
-        let state = if t.path.is_dir() {
-            "exists".to_string()
-        } else if t.create && t.path.parent().is_some_and(|p| p.is_dir()) {
-            "will be created".to_string()
-        } else if t.create {
-            problems.push(format!(
-                "tier '{}': parent of {} does not exist",
-                t.name,
-                t.path.display()
-            ));
-            "parent missing".to_string()
-        } else {
-            problems.push(format!(
-                "tier '{}': {} does not exist; create it or set `create = true`",
-                t.name,
-                t.path.display()
-            ));
-            "missing".to_string()
+        let state = match std::fs::metadata(&t.path) {
+            Ok(m) if m.is_dir() => "exists",
+            Ok(_) => "not a folder",
+            Err(_) if t.create && t.path.parent().is_some_and(|p| p.is_dir()) => "will be created",
+            Err(_) if t.create => "parent missing",
+            Err(_) => "missing",
         };
         let bw = match (t.read_bandwidth, t.write_bandwidth) {
             (None, None) => "probed at mount".to_string(),

@@ -553,8 +553,18 @@ fn parse_cache(c: &RawCache, p: &mut Problems) -> Option<CacheConfig> {
 impl MountConfig {
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path) -> Result<MountConfig, ConfigError> {
-        let text = std::fs::read_to_string(path)
+        let bytes = std::fs::read(path)
             .map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            let ok = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+            let line = ok.iter().filter(|b| **b == b'\n').count() + 1;
+            ConfigError::Invalid(format!(
+                "{}:{line}: not UTF-8 text (byte {} of the file); TOML config files must be \
+                 UTF-8",
+                path.display(),
+                ok.len() + 1
+            ))
+        })?;
         Self::parse(&text, path)
     }
 
@@ -917,11 +927,12 @@ impl MountConfig {
         let mut missing = Vec::new();
         let mut resolved = Vec::with_capacity(self.tiers.len());
         for (i, t) in self.tiers.iter().enumerate() {
-            match self.prepare_tier_dir(t) {
-                Ok(real) => resolved.push(Some(real)),
+            match self.tier_dir(t, true).map_err(|m| self.tier_problem(t, &m)) {
+                Ok(real) => resolved.push(real),
                 Err(ConfigError::Invalid(msg)) if degraded && i > 0 => {
                     missing.push((i, msg));
-                    resolved.push(None);
+                    // An empty path overlaps nothing in the check below.
+                    resolved.push(PathBuf::new());
                 }
                 Err(ConfigError::Invalid(msg)) if degraded => {
                     return Err(ConfigError::Invalid(format!(
@@ -932,101 +943,135 @@ impl MountConfig {
                 Err(e) => return Err(e),
             }
         }
-        let file = self.source.display();
-        let fail = |t: &TierConfig, msg: String| {
-            ConfigError::Invalid(format!("{file}: tier '{}': {msg}", t.name))
-        };
-        for (i, a) in resolved.iter().enumerate() {
-            let Some(a) = a else { continue };
-            for (j, b) in resolved.iter().enumerate().skip(i + 1) {
-                let Some(b) = b else { continue };
-                if a.starts_with(b) || b.starts_with(a) {
-                    return Err(fail(
-                        &self.tiers[j],
-                        format!(
-                            "{} resolves to {}, which is the same as or nested with tier '{}' \
-                             ({}); tier folders must be separate, so check the symlinks on \
-                             these paths",
-                            self.tiers[j].path.display(),
-                            b.display(),
-                            self.tiers[i].name,
-                            a.display()
-                        ),
-                    ));
-                }
-            }
+        match self.overlaps(&resolved).into_iter().next() {
+            Some(p) => Err(ConfigError::Invalid(p)),
+            None => Ok(missing),
         }
-        Ok(missing)
     }
 
-    /// One tier's folder: exists (or is created), is a writable directory; its real path.
-    fn prepare_tier_dir(&self, t: &TierConfig) -> Result<PathBuf, ConfigError> {
-        let file = self.source.display();
-        let fail = |t: &TierConfig, msg: String| {
-            ConfigError::Invalid(format!("{file}: tier '{}': {msg}", t.name))
-        };
-        {
-            let dir = &t.path;
-            match std::fs::metadata(dir) {
-                Ok(m) if m.is_dir() => {}
-                Ok(_) => {
-                    return Err(fail(
-                        t,
-                        format!(
-                            "{} exists but is not a directory; point `path` at a folder",
-                            dir.display()
-                        ),
-                    ))
+    /// What [`MountConfig::prepare_tier_dirs`] would refuse, without creating anything:
+    /// every problem, one message each, in the same words (for `tierfs check-config`).
+    pub fn check_tier_dirs(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        let mut resolved = Vec::with_capacity(self.tiers.len());
+        for t in &self.tiers {
+            match self.tier_dir(t, false) {
+                Ok(real) => resolved.push(real),
+                Err(m) => {
+                    problems.push(self.tier_problem(t, &m).to_string());
+                    // Keep the indexes lined up for the overlap check; an unknown folder
+                    // overlaps nothing.
+                    resolved.push(PathBuf::new());
                 }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    let parent = dir.parent().unwrap_or(Path::new("/"));
-                    if !parent.is_dir() {
-                        return Err(fail(
-                            t,
-                            format!(
-                                "the parent folder {} of {} does not exist (is its file system \
-                                 mounted on this node?); tierfs creates only the last component \
-                                 of a tier path, even with `create = true`: create the parent \
-                                 first or fix `path`",
-                                parent.display(),
-                                dir.display()
-                            ),
-                        ));
-                    }
-                    if !t.create {
-                        return Err(fail(
-                            t,
-                            format!(
-                                "folder {} does not exist; create it or set `create = true`",
-                                dir.display()
-                            ),
-                        ));
-                    }
-                    match std::fs::create_dir(dir) {
-                        Ok(()) => {}
-                        // Another tierfs on the same node may have just made it.
-                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
-                        Err(e) => {
-                            return Err(fail(t, format!("cannot create {}: {e}", dir.display())))
-                        }
-                    }
-                }
-                Err(e) => return Err(fail(t, format!("cannot inspect {}: {e}", dir.display()))),
             }
-            if let Err(e) = check_writable(dir) {
-                return Err(fail(
-                    t,
-                    format!(
-                        "folder {} is not writable and searchable by this user: {e}; fix its \
-                         permissions (e.g. `chmod u+wx`) or choose another folder",
-                        dir.display()
-                    ),
-                ));
-            }
-            let real = std::fs::canonicalize(dir)
-                .map_err(|e| fail(t, format!("cannot resolve {}: {e}", dir.display())))?;
-            Ok(real)
         }
+        problems.extend(self.overlaps(&resolved));
+        problems
+    }
+
+    fn tier_problem(&self, t: &TierConfig, msg: &str) -> ConfigError {
+        ConfigError::Invalid(format!(
+            "{}: tier '{}': {msg}",
+            self.source.display(),
+            t.name
+        ))
+    }
+
+    /// Checks one tier folder and returns it resolved through symlinks. With `create`, a
+    /// missing last component is created (where `create = true`); without, it is only
+    /// checked that it could be.
+    fn tier_dir(&self, t: &TierConfig, create: bool) -> Result<PathBuf, String> {
+        let dir = &t.path;
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(format!(
+                    "{} exists but is not a directory; point `path` at a folder",
+                    dir.display()
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let parent = dir.parent().unwrap_or(Path::new("/"));
+                if !parent.is_dir() {
+                    return Err(format!(
+                        "the parent folder {} of {} does not exist (is its file system \
+                         mounted on this node?); tierfs creates only the last component \
+                         of a tier path, even with `create = true`: create the parent \
+                         first or fix `path`",
+                        parent.display(),
+                        dir.display()
+                    ));
+                }
+                if !t.create {
+                    return Err(format!(
+                        "folder {} does not exist; create it or set `create = true`",
+                        dir.display()
+                    ));
+                }
+                if !create {
+                    // Would be created: the parent must take a new folder.
+                    check_writable(parent).map_err(|e| {
+                        format!(
+                            "cannot create {}: its parent folder {} is not writable by this \
+                             user: {e}",
+                            dir.display(),
+                            parent.display()
+                        )
+                    })?;
+                    let real_parent = std::fs::canonicalize(parent)
+                        .map_err(|e| format!("cannot resolve {}: {e}", parent.display()))?;
+                    return Ok(match dir.file_name() {
+                        Some(n) => real_parent.join(n),
+                        None => real_parent,
+                    });
+                }
+                match std::fs::create_dir(dir) {
+                    Ok(()) => {}
+                    // Another tierfs on the same node may have just made it.
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+                    Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
+                }
+            }
+            Err(e) => return Err(format!("cannot inspect {}: {e}", dir.display())),
+        }
+        if let Err(e) = check_writable(dir) {
+            return Err(format!(
+                "folder {} is not writable and searchable by this user: {e}; fix its \
+                 permissions (e.g. `chmod u+wx`) or choose another folder",
+                dir.display()
+            ));
+        }
+        std::fs::canonicalize(dir).map_err(|e| format!("cannot resolve {}: {e}", dir.display()))
+    }
+
+    /// Tiers whose resolved folders are the same or nested (empty paths are skipped).
+    fn overlaps(&self, resolved: &[PathBuf]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, a) in resolved.iter().enumerate() {
+            for (j, b) in resolved.iter().enumerate().skip(i + 1) {
+                if a.as_os_str().is_empty() || b.as_os_str().is_empty() {
+                    continue;
+                }
+                if a.starts_with(b) || b.starts_with(a) {
+                    out.push(
+                        self.tier_problem(
+                            &self.tiers[j],
+                            &format!(
+                                "{} resolves to {}, which is the same as or nested with tier \
+                                 '{}' ({}); tier folders must be separate, so check the \
+                                 symlinks on these paths",
+                                self.tiers[j].path.display(),
+                                b.display(),
+                                self.tiers[i].name,
+                                a.display()
+                            ),
+                        )
+                        .to_string(),
+                    );
+                }
+            }
+        }
+        out
     }
 }
 

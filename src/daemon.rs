@@ -191,6 +191,13 @@ fn spawn_background(opts: &MountOptions, config: &MountConfig) -> Result<(), Fai
     let exe = std::env::current_exe()
         .map_err(|e| Failure::runtime(format!("cannot find the tierfs executable: {e}")))?;
     let log = default_log_path(config);
+    if config.mount.log_file.is_none() {
+        // The first tier's meta folder, which a tier mounted for the first time lacks.
+        if let Some(dir) = log.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Failure::runtime(format!("cannot create {}: {e}", dir.display())))?;
+        }
+    }
     let log_file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)

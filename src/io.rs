@@ -11,6 +11,7 @@
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -106,32 +107,59 @@ impl Piece {
     /// it then fail with EBADF, which the kernel's own permission check makes unreachable).
     /// `direct`: also open an O_DIRECT descriptor (the tier accepted O_DIRECT at mount).
     pub fn open(path: &Path, direct: bool) -> io::Result<Piece> {
-        Self::open_with(path, None, direct)
+        Self::open_with(None, path, None, direct)
     }
 
     /// Creates (or empties) the backing file at `path` with `mode`.
     pub fn open_new(path: &Path, mode: u32, direct: bool) -> io::Result<Piece> {
-        Self::open_with(path, Some(mode), direct)
+        Self::open_with(None, path, Some(mode), direct)
     }
 
-    fn open_with(path: &Path, create: Option<u32>, direct: bool) -> io::Result<Piece> {
-        let opts = |write: bool, extra: i32| {
-            let mut o = OpenOptions::new();
-            o.read(true)
-                .write(write)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | extra);
-            if let Some(mode) = create {
-                o.create(true).truncate(true).mode(mode);
+    /// [`Piece::open`] of a `path` inside the tier folder `root`, following no symlink below
+    /// `root` (a symlink planted in a tier gives ELOOP; see [`crate::sys::open_beneath`]).
+    pub fn open_in(root: &Path, path: &Path, direct: bool) -> io::Result<Piece> {
+        Self::open_with(Some(root), path, None, direct)
+    }
+
+    /// [`Piece::open_new`] inside the tier folder `root`, as [`Piece::open_in`].
+    pub fn open_new_in(root: &Path, path: &Path, mode: u32, direct: bool) -> io::Result<Piece> {
+        Self::open_with(Some(root), path, Some(mode), direct)
+    }
+
+    fn open_with(
+        root: Option<&Path>,
+        path: &Path,
+        create: Option<u32>,
+        direct: bool,
+    ) -> io::Result<Piece> {
+        let open = |write: bool, extra: i32| -> io::Result<File> {
+            let acc = if write { libc::O_RDWR } else { libc::O_RDONLY };
+            let cr = if create.is_some() {
+                libc::O_CREAT | libc::O_TRUNC
+            } else {
+                0
+            };
+            match root {
+                Some(r) => crate::sys::open_beneath(r, path, acc | cr | extra, create.unwrap_or(0)),
+                None => {
+                    let mut o = OpenOptions::new();
+                    o.read(true)
+                        .write(write)
+                        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | extra);
+                    if let Some(mode) = create {
+                        o.create(true).truncate(true).mode(mode);
+                    }
+                    o.open(path)
+                }
             }
-            o
         };
-        let (file, read_only) = match opts(true, 0).open(path) {
+        let (file, read_only) = match open(true, 0) {
             Ok(f) => (f, None),
             Err(e)
                 if create.is_none()
                     && matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EROFS)) =>
             {
-                (opts(false, 0).open(path)?, e.raw_os_error())
+                (open(false, 0)?, e.raw_os_error())
             }
             Err(e) => return Err(e),
         };
@@ -140,8 +168,10 @@ impl Piece {
             let mut o = OpenOptions::new();
             o.read(true)
                 .write(write)
-                .custom_flags(libc::O_DIRECT | libc::O_NOFOLLOW | libc::O_CLOEXEC);
-            o.open(path).ok()
+                .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC);
+            // The same file: re-opened through the descriptor's /proc entry (a link to
+            // exactly this inode, so no O_NOFOLLOW), so no path lookup can land elsewhere.
+            o.open(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
         } else {
             None
         };

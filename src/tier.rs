@@ -578,6 +578,12 @@ impl Tier {
         self.limbo.join(ino.to_string())
     }
 
+    /// ELOOP if a folder on the way from this tier's root to `p` is a symlink (planted in
+    /// the tier folder by hand): the daemon never follows one out of the tier.
+    pub fn beneath(&self, p: &Path) -> std::io::Result<()> {
+        crate::sys::no_symlink_below(&self.root, p)
+    }
+
     /// The backing path of a relative path in this tier.
     pub fn path(&self, rel: &Path) -> PathBuf {
         if rel.as_os_str().is_empty() {

@@ -477,8 +477,9 @@ impl TierFs {
                 if st.opens == 0 {
                     for t in st.layout.tiers() {
                         let p = self.piece_path(&tree, ino, t)?;
-                        let piece = Piece::open(&p, self.tiers[t].direct_io)
-                            .map_err(|e| self.tier_err(t, "open", &p, e))?;
+                        let piece =
+                            Piece::open_in(&self.tiers[t].root, &p, self.tiers[t].direct_io)
+                                .map_err(|e| self.tier_err(t, "open", &p, e))?;
                         st.pieces[t] = Some(Arc::new(piece));
                     }
                 }

@@ -710,6 +710,14 @@ impl TierFs {
         Error::tier(&self.tiers[tier].name, op, path, e)
     }
 
+    /// ELOOP (logged with the tier and path) when a folder on the way to `p` in tier `t` is a
+    /// symlink someone planted there: nothing the daemon does may follow it out of the tier.
+    fn guard(&self, t: usize, op: &'static str, p: &Path) -> Result<()> {
+        self.tiers[t]
+            .beneath(p)
+            .map_err(|e| Error::tier(&self.tiers[t].name, op, p, e))
+    }
+
     /// Adjusts the per-tier `used` counters for a size change of a file.
     fn account_resize(&self, layout: &FileLayout, old: u64, new: u64) {
         match layout {
@@ -838,6 +846,14 @@ impl TierFs {
     /// paths: changing it (rename, unlink, chmod, ...) answers EIO, so the piece on the
     /// missing tier never goes out of step with the others.
     fn backing_paths(&self, tree: &Tree, ino: u64) -> Result<Vec<(usize, PathBuf)>> {
+        let paths = self.backing_paths_unchecked(tree, ino)?;
+        for (t, p) in &paths {
+            self.guard(*t, "resolve", p)?;
+        }
+        Ok(paths)
+    }
+
+    fn backing_paths_unchecked(&self, tree: &Tree, ino: u64) -> Result<Vec<(usize, PathBuf)>> {
         let node = tree.get(ino)?;
         if let NodeData::File(f) = &node.data {
             if let Some(t) = f
@@ -883,10 +899,13 @@ impl TierFs {
 
     /// Where a file's piece on `tier` is: at its path, or in limbo once unlinked.
     fn piece_path(&self, tree: &Tree, ino: u64, tier: usize) -> Result<PathBuf> {
-        if tree.get(ino)?.limbo {
-            return Ok(self.tiers[tier].limbo_path(ino));
-        }
-        Ok(self.tiers[tier].path(&tree.rel(ino).ok_or(Error::NotFound)?))
+        let p = if tree.get(ino)?.limbo {
+            self.tiers[tier].limbo_path(ino)
+        } else {
+            self.tiers[tier].path(&tree.rel(ino).ok_or(Error::NotFound)?)
+        };
+        self.guard(tier, "resolve", &p)?;
+        Ok(p)
     }
 
     /// Moves an unlinked file's pieces to limbo (the kernel may still open or stat it).
@@ -1047,8 +1066,8 @@ impl TierFs {
             let perm = fs::Permissions::from_mode(mode & 0o7777);
             if node.kind() != Kind::Symlink {
                 for (t, p) in &paths {
-                    fs::set_permissions(p, perm.clone())
-                        .map_err(|e| self.tier_err(*t, "chmod", p, e))?;
+                    // Never through a symlink planted in place of the piece or folder.
+                    sys::lchmod(p, mode & 0o7777).map_err(|e| self.tier_err(*t, "chmod", p, e))?;
                 }
                 for (t, p) in &open_pieces {
                     if paths.is_empty() {
@@ -1104,8 +1123,10 @@ impl TierFs {
         let mut made: Vec<PathBuf> = Vec::new();
         for t in self.tiers.iter().filter(|t| !t.missing) {
             let p = t.path(&rel);
-            let r = fs::create_dir(&p)
-                .and_then(|_| fs::set_permissions(&p, fs::Permissions::from_mode(mode & 0o7777)));
+            let r = t
+                .beneath(&p)
+                .and_then(|_| fs::create_dir(&p))
+                .and_then(|_| sys::lchmod(&p, mode & 0o7777));
             if let Err(e) = r
                 .map_err(|e| self.tier_err(t.index, "mkdir", &p, e))
                 .and_then(|_| self.chown_new(&p, ctx, t.index))
@@ -1136,6 +1157,7 @@ impl TierFs {
         }
         let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
         let p = self.tiers[0].path(&rel);
+        self.guard(0, "symlink", &p)?;
         std::os::unix::fs::symlink(target, &p).map_err(|e| self.tier_err(0, "symlink", &p, e))?;
         self.chown_new(&p, ctx, 0)?;
         let ino = tree.insert(parent, name, NodeData::Other(Kind::Symlink));
@@ -1164,6 +1186,7 @@ impl TierFs {
         }
         let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
         let p = self.tiers[0].path(&rel);
+        self.guard(0, "mknod", &p)?;
         sys::mknod(&p, mode, rdev as u64).map_err(|e| self.tier_err(0, "mknod", &p, e))?;
         self.chown_new(&p, ctx, 0)?;
         let ino = tree.insert(parent, name, NodeData::Other(kind));
@@ -1297,6 +1320,11 @@ impl TierFs {
         if flags & libc::RENAME_EXCHANGE != 0 {
             return Err(Error::Invalid("RENAME_EXCHANGE is not supported"));
         }
+        // RENAME_WHITEOUT (overlayfs) would need a whiteout device node left behind, which
+        // tierfs cannot store: refuse it rather than rename without one.
+        if flags & !libc::RENAME_NOREPLACE != 0 {
+            return Err(Error::Invalid("only RENAME_NOREPLACE is supported"));
+        }
         let mut tree = self.tree.write();
         let ino = tree.child(parent, name)?;
         let kind = tree.get(ino)?.kind();
@@ -1368,7 +1396,10 @@ impl TierFs {
         for &t in &src {
             let from = self.tiers[t].path(&from_rel);
             let to = self.tiers[t].path(&to_rel);
-            let mut r = fs::rename(&from, &to);
+            let mut r = self.tiers[t]
+                .beneath(&from)
+                .and_then(|_| self.tiers[t].beneath(&to))
+                .and_then(|_| fs::rename(&from, &to));
             if let Err(e) = &r {
                 if e.kind() == std::io::ErrorKind::NotFound && kind == Kind::Dir && !from.exists() {
                     // The folder was missing on this tier: make it where it goes.
@@ -1460,14 +1491,14 @@ impl TierFs {
             for t in layout.tiers() {
                 let tier = &self.tiers[t];
                 let p = tier.path(rel);
-                let mut r = Piece::open_new(&p, mode, tier.direct_io);
+                let mut r = Piece::open_new_in(&tier.root, &p, mode, tier.direct_io);
                 if let Err(e) = &r {
                     if e.kind() == std::io::ErrorKind::NotFound {
                         // The folder is missing on this tier (a failed mirror): make it.
-                        if let Some(dir) = p.parent() {
+                        if let (Some(dir), Ok(())) = (p.parent(), tier.beneath(&p)) {
                             let _ = fs::create_dir_all(dir);
                         }
-                        r = Piece::open_new(&p, mode, tier.direct_io);
+                        r = Piece::open_new_in(&tier.root, &p, mode, tier.direct_io);
                     }
                 }
                 let piece = r.map_err(|e| self.tier_err(t, "create", &p, e))?;
@@ -1645,7 +1676,7 @@ impl TierFs {
                     // Also an unlinked file the kernel still references: its pieces are
                     // in limbo.
                     let p = self.piece_path(&tree, ino, t)?;
-                    let piece = Piece::open(&p, self.tiers[t].direct_io)
+                    let piece = Piece::open_in(&self.tiers[t].root, &p, self.tiers[t].direct_io)
                         .map_err(|e| self.tier_err(t, "open", &p, e))?;
                     st.pieces[t] = Some(Arc::new(piece));
                 }
@@ -2239,11 +2270,13 @@ impl TierFs {
             NodeData::File(f) => f.state.read().layout.primary(),
             _ => 0,
         };
-        if node.limbo {
-            return Ok((t, self.tiers[t].limbo_path(ino)));
-        }
-        let rel = tree.rel(ino).ok_or(Error::NotFound)?;
-        Ok((t, self.tiers[t].path(&rel)))
+        let p = if node.limbo {
+            self.tiers[t].limbo_path(ino)
+        } else {
+            self.tiers[t].path(&tree.rel(ino).ok_or(Error::NotFound)?)
+        };
+        self.guard(t, "resolve", &p)?;
+        Ok((t, p))
     }
 
     fn xattr_name_ok(name: &OsStr) -> Result<()> {
@@ -2259,6 +2292,9 @@ impl TierFs {
     }
 
     pub fn setxattr(&self, ino: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<()> {
+        if Virtual::from_ino(ino).is_some() {
+            return Err(Error::Access("the stats files are read-only"));
+        }
         Self::xattr_name_ok(name)?;
         if self.tree.read().get(ino)?.kind() == Kind::Symlink {
             return Err(Error::NotPermitted("user xattrs on symlinks"));
@@ -2300,6 +2336,9 @@ impl TierFs {
     }
 
     pub fn removexattr(&self, ino: u64, name: &OsStr) -> Result<()> {
+        if Virtual::from_ino(ino).is_some() {
+            return Err(Error::Access("the stats files are read-only"));
+        }
         Self::xattr_name_ok(name).map_err(|_| Error::NoAttr)?;
         let (t, p) = self.xattr_path(ino)?;
         sys::lremovexattr(&p, name).map_err(|e| match e.raw_os_error() {

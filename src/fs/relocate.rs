@@ -111,8 +111,13 @@ impl TierFs {
         let result = (|| -> Result<()> {
             for t in layout.tiers() {
                 let p = tmp_path(t);
-                let piece = Piece::open_new(&p, meta.mode() & 0o7777, self.tiers[t].direct_io)
-                    .map_err(|e| self.tier_err(t, "create", &p, e))?;
+                let piece = Piece::open_new_in(
+                    &self.tiers[t].root,
+                    &p,
+                    meta.mode() & 0o7777,
+                    self.tiers[t].direct_io,
+                )
+                .map_err(|e| self.tier_err(t, "create", &p, e))?;
                 made.push(t);
                 new_pieces[t] = Some(Arc::new(piece));
             }

@@ -1,7 +1,9 @@
 //! Costs on the data path: admitting a request through a tier's queue (uncontended, and
 //! with a thread per class contending), and a backing piece's full write and read by
-//! block size on a temp dir (O_DIRECT where the filesystem takes it, like a tier).
+//! block size on a temp dir (O_DIRECT where the filesystem takes it, like a tier), and the
+//! I/O engines running a batch of requests over two pieces by block size and batch depth.
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use tierfs::engine::{Engine, IoUring, Op, Psync};
 use tierfs::io::{dir_accepts_direct_io, AlignedBuf, Piece};
 use tierfs::sched::{Class, TierQueue};
 
@@ -59,5 +61,54 @@ fn piece_io(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, admission, piece_io);
+/// A batch of `qd` requests of `bs` bytes over two pieces (as on two tiers), per engine.
+fn engines(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let direct = dir_accepts_direct_io(dir.path());
+    let a = Piece::open_new(&dir.path().join("a"), 0o600, direct).unwrap();
+    let b = Piece::open_new(&dir.path().join("b"), 0o600, direct).unwrap();
+    let mut list: Vec<Box<dyn Engine>> = vec![Box::new(Psync)];
+    if let Ok(e) = IoUring::new() {
+        list.push(Box::new(e));
+    }
+    let mut g = c.benchmark_group("engine");
+    for engine in &list {
+        for (bs, qd) in [(256usize << 10, 8usize), (1 << 20, 2), (1 << 20, 8)] {
+            let mut bufs: Vec<AlignedBuf> = (0..qd).map(|_| AlignedBuf::zeroed(bs)).collect();
+            g.throughput(Throughput::Bytes((bs * qd) as u64));
+            let id = format!("{}/bs{}k/qd{qd}", engine.name(), bs >> 10);
+            g.bench_function(BenchmarkId::new("write", &id), |bch| {
+                bch.iter(|| {
+                    let mut ops: Vec<Op> = bufs
+                        .iter()
+                        .enumerate()
+                        .map(|(i, buf)| Op::Write {
+                            piece: if i % 2 == 0 { &a } else { &b },
+                            buf,
+                            off: (i / 2 * bs) as u64,
+                        })
+                        .collect();
+                    black_box(engine.run(&mut ops))
+                })
+            });
+            g.bench_function(BenchmarkId::new("read", &id), |bch| {
+                bch.iter(|| {
+                    let mut ops: Vec<Op> = bufs
+                        .iter_mut()
+                        .enumerate()
+                        .map(|(i, buf)| Op::Read {
+                            piece: if i % 2 == 0 { &a } else { &b },
+                            buf,
+                            off: (i / 2 * bs) as u64,
+                        })
+                        .collect();
+                    black_box(engine.run(&mut ops))
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, admission, piece_io, engines);
 criterion_main!(benches);

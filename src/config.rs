@@ -121,6 +121,28 @@ pub struct MountSection {
     /// Mount even when a tier's folder is missing or unusable (not the first tier): that
     /// tier is left out, files with pieces on it answer EIO. Default `false` (an error).
     pub degraded: bool,
+    /// How batches of backing requests are issued. Default `io_uring`.
+    pub engine: EngineKind,
+}
+
+/// `mount.engine`: how batches of backing requests are issued (`crate::engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum EngineKind {
+    /// All requests of a batch at once on a per-thread io_uring (psync where not allowed).
+    #[serde(rename = "io_uring")]
+    IoUring,
+    /// One `pread`/`pwrite` after another.
+    #[serde(rename = "psync")]
+    Psync,
+}
+
+impl EngineKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EngineKind::IoUring => "io_uring",
+            EngineKind::Psync => "psync",
+        }
+    }
 }
 
 /// `mount.passthrough`: let the kernel do a whole file's I/O on its backing file itself
@@ -245,6 +267,7 @@ impl Default for MountSection {
             threads: DEFAULT_THREADS,
             passthrough: Passthrough::Auto,
             exclusive_tiers: false,
+            engine: EngineKind::IoUring,
             degraded: false,
         }
     }
@@ -310,6 +333,7 @@ struct RawMount {
     exclusive_tiers: bool,
     #[serde(default)]
     degraded: bool,
+    engine: Option<String>,
 }
 
 /// A size or bandwidth as written: a string (`"1MiB"`), or a bare number (`capacity = 4096`),
@@ -786,6 +810,18 @@ impl MountConfig {
             }
         };
 
+        let engine = match raw.mount.engine.as_deref() {
+            None | Some("io_uring") => EngineKind::IoUring,
+            Some("psync") => EngineKind::Psync,
+            Some(other) => {
+                p.add(
+                    "mount.engine",
+                    format_args!("{other:?} is not one of \"io_uring\", \"psync\""),
+                );
+                EngineKind::IoUring
+            }
+        };
+
         let cache = raw.cache.as_ref().and_then(|c| parse_cache(c, &mut p));
 
         let adapt_default = tiers
@@ -807,6 +843,7 @@ impl MountConfig {
                 passthrough,
                 exclusive_tiers: raw.mount.exclusive_tiers,
                 degraded: raw.mount.degraded,
+                engine,
             },
             cache,
         })
@@ -885,6 +922,7 @@ impl MountConfig {
         let _ = writeln!(s, "threads = {}", self.mount.threads);
         let _ = writeln!(s, "passthrough = \"{}\"", self.mount.passthrough.as_str());
         let _ = writeln!(s, "exclusive_tiers = {}", self.mount.exclusive_tiers);
+        let _ = writeln!(s, "engine = \"{}\"", self.mount.engine.as_str());
         let _ = writeln!(s, "degraded = {}", self.mount.degraded);
         match &self.cache {
             None => {
@@ -1243,6 +1281,16 @@ capacity = "800GiB"
 name = "pfs"
 path = "/lus/proj/tierfs/${HOSTNAME}"
 "#;
+
+    #[test]
+    fn engine_key() {
+        assert_eq!(parse(TWO).unwrap().mount.engine, EngineKind::IoUring);
+        let c = parse(&format!("{TWO}\n[mount]\nengine = \"psync\"\n")).unwrap();
+        assert_eq!(c.mount.engine, EngineKind::Psync);
+        assert!(c.to_toml().contains("engine = \"psync\""));
+        let e = parse(&format!("{TWO}\n[mount]\nengine = \"aio\"\n")).unwrap_err();
+        assert!(e.contains("mount.engine") && e.contains("io_uring"), "{e}");
+    }
 
     #[test]
     fn cache_section() {

@@ -202,7 +202,27 @@ impl Piece {
         }
     }
 
-    fn refuse_direct(&self, e: &io::Error) -> bool {
+    /// The errno a write gets before it is tried (a piece opened read-only).
+    pub fn write_refusal(&self) -> Option<io::Error> {
+        self.read_only.map(io::Error::from_raw_os_error)
+    }
+
+    /// The O_DIRECT descriptor, if a request at `off` of `len` bytes goes direct (the tier
+    /// takes it and the request is aligned); the buffer must then be aligned too.
+    pub fn direct_fd_for(&self, off: u64, len: usize) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        let d = self.direct_file()?;
+        (off % ALIGN as u64 == 0 && len % ALIGN == 0 && len > 0).then(|| d.as_raw_fd())
+    }
+
+    /// The buffered descriptor's number (for engines that submit requests themselves).
+    pub fn buffered_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.file.as_raw_fd()
+    }
+
+    /// Notes a refused direct request: true (and direct I/O off for this piece) on EINVAL.
+    pub fn refuse_direct(&self, e: &io::Error) -> bool {
         if e.raw_os_error() == Some(libc::EINVAL) {
             if self.direct_ok.swap(false, Ordering::Relaxed) {
                 log::warn!("a tier refused an aligned O_DIRECT request ({e}); using buffered I/O for this file");

@@ -18,6 +18,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod dsconfig;
+pub mod engine;
 pub mod error;
 pub mod export;
 pub mod fs;

@@ -989,11 +989,11 @@ fn model_mount_stripe_64k_2_tiers() {
 #[test]
 fn model_mount_stripe_64k_3_tiers() {
     run(Spec {
-        name: "mount, stripe 64KiB, 3 tiers",
+        name: "mount, stripe 64KiB, 3 tiers, psync engine",
         layout: "stripe",
         tiers: &[("nvme0", "3GB/s"), ("nvme1", "2GB/s"), ("pfs", "1GB/s")],
         stripe_unit: "64KiB",
-        mount: "",
+        mount: "engine = \"psync\"\n",
     });
 }
 

@@ -15,6 +15,9 @@ use crate::control::Command;
 /// really in flight).
 const PREFETCH_FILL_THREADS: usize = 4;
 
+/// Dirty blocks written back together (one engine batch: requests in flight at once).
+const WRITEBACK_BATCH: usize = 8;
+
 impl TierFs {
     pub fn cache(&self) -> Option<&Arc<Cache>> {
         self.cache.as_ref()
@@ -164,21 +167,7 @@ impl TierFs {
 
     /// Reads a range from the tiers, zeros where a piece is shorter.
     fn read_lenient(&self, st: &FileState, off: u64, buf: &mut [u8], class: Class) -> Result<()> {
-        let extents: Vec<(usize, usize, usize, u64)> = match &st.layout {
-            FileLayout::Whole { tier } => vec![(*tier, 0, buf.len(), off)],
-            FileLayout::Stripe(m) => m
-                .extents(off, buf.len())
-                .into_iter()
-                .map(|x| (x.tier, x.buf, x.len, x.local))
-                .collect(),
-        };
-        for (tier, at, len, local) in extents {
-            let piece = self.open_piece(st, tier, "read")?;
-            let dst = &mut buf[at..at + len];
-            let got = self.piece_read_as(tier, piece, dst, local, class)?;
-            dst[got..].fill(0);
-        }
-        Ok(())
+        self.read_extents(st, off, buf, class)
     }
 
     /// Serves a read of a cached file (state lock held for reading).
@@ -291,38 +280,50 @@ impl TierFs {
             self.open_piece(st, t, "write back")?;
         }
         let size = node.size();
-        for (b, slot) in e.all_slots().into_iter().enumerate() {
-            let mut s = slot.lock();
-            if !s.dirty {
-                continue;
-            }
-            let start = b as u64 * BLOCK;
-            if start >= size {
-                // Past the end (a shrink dropped the file first, so only a race): nothing.
-                e.set_clean(&mut s, &c.counters);
-                continue;
-            }
-            let n = (size - start).min(BLOCK) as usize;
-            let data = &s.buf.as_ref().expect("dirty slot has a buffer")[..n];
-            let r = match &st.layout {
-                FileLayout::Whole { tier } => {
-                    let piece = self.open_piece(st, *tier, "write back")?;
-                    self.piece_write_as(*tier, piece, data, start, Class::WriteBack)
-                        .map_err(|err| (*tier, err))
+        let slots = e.all_slots();
+        let mut b = 0usize;
+        while b < slots.len() {
+            // Up to WRITEBACK_BATCH dirty blocks at once, locked in block order (every other
+            // user locks one block at a time, so this cannot deadlock), as one engine batch.
+            let mut batch = Vec::with_capacity(WRITEBACK_BATCH);
+            while b < slots.len() && batch.len() < WRITEBACK_BATCH {
+                let mut s = slots[b].lock();
+                let start = b as u64 * BLOCK;
+                if s.dirty && start >= size {
+                    // Past the end (a shrink drops the file first, so only a race): nothing.
+                    e.set_clean(&mut s, &c.counters);
+                } else if s.dirty {
+                    batch.push((start, s));
                 }
-                FileLayout::Stripe(m) => m.extents(start, n).into_iter().try_for_each(|x| {
-                    let piece = st.pieces[x.tier].as_ref().expect("checked above");
-                    self.piece_write_as(
-                        x.tier,
-                        piece,
-                        &data[x.buf..x.buf + x.len],
-                        x.local,
-                        Class::WriteBack,
-                    )
-                    .map_err(|err| (x.tier, err))
-                }),
-            };
-            if let Err((tier, err)) = r {
+                b += 1;
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            let mut tiers = Vec::new();
+            let mut ops = Vec::new();
+            let mut bytes = 0u64;
+            for (start, s) in &batch {
+                let n = (size - start).min(BLOCK) as usize;
+                bytes += n as u64;
+                let data = &s.buf.as_ref().expect("dirty slot has a buffer")[..n];
+                for x in st.layout.extents(*start, n) {
+                    tiers.push(x.tier);
+                    ops.push(crate::engine::Op::Write {
+                        piece: st.pieces[x.tier].as_ref().expect("checked above"),
+                        buf: &data[x.buf..x.buf + x.len],
+                        off: x.local,
+                    });
+                }
+            }
+            let results = self.run_batch(Class::WriteBack, &tiers, &mut ops);
+            drop(ops);
+            if let Some((tier, err)) = results
+                .into_iter()
+                .zip(tiers)
+                .find_map(|(r, t)| r.err().map(|e| (t, e)))
+            {
+                // Nothing of the batch is marked clean: all of it is written again.
                 c.counters.writeback_errors.fetch_add(1, Ordering::Relaxed);
                 *e.last_error.lock() = Some(format!("{} ({})", err, self.tiers[tier].name));
                 return Err(Error::tier(
@@ -334,8 +335,10 @@ impl TierFs {
             }
             c.counters
                 .writeback_bytes
-                .fetch_add(n as u64, Ordering::Relaxed);
-            e.set_clean(&mut s, &c.counters);
+                .fetch_add(bytes, Ordering::Relaxed);
+            for (_, s) in &mut batch {
+                e.set_clean(s, &c.counters);
+            }
         }
         // A file grown in memory past its last written block still needs its full size.
         for t in st.layout.tiers() {

@@ -22,6 +22,7 @@ mod relocate;
 mod scan;
 
 use crate::config::{Layout, MountConfig};
+use crate::engine::Op;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Piece};
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
@@ -409,6 +410,8 @@ pub struct TierFs {
     aside: Mutex<Vec<(PathBuf, usize)>>,
     /// `[cache]`: the host-memory tier.
     cache: Option<Arc<crate::cache::Cache>>,
+    /// How batches of backing requests are issued (`[mount] engine`).
+    engine: Box<dyn crate::engine::Engine>,
     /// FUSE threads (each holds a 1 MiB read buffer: part of the memory bound).
     threads: usize,
 }
@@ -509,6 +512,7 @@ impl TierFs {
                 .clone()
                 .map(|c| Arc::new(crate::cache::Cache::new(c))),
             threads: config.mount.threads,
+            engine: crate::engine::choose(config.mount.engine),
         };
         fs.scan()?;
         Ok(fs)
@@ -1845,15 +1849,122 @@ impl TierFs {
                     });
                 }
             }
-            FileLayout::Stripe(m) => {
-                for ex in m.extents(off, buf.len()) {
-                    let piece = self.open_piece(st, ex.tier, "read")?;
-                    let dst = &mut buf[ex.buf..ex.buf + ex.len];
-                    let got = self.piece_read(ex.tier, piece, dst, ex.local)?;
-                    // A piece shorter than the file is a hole (never written): zeros.
-                    dst[got..].fill(0);
+            FileLayout::Stripe(_) => self.read_extents(st, off, buf, Class::DemandRead)?,
+        }
+        Ok(())
+    }
+
+    /// Reads a range of a file from its pieces as one engine batch (every tier at once);
+    /// where a piece is shorter than the range, zeros (a hole, or a cached file's tail that
+    /// is only in memory yet).
+    fn read_extents(&self, st: &FileState, off: u64, buf: &mut [u8], class: Class) -> Result<()> {
+        let exts = st.layout.extents(off, buf.len());
+        let mut tiers = Vec::with_capacity(exts.len());
+        let mut ops = Vec::with_capacity(exts.len());
+        let mut rest: &mut [u8] = buf;
+        for ex in &exts {
+            let (dst, tail) = std::mem::take(&mut rest).split_at_mut(ex.len);
+            rest = tail;
+            tiers.push(ex.tier);
+            ops.push(Op::Read {
+                piece: self.open_piece(st, ex.tier, "read")?,
+                buf: dst,
+                off: ex.local,
+            });
+        }
+        let results = self.run_batch(class, &tiers, &mut ops);
+        for ((op, r), t) in ops.iter_mut().zip(results).zip(tiers) {
+            let got = r.map_err(|e| {
+                self.tiers[t]
+                    .counters
+                    .read_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                self.tier_err(t, "read", Path::new("(open file)"), e)
+            })?;
+            if let Op::Read { buf, .. } = op {
+                buf[got..].fill(0);
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs backing requests (`ops[i]` on tier `tiers[i]`) on the engine as one batch. It
+    /// takes one admission slot per tier involved, in tier order (so two batches never wait
+    /// on each other crosswise), and counts as one request against each tier's bound; each
+    /// request is counted in the tier's traffic and estimates. Write errors are noted on
+    /// their tier; the caller maps them.
+    fn run_batch(
+        &self,
+        class: Class,
+        tiers: &[usize],
+        ops: &mut [Op<'_>],
+    ) -> Vec<std::io::Result<usize>> {
+        let mut held: Vec<(usize, u64)> = tiers
+            .iter()
+            .zip(ops.iter())
+            .map(|(t, op)| (*t, piece_id(op.piece())))
+            .collect();
+        held.sort_by_key(|h| h.0);
+        held.dedup_by_key(|h| h.0);
+        let _slots: Vec<_> = held
+            .iter()
+            .map(|(t, id)| self.tiers[*t].queue.acquire(class, *id))
+            .collect();
+        let ios: Vec<InFlight> = tiers
+            .iter()
+            .zip(ops.iter())
+            .map(|(t, op)| InFlight::start(&self.tiers[*t], op.is_write(), op.len() as u64))
+            .collect();
+        let results = self.engine.run(ops);
+        for ((io, r), (t, op)) in ios
+            .into_iter()
+            .zip(&results)
+            .zip(tiers.iter().zip(ops.iter()))
+        {
+            match r {
+                Ok(n) => io.finish(true, *n as u64),
+                Err(e) => {
+                    io.finish(false, 0);
+                    if op.is_write() {
+                        let c = &self.tiers[*t].counters;
+                        c.write_errors.fetch_add(1, Ordering::Relaxed);
+                        self.tiers[*t].note_error(e);
+                    }
                 }
             }
+        }
+        results
+    }
+
+    /// Writes a range of a file to its pieces as one engine batch; the first failure with
+    /// its tier (for the rescue that moves the file).
+    fn write_extents(
+        &self,
+        st: &FileState,
+        off: u64,
+        data: &[u8],
+        class: Class,
+    ) -> std::result::Result<(), (usize, std::io::Error)> {
+        let exts = st.layout.extents(off, data.len());
+        let mut tiers = Vec::with_capacity(exts.len());
+        let mut ops = Vec::with_capacity(exts.len());
+        for ex in &exts {
+            let piece = self.open_piece(st, ex.tier, "write").map_err(|_| {
+                (
+                    ex.tier,
+                    std::io::Error::other("the tier is missing (mounted degraded without it)"),
+                )
+            })?;
+            tiers.push(ex.tier);
+            ops.push(Op::Write {
+                piece,
+                buf: &data[ex.buf..ex.buf + ex.len],
+                off: ex.local,
+            });
+        }
+        let results = self.run_batch(class, &tiers, &mut ops);
+        for (r, t) in results.into_iter().zip(tiers) {
+            r.map_err(|e| (t, e))?;
         }
         Ok(())
     }
@@ -1959,20 +2070,7 @@ impl TierFs {
                     self.piece_write(*tier, piece, data, off)
                         .map_err(|e| (*tier, e))
                 }
-                FileLayout::Stripe(m) => {
-                    m.extents(off, data.len()).into_iter().try_for_each(|ex| {
-                        let piece = self.open_piece(&st, ex.tier, "write").map_err(|_| {
-                            (
-                                ex.tier,
-                                std::io::Error::other(
-                                    "the tier is missing (mounted degraded without it)",
-                                ),
-                            )
-                        })?;
-                        self.piece_write(ex.tier, piece, &data[ex.buf..ex.buf + ex.len], ex.local)
-                            .map_err(|e| (ex.tier, e))
-                    })
-                }
+                FileLayout::Stripe(_) => self.write_extents(&st, off, data, Class::DemandWrite),
             };
             match r {
                 Ok(()) => {

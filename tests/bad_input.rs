@@ -265,6 +265,42 @@ fn config_rows() {
         &format!("{T}create = \"yes\"\n"),
         &[":4:10:", "invalid type: string \"yes\", expected a boolean"],
     );
+    let cache = |body: &str| format!("{T}[cache]\n{body}\n");
+    config_row(
+        "C34",
+        &cache(""),
+        &["cache.size: missing; say how much host memory"],
+    );
+    config_row(
+        "C35",
+        &cache("size = \"1MiB\""),
+        &["cache.size: 1048576 bytes is too small; use at least 16MiB"],
+    );
+    config_row(
+        "C36",
+        &cache("size = \"1GiB\"\npolicy = \"mru\""),
+        &["cache.policy: \"mru\" is not one of \"learned\", \"lru\""],
+    );
+    config_row(
+        "C37",
+        &cache("size = \"1GiB\"\nprefetch = 65"),
+        &["cache.prefetch: 65 is out of range; use 0 (off) to 64 files"],
+    );
+    config_row(
+        "C38",
+        &cache("size = \"1GiB\"\nwriteback_delay = -1.0"),
+        &["cache.writeback_delay: -1 is out of range; use 0 to 3600 seconds"],
+    );
+    config_row(
+        "C39",
+        &cache("size = \"1GiB\"\nmax_file = \"2GiB\""),
+        &["cache.max_file:", "must be above zero and at most cache.size"],
+    );
+    config_row(
+        "C40",
+        &format!("{T}[mount]\nengine = \"aio\"\n"),
+        &["mount.engine: \"aio\" is not one of \"io_uring\", \"psync\""],
+    );
     // Several problems: all reported at once.
     config_row(
         "C30",
@@ -891,6 +927,27 @@ fn operation_rows() {
                     .write_at_all(b"x", 0),
             ),
             &[libc::EBADF],
+        );
+        let control = m.path(".tierfs/control");
+        for bad in ["frobnicate\n", "step\norder sideways\n", "drop ../../etc/passwd\n"] {
+            op_row(
+                "O17",
+                "a bad control line",
+                errno_of(std::fs::write(&control, bad)),
+                &[libc::EINVAL],
+            );
+        }
+        op_row(
+            "O18",
+            "a control path that does not exist",
+            errno_of(std::fs::write(&control, "prefetch nothing-here\n")),
+            &[libc::ENOENT],
+        );
+        op_row(
+            "O19",
+            "read .tierfs/control",
+            errno_of(std::fs::read(&control)),
+            &[libc::EACCES],
         );
         assert_eq!(std::fs::read(&f).unwrap(), pattern(5000, 1));
         drop(h);

@@ -294,7 +294,10 @@ fn config_rows() {
     config_row(
         "C39",
         &cache("size = \"1GiB\"\nmax_file = \"2GiB\""),
-        &["cache.max_file:", "must be above zero and at most cache.size"],
+        &[
+            "cache.max_file:",
+            "must be above zero and at most cache.size",
+        ],
     );
     config_row(
         "C40",
@@ -929,7 +932,11 @@ fn operation_rows() {
             &[libc::EBADF],
         );
         let control = m.path(".tierfs/control");
-        for bad in ["frobnicate\n", "step\norder sideways\n", "drop ../../etc/passwd\n"] {
+        for bad in [
+            "frobnicate\n",
+            "step\norder sideways\n",
+            "drop ../../etc/passwd\n",
+        ] {
             op_row(
                 "O17",
                 "a bad control line",

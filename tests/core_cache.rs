@@ -285,3 +285,59 @@ fn control_commands_are_checked_before_any_runs() {
     assert_eq!(e.errno(), libc::ENOENT);
     assert_eq!(fs.cache_view().orders.len(), before);
 }
+
+#[test]
+fn gradients_stay_in_memory_across_steps() {
+    // 8 subgroups: a 2 MiB state file and a 2 MiB gradient each; the cache (16 MiB) holds
+    // all gradients, and the learned policy gives them the memory first.
+    let b = bed("size = \"16MiB\"\nwriteback_delay = 0.0\n", "stripe");
+    let fs = &b.fs;
+    let threads = TierFs::start_cache_threads(fs).unwrap();
+    let mk = |name: &str| {
+        let (a, fh, _) = fs
+            .create(ROOT_INO, OsStr::new(name), 0o600, libc::O_WRONLY, CTX)
+            .unwrap();
+        fs.release(fh).unwrap();
+        a.ino
+    };
+    let state: Vec<u64> = (0..8).map(|i| mk(&format!("{i}.swp"))).collect();
+    let grads: Vec<u64> = (0..8)
+        .map(|i| mk(&format!("{i}_gradient_0_1.swp")))
+        .collect();
+    for (i, ino) in state.iter().enumerate() {
+        write_file(fs, *ino, &content(i, 0, 2 * MIB));
+    }
+    for step in 1..=4u32 {
+        // backward: gradients, descending
+        for i in (0..8).rev() {
+            write_file(fs, grads[i], &content(100 + i, step, 2 * MIB));
+        }
+        // optimizer step: each subgroup's state and gradient read, the state rewritten
+        for i in 0..8 {
+            assert!(read_file(fs, state[i], 2 * MIB) == content(i, step - 1, 2 * MIB));
+            assert!(read_file(fs, grads[i], 2 * MIB) == content(100 + i, step, 2 * MIB));
+            write_file(fs, state[i], &content(i, step, 2 * MIB));
+        }
+    }
+    let v = fs.cache_view();
+    let cached_grads = v.files.iter().filter(|f| f.gradient).count();
+    assert_eq!(cached_grads, 8, "{v:?}");
+    // No gradient byte ever reached a tier: their pieces are still empty.
+    for i in 0..8 {
+        let p = b.tier.join(format!("{i}_gradient_0_1.swp"));
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().len(),
+            0,
+            "gradient {i} was written back"
+        );
+    }
+    // Unmount writes them back like anything else.
+    fs.shutdown();
+    for t in threads {
+        t.join().unwrap();
+    }
+    for i in 0..8 {
+        let p = b.tier.join(format!("{i}_gradient_0_1.swp"));
+        assert!(std::fs::read(&p).unwrap() == content(100 + i, 4, 2 * MIB));
+    }
+}

@@ -298,14 +298,21 @@ impl Cache {
     }
 
     /// How far away `ino`'s next use is (larger: keep it less). Unknown: `u64::MAX`.
+    ///
+    /// A gradient file ranks first: DeepSpeed writes it in the backward pass, reads it once
+    /// in the optimizer step and rewrites it in the next backward pass, so keeping it saves
+    /// a tier read and a tier write every step (it is never written back while it stays),
+    /// where keeping another file saves only its read.
     fn rank_locked(
         &self,
         orders: &HashMap<u64, DirOrder>,
         dir: u64,
         ino: u64,
+        gradient: bool,
         e: Option<&Entry>,
     ) -> u64 {
         match self.cfg.policy {
+            CachePolicy::Learned if gradient => 0,
             CachePolicy::Learned => orders
                 .get(&dir)
                 .and_then(|o| o.distance(ino))
@@ -320,10 +327,10 @@ impl Cache {
         }
     }
 
-    /// The rank of a file not cached yet.
-    pub fn rank_of(&self, dir: u64, ino: u64) -> u64 {
+    /// The rank of a file not cached yet, named `name`.
+    pub fn rank_of(&self, dir: u64, ino: u64, name: &[u8]) -> u64 {
         let orders = self.orders.lock();
-        self.rank_locked(&orders, dir, ino, None)
+        self.rank_locked(&orders, dir, ino, is_gradient(name), None)
     }
 
     pub fn is_cached(&self, ino: u64) -> bool {
@@ -359,8 +366,9 @@ impl Cache {
             .iter()
             .filter(|(ino, _)| **ino != exclude)
             .map(|(ino, r)| {
+                let e = &r.entry;
                 (
-                    self.rank_locked(&orders, r.entry.dir, *ino, Some(&r.entry)),
+                    self.rank_locked(&orders, e.dir, *ino, e.gradient, Some(e)),
                     r,
                 )
             })
@@ -492,7 +500,7 @@ impl Cache {
 
     pub fn rank_of_entry(&self, e: &Entry) -> u64 {
         let orders = self.orders.lock();
-        self.rank_locked(&orders, e.dir, e.ino, Some(e))
+        self.rank_locked(&orders, e.dir, e.ino, e.gradient, Some(e))
     }
 
     pub fn used(&self) -> u64 {

@@ -48,7 +48,7 @@ impl TierFs {
             Some(e) => c.touch(e),
             None => {
                 if st.pt_opens == 0 {
-                    let rank = c.rank_of(parent, ino);
+                    let rank = c.rank_of(parent, ino, name.as_bytes());
                     self.admit(c, ino, parent, name.as_bytes(), node, st, rank);
                 }
             }
@@ -476,7 +476,11 @@ impl TierFs {
                 if st.pt_opens > 0 || st.layout.tiers().iter().any(|t| self.tiers[*t].missing) {
                     return Ok(());
                 }
-                let rank = if asked { 1 } else { c.rank_of(n.parent, ino) };
+                let rank = if asked {
+                    1
+                } else {
+                    c.rank_of(n.parent, ino, n.name.as_bytes())
+                };
                 if st.opens == 0 {
                     for t in st.layout.tiers() {
                         let p = self.piece_path(&tree, ino, t)?;

@@ -123,7 +123,7 @@ impl TierFs {
         };
         {
             let _wb = e.writeback.lock();
-            self.write_back_locked(c, node, st, &e)?;
+            self.write_back_locked(c, node, st, &e, None)?;
         }
         st.cache = None;
         c.remove(e.ino, &e, false);
@@ -264,18 +264,22 @@ impl TierFs {
         Ok(true)
     }
 
-    /// Writes a cached file's dirty blocks to its tiers (state lock held, for reading or
-    /// writing; the entry's write-back lock held).
+    /// Writes a cached file's dirty blocks to its tiers, all of them or (with `batches`)
+    /// that many engine batches of them; the state lock held, for reading or writing, then
+    /// the entry's write-back lock (always in that order). Returns whether any dirty block
+    /// is left.
     fn write_back_locked(
         &self,
         c: &Cache,
         node: &FileNode,
         st: &FileState,
         e: &Entry,
-    ) -> Result<()> {
+        batches: Option<usize>,
+    ) -> Result<bool> {
         if e.dirty_blocks() == 0 {
-            return Ok(());
+            return Ok(false);
         }
+        let mut budget = batches.unwrap_or(usize::MAX);
         for t in st.layout.tiers() {
             self.open_piece(st, t, "write back")?;
         }
@@ -299,6 +303,10 @@ impl TierFs {
             }
             if batch.is_empty() {
                 continue;
+            }
+            if budget == 0 {
+                // More to do; the caller comes back (after letting others in).
+                return Ok(true);
             }
             let mut tiers = Vec::new();
             let mut ops = Vec::new();
@@ -339,6 +347,7 @@ impl TierFs {
             for (_, s) in &mut batch {
                 e.set_clean(s, &c.counters);
             }
+            budget -= 1;
         }
         // A file grown in memory past its last written block still needs its full size.
         for t in st.layout.tiers() {
@@ -356,20 +365,26 @@ impl TierFs {
             }
         }
         *e.last_error.lock() = None;
-        Ok(())
+        Ok(false)
     }
 
     /// Writes one cached file back now. A tier that refuses (full, failed) gets the file
     /// moved off it with its bytes, memory included, as a failed write would.
     pub(super) fn write_back(&self, node: &Arc<FileNode>, e: &Arc<Entry>, ino: u64) -> Result<()> {
         let c = self.cache.as_ref().expect("write-back without a cache");
-        let r = {
-            let _wb = e.writeback.lock();
+        // A batch at a time, the file's lock let go in between: an open or a demand request
+        // of this file waits for one batch at most, not for the whole file.
+        let r = loop {
             let st = node.state.read();
             if !st.cache.as_ref().is_some_and(|x| Arc::ptr_eq(x, e)) {
                 return Ok(());
             }
-            self.write_back_locked(c, node, &st, e)
+            let _wb = e.writeback.lock();
+            match self.write_back_locked(c, node, &st, e, Some(1)) {
+                Ok(true) => continue,
+                Ok(false) => break Ok(()),
+                Err(x) => break Err(x),
+            }
         };
         match r {
             Err(Error::Tier {

@@ -157,23 +157,27 @@ for run in $(seq 1 "$RUNS"); do
 done
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 
-TABLE=$(python3 - "$RES" <<'EOF'
-import csv, statistics, sys
+TABLE=$(python3 - "$RES" "$OUT" <<'EOF'
+import csv, json, os, statistics, sys
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
+for r in rows:  # whole-step I/O time (forward + backward + optimizer) from the replay's JSON
+    j = os.path.join(sys.argv[2], "%s-%s-%s.json" % (r["target"], r["order"], r["run"]))
+    r["step_s"] = "%.3f" % json.load(open(j))["summary"]["step_io_s_median"] if r["opt_s"] != "FAIL" else "FAIL"
 names = {"direct": "nvme tier used directly", "stripe": "tierfs stripe, no cache",
          "learned": "tierfs stripe + cache (learned order)", "lru": "tierfs stripe + cache (LRU)"}
 def stat(v):
     v = [float(x) for x in v if x not in ("", "FAIL")]
     if not v: return "-"
     return "%.3f (%.3f-%.3f)" % (statistics.median(v), min(v), max(v))
-print("| optimizer order | target | optimizer-step I/O s, median (min-max) | optimizer reads from memory | all reads from memory | failed runs |")
-print("|---|---|---|---|---|---|")
+print("| optimizer order | target | optimizer-step I/O s, median (min-max) | whole-step I/O s (fwd+bwd+opt) | optimizer reads from memory | all reads from memory | failed runs |")
+print("|---|---|---|---|---|---|---|")
 for o in ("ascending", "alternate"):
     for t in ("direct", "stripe", "learned", "lru"):
         rs = [r for r in rows if r["target"] == t and r["order"] == o]
         fails = sum(r["opt_s"] == "FAIL" for r in rs)
-        print("| %s | %s | %s | %s | %s | %d |" % (o, names[t], stat(r["opt_s"] for r in rs),
-              stat(r["opt_cache_share"] for r in rs), stat(r["all_cache_share"] for r in rs), fails))
+        print("| %s | %s | %s | %s | %s | %s | %d |" % (o, names[t], stat(r["opt_s"] for r in rs),
+              stat(r["step_s"] for r in rs), stat(r["opt_cache_share"] for r in rs),
+              stat(r["all_cache_share"] for r in rs), fails))
 EOF
 )
 echo "$TABLE"

@@ -255,6 +255,12 @@ impl TierFs {
                 .copy_from_slice(&data[done..done + n]);
             s.prefetched = false;
             e.set_dirty(&mut s, &c.counters);
+            // The size moves while the block is still locked: a write-back that locks it next
+            // then sees every byte it holds (it writes up to the size it reads then).
+            let old = node.size.fetch_max(pos + n as u64, Ordering::AcqRel);
+            if pos + n as u64 > old {
+                self.account_resize(&st.layout, old, pos + n as u64);
+            }
             done += n;
         }
         c.counters
@@ -283,7 +289,6 @@ impl TierFs {
         for t in st.layout.tiers() {
             self.open_piece(st, t, "write back")?;
         }
-        let size = node.size();
         let slots = e.all_slots();
         let mut b = 0usize;
         while b < slots.len() {
@@ -291,13 +296,9 @@ impl TierFs {
             // user locks one block at a time, so this cannot deadlock), as one engine batch.
             let mut batch = Vec::with_capacity(WRITEBACK_BATCH);
             while b < slots.len() && batch.len() < WRITEBACK_BATCH {
-                let mut s = slots[b].lock();
-                let start = b as u64 * BLOCK;
-                if s.dirty && start >= size {
-                    // Past the end (a shrink drops the file first, so only a race): nothing.
-                    e.set_clean(&mut s, &c.counters);
-                } else if s.dirty {
-                    batch.push((start, s));
+                let s = slots[b].lock();
+                if s.dirty {
+                    batch.push((b as u64 * BLOCK, s));
                 }
                 b += 1;
             }
@@ -308,11 +309,15 @@ impl TierFs {
                 // More to do; the caller comes back (after letting others in).
                 return Ok(true);
             }
+            // Read with the blocks locked: every byte written into them counts in it (a writer
+            // raises the size before it lets go of a block). A shrink drops the file from the
+            // cache first, so no dirty block lies past the end.
+            let size = node.size();
             let mut tiers = Vec::new();
             let mut ops = Vec::new();
             let mut bytes = 0u64;
             for (start, s) in &batch {
-                let n = (size - start).min(BLOCK) as usize;
+                let n = size.saturating_sub(*start).min(BLOCK).min(s.len() as u64) as usize;
                 bytes += n as u64;
                 let data = &s.buf.as_ref().expect("dirty slot has a buffer")[..n];
                 for x in st.layout.extents(*start, n) {
@@ -350,6 +355,7 @@ impl TierFs {
             budget -= 1;
         }
         // A file grown in memory past its last written block still needs its full size.
+        let size = node.size();
         for t in st.layout.tiers() {
             let want = match &st.layout {
                 FileLayout::Whole { .. } => size,

@@ -85,9 +85,12 @@ pub struct RelayoutCounters {
 pub(super) type TierFail = (usize, std::io::Error);
 
 impl TierFs {
-    /// How far a stripe pattern's split may drift from the current Eq. 1 shares (largest
-    /// per-tier difference) before a file opened for writing is re-laid out.
-    const DRIFT: f64 = 0.15;
+    /// How much longer than under the current shares a stripe pattern may make some
+    /// tier's part of a file's I/O take (its fraction of the pattern over its fraction of
+    /// the pattern a re-layout would choose) before a file opened for writing is re-laid
+    /// out. Relative, not absolute: a tier capped to a tenth whose share fell from 26 % to
+    /// 2 % is the step's bottleneck at 7 % just as at 26 %.
+    const DRIFT: f64 = 1.3;
 
     pub fn relayout_counters(&self) -> &RelayoutCounters {
         &self.relayout
@@ -114,7 +117,12 @@ impl TierFs {
         let frac = |p: &[u8], t: usize| {
             p.iter().filter(|x| **x as usize == t).count() as f64 / p.len() as f64
         };
-        (0..self.tiers.len()).any(|t| (frac(&m.pattern, t) - frac(&ideal, t)).abs() > Self::DRIFT)
+        // A tier the pattern overloads: more than DRIFT times its fair fraction, and by at
+        // least one slot of the finest pattern (64 slots), so rounding alone never counts.
+        (0..self.tiers.len()).any(|t| {
+            let (have, fair) = (frac(&m.pattern, t), frac(&ideal, t));
+            have - fair >= 1.0 / 64.0 - 1e-9 && have > fair * Self::DRIFT
+        })
     }
 
     /// The layout a file moves to: off tier `bad` if given, else following the shares.

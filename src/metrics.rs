@@ -476,6 +476,7 @@ pub(crate) mod tests {
                 layout: "whole-file".into(),
                 tiers: vec!["nvme".into()],
             }],
+            relayout: Default::default(),
         }
     }
 

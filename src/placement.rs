@@ -73,7 +73,9 @@ pub fn stripe_pattern(shares: &[f64], eligible: &[bool]) -> Vec<u8> {
             .map(|e| if *e { 1.0 / n as f64 } else { 0.0 })
             .collect()
     };
-    // Shortest pattern whose counts are within 2% of every share, else the best of all.
+    // Shortest pattern whose counts are within 2% of every share and give no tier more
+    // than 5% beyond its share (relative: a tier capped to a few percent of the bandwidth
+    // would otherwise get twice its part and set the pace), else the best of all.
     let mut best: Option<(f64, Vec<usize>)> = None;
     for len in 1..=MAX_PATTERN {
         let counts = apportion(&w, len);
@@ -82,10 +84,17 @@ pub fn stripe_pattern(shares: &[f64], eligible: &[bool]) -> Vec<u8> {
             .zip(&w)
             .map(|(c, s)| (*c as f64 / len as f64 - s).abs())
             .fold(0.0, f64::max);
+        let over = counts
+            .iter()
+            .zip(&w)
+            .filter(|(_, s)| **s > 0.0)
+            .map(|(c, s)| *c as f64 / len as f64 / s)
+            .fold(0.0, f64::max);
         if best.as_ref().is_none_or(|(e, _)| err < *e - 1e-12) {
             best = Some((err, counts));
         }
-        if err <= 0.02 {
+        if err <= 0.02 && over <= 1.05 {
+            best = Some((err, apportion(&w, len)));
             break;
         }
     }

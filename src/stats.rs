@@ -83,6 +83,23 @@ pub struct FileStats {
     pub tiers: Vec<String>,
 }
 
+/// Re-layouts since mount (`relayout` in `stats.json`): lazy moves of rewritten files
+/// (migrations) and eager ones (full or failed tier, cached files).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RelayoutStats {
+    pub migrations_started: u64,
+    pub migrations_committed: u64,
+    /// Dropped: the file was unlinked, or an eager move took the migration over.
+    pub migrations_dropped: u64,
+    /// Old bytes a migration copied (partial first writes of a block, and blocks never
+    /// rewritten, copied at the switch) ...
+    pub migration_copied_bytes: u64,
+    /// ... and old bytes it never had to read, because the rewrite replaced their block.
+    pub migration_rewritten_bytes: u64,
+    pub eager_moves: u64,
+    pub eager_copied_bytes: u64,
+}
+
 /// The whole of `stats.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Snapshot {
@@ -97,6 +114,8 @@ pub struct Snapshot {
     /// The host-memory cache's totals (None without a `[cache]`; details in `.tierfs/cache`).
     #[serde(default)]
     pub cache: Option<CacheStats>,
+    #[serde(default)]
+    pub relayout: RelayoutStats,
 }
 
 /// The cache's totals in `stats.json`, in bytes unless named otherwise.
@@ -203,6 +222,19 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
                 evictions: get(&k.evictions),
             }
         }),
+        relayout: {
+            let r = fs.relayout_counters();
+            let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            RelayoutStats {
+                migrations_started: g(&r.migrations_started),
+                migrations_committed: g(&r.migrations_committed),
+                migrations_dropped: g(&r.migrations_dropped),
+                migration_copied_bytes: g(&r.migration_copied_bytes),
+                migration_rewritten_bytes: g(&r.migration_rewritten_bytes),
+                eager_moves: g(&r.eager_moves),
+                eager_copied_bytes: g(&r.eager_copied_bytes),
+            }
+        },
     }
 }
 

@@ -53,14 +53,15 @@ fn striped_file_follows_new_shares_when_rewritten() {
     let (fh, _) = fs.open(attr.ino, libc::O_RDONLY).unwrap();
     fs.release(fh).unwrap();
     assert_eq!(fs.file_list()[0].2, before);
-    // Opening for writing (DeepSpeed's rewrite, no O_TRUNC) re-lays it out first.
+    // Opening for writing (DeepSpeed's rewrite, no O_TRUNC) re-lays it out as it is
+    // rewritten: the switch comes when the writer closes.
     let (fh, _) = fs.open(attr.ino, libc::O_WRONLY).unwrap();
+    fs.write(fh, 0, &data[..1 << 20]).unwrap();
+    fs.release(fh).unwrap();
     let after = fs.file_list()[0].2.clone();
     let split = tier_split(&after);
     assert!(split[0] > 0.85, "{after:?}");
-    // Every byte survived the move, and the rewrite lands in the new layout.
-    fs.write(fh, 0, &data[..1 << 20]).unwrap();
-    fs.release(fh).unwrap();
+    // Every byte survived the move.
     let (fh, _) = fs.open(attr.ino, libc::O_RDONLY).unwrap();
     let mut got = Vec::new();
     let mut off = 0u64;

@@ -68,7 +68,8 @@ impl TierFs {
         rank: u64,
     ) -> bool {
         let size = node.size();
-        if size > c.cfg.max_file {
+        if size > c.cfg.max_file || st.migration.is_some() {
+            // A file mid-migration has its bytes in two layouts: it stays uncached.
             return false;
         }
         let need = cache::reserve_for(size);
@@ -494,7 +495,10 @@ impl TierFs {
             let f = f.clone();
             let mut st = f.state.write();
             if st.cache.is_none() {
-                if st.pt_opens > 0 || st.layout.tiers().iter().any(|t| self.tiers[*t].missing) {
+                if st.pt_opens > 0
+                    || st.migration.is_some()
+                    || st.layout.tiers().iter().any(|t| self.tiers[*t].missing)
+                {
                     return Ok(());
                 }
                 let rank = if asked {

@@ -21,6 +21,8 @@ mod cached;
 mod relocate;
 mod scan;
 
+pub use relocate::RelayoutCounters;
+
 use crate::config::{Layout, MountConfig};
 use crate::engine::Op;
 use crate::error::{Error, Result};
@@ -229,6 +231,11 @@ struct FileState {
     /// Held in the host-memory cache: every read and write goes through it, and the pieces
     /// stay open while it is (for write-back).
     cache: Option<Arc<crate::cache::Entry>>,
+    /// How many of `opens` may write (a migration commits when the last one closes).
+    writers: u32,
+    /// A lazy re-layout under way (see `relocate`): writes go to its new pieces, reads
+    /// take each block from where it is. Never together with `cache`.
+    migration: Option<relocate::Migration>,
 }
 
 impl FileNode {
@@ -241,6 +248,8 @@ impl FileNode {
                 opens: 0,
                 pt_opens: 0,
                 cache: None,
+                writers: 0,
+                migration: None,
             }),
             charge: Mutex::new(None),
             dirty: AtomicBool::new(false),
@@ -414,6 +423,8 @@ pub struct TierFs {
     engine: Box<dyn crate::engine::Engine>,
     /// FUSE threads (each holds a 1 MiB read buffer: part of the memory bound).
     threads: usize,
+    /// Bytes moved by re-layouts (`stats.json`).
+    relayout: RelayoutCounters,
 }
 
 fn name_ok(name: &OsStr) -> Result<()> {
@@ -513,6 +524,7 @@ impl TierFs {
                 .map(|c| Arc::new(crate::cache::Cache::new(c))),
             threads: config.mount.threads,
             engine: crate::engine::choose(config.mount.engine),
+            relayout: RelayoutCounters::default(),
         };
         fs.scan()?;
         Ok(fs)
@@ -689,7 +701,17 @@ impl TierFs {
         tier: usize,
         op: &'static str,
     ) -> Result<&'a Piece> {
-        match &st.pieces[tier] {
+        self.piece_in(&st.pieces, tier, op)
+    }
+
+    /// The piece on `tier` among `pieces` (a file's, or a move's new ones).
+    fn piece_in<'a>(
+        &self,
+        pieces: &'a [Option<Arc<Piece>>],
+        tier: usize,
+        op: &'static str,
+    ) -> Result<&'a Piece> {
+        match &pieces[tier] {
             Some(p) => Ok(p),
             None if self.tiers[tier].missing => Err(self.missing_err(tier, op)),
             None => Err(Error::BadHandle),
@@ -944,6 +966,7 @@ impl TierFs {
             if f.state.read().opens > 0 {
                 return;
             }
+            self.discard_migration(ino, &mut f.state.write());
             self.cache_forget(f);
         }
         if n.limbo {
@@ -1598,6 +1621,7 @@ impl TierFs {
             self.cache_on_open(ino, parent, name, &node, &mut st, false);
             let pt = self.passthrough_piece(&st, 0, flags);
             st.opens = 1;
+            st.writers = u32::from(flags & libc::O_ACCMODE != libc::O_RDONLY);
             if pt.is_some() {
                 self.note_pt_open(&mut st);
             }
@@ -1671,7 +1695,7 @@ impl TierFs {
         let (parent, name) = (node.parent, node.name.clone());
         let pt = {
             let mut st = f.state.write();
-            if st.opens == 0 && st.cache.is_none() {
+            if st.opens == 0 && st.cache.is_none() && st.migration.is_none() {
                 for t in st.layout.tiers() {
                     if self.tiers[t].missing {
                         // Left out of a degraded mount: requests that need it answer EIO.
@@ -1688,6 +1712,7 @@ impl TierFs {
             self.cache_on_open(ino, parent, &name, &f, &mut st, !write);
             let pt = self.passthrough_piece(&st, f.size(), flags);
             st.opens += 1;
+            st.writers += u32::from(write);
             if pt.is_some() {
                 self.note_pt_open(&mut st);
             }
@@ -1696,10 +1721,11 @@ impl TierFs {
         drop(tree);
         // DeepSpeed rewrites its swap files in place every step (no O_TRUNC), so a file
         // laid out under old shares would keep them forever: when it is opened for writing
-        // and its stripes no longer follow the shares, move it first. The copy is made
-        // before the switch, so a failed move leaves the file as it was.
+        // and its stripes no longer follow the shares, it moves as it is rewritten (a
+        // migration: rewritten blocks go to the new layout, the rest is copied when the
+        // last writer closes). A failed move leaves the file as it was.
         if write && pt.is_none() && self.layout_drifted(&f.layout()) {
-            if let Err(e) = self.relocate(ino, &f, None, 0) {
+            if let Err(e) = self.start_migration(ino, &f) {
                 log::warn!("re-laying out inode {ino} failed (it stays as it is): {e}");
             }
         }
@@ -1766,10 +1792,25 @@ impl TierFs {
             node,
             passthrough,
             ino,
-            ..
+            write,
         } = h
         {
+            let last_writer = {
+                let st = node.state.read();
+                write && st.writers == 1 && st.migration.is_some()
+            };
+            if last_writer && !node.gone.load(Ordering::Relaxed) {
+                // The rewrite is over: copy what it left and switch to the new layout.
+                if let Err(e) = self.commit_migration(ino, &node) {
+                    log::error!(
+                        "re-layout of inode {ino} could not finish (it keeps its old layout and the moved blocks): {e}"
+                    );
+                }
+            }
             let mut st = node.state.write();
+            if write {
+                st.writers = st.writers.saturating_sub(1);
+            }
             if passthrough {
                 st.pt_opens = st.pt_opens.saturating_sub(1);
                 if let FileLayout::Whole { tier } = st.layout {
@@ -1781,7 +1822,11 @@ impl TierFs {
                 }
             }
             st.opens = st.opens.saturating_sub(1);
-            if st.opens == 0 && st.cache.is_none() {
+            if st.opens == 0 && node.gone.load(Ordering::Relaxed) {
+                // Unlinked mid-migration: nobody will read it again.
+                self.discard_migration(ino, &mut st);
+            }
+            if st.opens == 0 && st.cache.is_none() && st.migration.is_none() {
                 for p in st.pieces.iter_mut() {
                     *p = None;
                 }
@@ -1827,7 +1872,7 @@ impl TierFs {
                 b.resize(len.div_ceil(crate::io::ALIGN) * crate::io::ALIGN);
                 match &st.cache {
                     Some(e) => self.cached_read(&node, &st, e, off, &mut b[..len])?,
-                    None => self.read_pieces(&st, off, &mut b[..len])?,
+                    None => self.read_file(&st, off, &mut b[..len])?,
                 }
                 Ok(reply(&b[..len]))
             }),
@@ -1835,11 +1880,26 @@ impl TierFs {
     }
 
     fn read_pieces(&self, st: &FileState, off: u64, buf: &mut [u8]) -> Result<()> {
-        match &st.layout {
+        self.read_layout(&st.layout, &st.pieces, off, buf, false)
+    }
+
+    /// Reads logical bytes through `layout` from `pieces`. A striped piece shorter than the
+    /// file is a hole; a whole piece may be short only with `holes` (a move's new pieces).
+    fn read_layout(
+        &self,
+        layout: &FileLayout,
+        pieces: &[Option<Arc<Piece>>],
+        off: u64,
+        buf: &mut [u8],
+        holes: bool,
+    ) -> Result<()> {
+        match layout {
             FileLayout::Whole { tier } => {
-                let piece = self.open_piece(st, *tier, "read")?;
+                let piece = self.piece_in(pieces, *tier, "read")?;
                 let got = self.piece_read(*tier, piece, buf, off)?;
-                if got < buf.len() {
+                if holes {
+                    buf[got..].fill(0);
+                } else if got < buf.len() {
                     return Err(Error::ShortRead {
                         tier: self.tiers[*tier].name.clone(),
                         path: PathBuf::from("(open file)"),
@@ -1849,7 +1909,9 @@ impl TierFs {
                     });
                 }
             }
-            FileLayout::Stripe(_) => self.read_extents(st, off, buf, Class::DemandRead)?,
+            FileLayout::Stripe(_) => {
+                self.read_extents_in(layout, pieces, off, buf, Class::DemandRead)?
+            }
         }
         Ok(())
     }
@@ -1858,7 +1920,19 @@ impl TierFs {
     /// where a piece is shorter than the range, zeros (a hole, or a cached file's tail that
     /// is only in memory yet).
     fn read_extents(&self, st: &FileState, off: u64, buf: &mut [u8], class: Class) -> Result<()> {
-        let exts = st.layout.extents(off, buf.len());
+        self.read_extents_in(&st.layout, &st.pieces, off, buf, class)
+    }
+
+    /// [`TierFs::read_extents`] through `layout` from `pieces` (a move's new ones, say).
+    fn read_extents_in(
+        &self,
+        layout: &FileLayout,
+        pieces: &[Option<Arc<Piece>>],
+        off: u64,
+        buf: &mut [u8],
+        class: Class,
+    ) -> Result<()> {
+        let exts = layout.extents(off, buf.len());
         let mut tiers = Vec::with_capacity(exts.len());
         let mut ops = Vec::with_capacity(exts.len());
         let mut rest: &mut [u8] = buf;
@@ -1867,7 +1941,7 @@ impl TierFs {
             rest = tail;
             tiers.push(ex.tier);
             ops.push(Op::Read {
-                piece: self.open_piece(st, ex.tier, "read")?,
+                piece: self.piece_in(pieces, ex.tier, "read")?,
                 buf: dst,
                 off: ex.local,
             });
@@ -2064,13 +2138,16 @@ impl TierFs {
                 self.uncache_locked(&node, &mut st)?;
                 continue;
             }
-            let r = match &st.layout {
-                FileLayout::Whole { tier } => {
+            let r = match (&st.migration, &st.layout) {
+                (Some(m), _) => self.migration_write(&node, &st, m, off, data)?,
+                (None, FileLayout::Whole { tier }) => {
                     let piece = self.open_piece(&st, *tier, "write")?;
                     self.piece_write(*tier, piece, data, off)
                         .map_err(|e| (*tier, e))
                 }
-                FileLayout::Stripe(_) => self.write_extents(&st, off, data, Class::DemandWrite),
+                (None, FileLayout::Stripe(_)) => {
+                    self.write_extents(&st, off, data, Class::DemandWrite)
+                }
             };
             match r {
                 Ok(()) => {
@@ -2119,6 +2196,8 @@ impl TierFs {
         let mut st = f.state.write();
         // The cache holds whole files as they were: write back and drop, then resize.
         self.uncache_locked(f, &mut st)?;
+        // A migration tracks blocks of the size it began with: finish it first.
+        self.commit_migration_locked(tree, ino, f, &mut st)?;
         let st = st;
         let set = |t: usize, len: u64| -> Result<()> {
             if self.tiers[t].missing {
@@ -2160,6 +2239,10 @@ impl TierFs {
                 if let Some(e) = e {
                     self.write_back(&node, &e, ino)?;
                 }
+                // A migration's new bytes are in limbo temporaries until it switches over.
+                if node.state.read().migration.is_some() && !node.gone.load(Ordering::Relaxed) {
+                    self.commit_migration(ino, &node)?;
+                }
                 node
             }
             _ => return Ok(()),
@@ -2181,8 +2264,16 @@ impl TierFs {
     pub fn fallocate(&self, fh: u64, off: u64, len: u64, mode: i32) -> Result<()> {
         let node = match self.handle(fh)? {
             Handle::File {
-                node, write: true, ..
-            } => node,
+                node,
+                ino,
+                write: true,
+                ..
+            } => {
+                if node.state.read().migration.is_some() {
+                    self.commit_migration(ino, &node)?;
+                }
+                node
+            }
             Handle::File { .. } => return Err(Error::BadHandle),
             _ => return Err(Error::Access("the stats files are read-only")),
         };
@@ -2478,9 +2569,14 @@ impl TierFs {
         }
         self.stop_cache();
         let tree = self.tree.read();
-        for n in tree.nodes.values() {
+        for (ino, n) in &tree.nodes {
             if let NodeData::File(f) = &n.data {
-                let st = f.state.read();
+                let mut st = f.state.write();
+                if st.migration.is_some() {
+                    if let Err(e) = self.commit_migration_locked(&tree, *ino, f, &mut st) {
+                        log::error!("unmount: the re-layout of inode {ino} could not finish: {e}");
+                    }
+                }
                 for p in st.pieces.iter().flatten() {
                     let _ = p.file().sync_data();
                 }

@@ -1,14 +1,100 @@
 //! Moving a file's bytes to a new layout while it stays usable: off a tier that is full or
 //! failed (the write that failed then succeeds), or to follow the shares when a striped
-//! file is rewritten. Copies first, switches under the file's state lock, removes the old
-//! pieces last: a failure at any point leaves the file as it was.
+//! file is rewritten.
+//!
+//! Both go through the same three steps: [`TierFs::begin_move`] makes the new pieces as
+//! temporaries in limbo, `copy` fills them from the file's current bytes, and
+//! [`TierFs::switch_to`] puts them in place under the file's state lock and removes the old
+//! pieces last, so a failure at any point leaves the file as it was.
+//!
+//! - Eager ([`TierFs::relocate`]): every byte is copied at once (a full or failed tier,
+//!   or a cached file).
+//! - Lazy (a *migration*, for a drifted striped file opened for writing): DeepSpeed
+//!   rewrites its swap files whole every step, so copying them first would read every old
+//!   byte, a quarter of them from the tier that just slowed down, only to overwrite them.
+//!   Instead the file keeps its old layout while writes go to the new pieces, one 1 MiB
+//!   block at a time (a block written whole is just marked moved; a partial write to an
+//!   unmoved block copies the block's old bytes first), and reads take each block from
+//!   where it is. When the last writer closes (or on fsync, truncate, fallocate, unmount)
+//!   the blocks that never moved are copied and the file switches over. Until then the new
+//!   bytes live only in limbo temporaries: a daemon crash loses the writes made since the
+//!   migration began unless they were fsynced (fsync commits first).
 
 use super::*;
 
+/// The unit a migration tracks: DeepSpeed's swap I/O writes whole 1 MiB pieces.
+pub(super) const MIGRATION_BLOCK: u64 = 1 << 20;
+/// Block locks of a migration (block `b` uses lock `b % MIGRATION_LOCKS`).
+const MIGRATION_LOCKS: usize = 64;
+/// Temporaries of a migration end in this (an eager move's have no suffix, so both can be
+/// in limbo at once).
+const MIGRATION_SUFFIX: &str = "-m";
+
+/// A lazy move in progress: the new layout and its pieces (temporaries in limbo), and
+/// which blocks already hold their bytes there.
+#[derive(Debug)]
+pub(super) struct Migration {
+    pub(super) layout: FileLayout,
+    pub(super) pieces: Vec<Option<Arc<Piece>>>,
+    charge: Option<Charge>,
+    suffix: &'static str,
+    /// The file's size when the migration began: blocks at or past it have no old bytes.
+    old_size: u64,
+    /// Per block below `old_size`: its bytes are in the new pieces. Set only once they are.
+    moved: Vec<AtomicBool>,
+    /// Serialize a block's first write (and its copy) against other writers of the block.
+    locks: Vec<Mutex<()>>,
+}
+
+impl Migration {
+    /// Whether block `b`'s bytes are in the new layout (blocks past the old end always).
+    pub(super) fn is_moved(&self, b: u64) -> bool {
+        self.moved
+            .get(b as usize)
+            .is_none_or(|m| m.load(Ordering::Acquire))
+    }
+
+    fn unmoved(&self) -> impl Iterator<Item = u64> + '_ {
+        self.moved
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| !m.load(Ordering::Acquire))
+            .map(|(b, _)| b as u64)
+    }
+}
+
+/// Bytes moved by re-layouts since mount (`stats.json`, `relayout`).
+#[derive(Debug, Default)]
+pub struct RelayoutCounters {
+    /// Lazy moves begun, switched over, and dropped (file unlinked, or taken over by an
+    /// eager move).
+    pub migrations_started: AtomicU64,
+    pub migrations_committed: AtomicU64,
+    pub migrations_dropped: AtomicU64,
+    /// Old bytes a lazy move copied (partial first writes of a block, and the blocks never
+    /// rewritten, at commit) ...
+    pub migration_copied_bytes: AtomicU64,
+    /// ... and old bytes it did not have to copy, because a write replaced the whole block.
+    pub migration_rewritten_bytes: AtomicU64,
+    /// Eager moves (full or failed tier, cached files) and the bytes they copied.
+    pub eager_moves: AtomicU64,
+    pub eager_copied_bytes: AtomicU64,
+}
+
+/// A piece write that failed on `tier`: the caller may move the file off it.
+pub(super) type TierFail = (usize, std::io::Error);
+
 impl TierFs {
-    /// How far a stripe pattern's split may drift from the current Eq. 1 shares (largest
-    /// per-tier difference) before a file opened for writing is re-laid out.
-    const DRIFT: f64 = 0.15;
+    /// How much longer than under the current shares a stripe pattern may make some
+    /// tier's part of a file's I/O take (its fraction of the pattern over its fraction of
+    /// the pattern a re-layout would choose) before a file opened for writing is re-laid
+    /// out. Relative, not absolute: a tier capped to a tenth whose share fell from 26 % to
+    /// 2 % is the step's bottleneck at 7 % just as at 26 %.
+    const DRIFT: f64 = 1.3;
+
+    pub fn relayout_counters(&self) -> &RelayoutCounters {
+        &self.relayout
+    }
 
     /// Whether a striped file's pattern no longer follows the current shares (with
     /// `adapt`: a tier slowed down or recovered since the file was laid out).
@@ -31,36 +117,24 @@ impl TierFs {
         let frac = |p: &[u8], t: usize| {
             p.iter().filter(|x| **x as usize == t).count() as f64 / p.len() as f64
         };
-        (0..self.tiers.len()).any(|t| (frac(&m.pattern, t) - frac(&ideal, t)).abs() > Self::DRIFT)
+        // A tier the pattern overloads: more than DRIFT times its fair fraction, and by at
+        // least one slot of the finest pattern (64 slots), so rounding alone never counts.
+        (0..self.tiers.len()).any(|t| {
+            let (have, fair) = (frac(&m.pattern, t), frac(&ideal, t));
+            have - fair >= 1.0 / 64.0 - 1e-9 && have > fair * Self::DRIFT
+        })
     }
 
-    /// Moves a file off tier `bad` (full, or failed): copies its bytes into a new layout on
-    /// the other tiers — a stripe pattern over them for a striped file, one tier with room
-    /// for a whole file — then switches over and removes the old pieces last. Nothing
-    /// written is lost; on any failure the file stays as it was.
-    pub(super) fn relocate(
+    /// The layout a file moves to: off tier `bad` if given, else following the shares.
+    fn plan_layout(
         &self,
+        tree: &Tree,
         ino: u64,
-        node: &Arc<FileNode>,
+        old: &FileLayout,
         bad: Option<usize>,
-        need: u64,
-    ) -> Result<()> {
-        let tree = self.tree.read();
-        let rel = tree.rel(ino);
-        let mut st = node.state.write();
-        let old = st.layout.clone();
-        match bad {
-            Some(b) if !old.tiers().contains(&b) => return Ok(()), // moved already
-            None if !self.layout_drifted(&old) => return Ok(()),
-            _ => {}
-        }
-        if st.pt_opens > 0 {
-            // The kernel writes this file's old piece itself: it cannot move under it.
-            return Err(Error::NotSupported("moving a file open in passthrough"));
-        }
-        let size = node.size();
-        let want = need.max(size) + (1 << 20);
-        let (layout, charge) = match &old {
+        want: u64,
+    ) -> Result<(FileLayout, Option<Charge>)> {
+        Ok(match old {
             FileLayout::Stripe(m) => {
                 let eligible: Vec<bool> = self
                     .tiers
@@ -92,103 +166,195 @@ impl TierFs {
                     .ok_or(Error::NoSpace(want))?;
                 (FileLayout::Whole { tier: c.tier }, Some(c))
             }
-        };
-        let final_path = |t: usize| match &rel {
-            Some(r) => self.tiers[t].path(r),
-            None => self.tiers[t].limbo_path(ino),
-        };
-        // Temporaries live in limbo, which every mount empties.
-        let tmp_path = |t: usize| self.tiers[t].limbo.join(format!("{TMP_PREFIX}{ino}"));
-        let primary = old.primary();
-        let meta = st.pieces[primary]
-            .as_ref()
-            .ok_or(Error::BadHandle)?
-            .file()
-            .metadata()
-            .map_err(|e| self.tier_err(primary, "fstat", Path::new("(open file)"), e))?;
-        let mut made: Vec<usize> = Vec::new();
-        let mut new_pieces: Vec<Option<Arc<Piece>>> = vec![None; self.tiers.len()];
-        let result = (|| -> Result<()> {
+        })
+    }
+
+    /// Where a move's temporary piece on tier `t` is (limbo, which every mount empties).
+    fn tmp_path(&self, t: usize, ino: u64, suffix: &str) -> PathBuf {
+        self.tiers[t]
+            .limbo
+            .join(format!("{TMP_PREFIX}{ino}{suffix}"))
+    }
+
+    /// Step 1 of a move: the new pieces, as temporaries in limbo. On failure nothing is
+    /// left behind and the charge is released.
+    fn begin_move(
+        &self,
+        ino: u64,
+        st: &FileState,
+        layout: FileLayout,
+        charge: Option<Charge>,
+        suffix: &'static str,
+        size: u64,
+    ) -> Result<Migration> {
+        let primary = st.layout.primary();
+        let made = (|| -> Result<Vec<Option<Arc<Piece>>>> {
+            let meta = self
+                .open_piece(st, primary, "move")?
+                .file()
+                .metadata()
+                .map_err(|e| self.tier_err(primary, "fstat", Path::new("(open file)"), e))?;
+            let mut pieces: Vec<Option<Arc<Piece>>> = vec![None; self.tiers.len()];
             for t in layout.tiers() {
-                let p = tmp_path(t);
-                let piece = Piece::open_new_in(
+                let p = self.tmp_path(t, ino, suffix);
+                match Piece::open_new_in(
                     &self.tiers[t].root,
                     &p,
                     meta.mode() & 0o7777,
                     self.tiers[t].direct_io,
-                )
-                .map_err(|e| self.tier_err(t, "create", &p, e))?;
-                made.push(t);
-                new_pieces[t] = Some(Arc::new(piece));
-            }
-            let mut buf = AlignedBuf::zeroed(1 << 20);
-            let mut off = 0u64;
-            while off < size {
-                let n = ((size - off) as usize).min(buf.len());
-                match st.cache.clone() {
-                    // Its newest bytes may be only in memory.
-                    Some(e) => self.cached_read(node, &st, &e, off, &mut buf[..n])?,
-                    None => self.read_pieces(&st, off, &mut buf[..n])?,
-                }
-                for ex in layout.extents(off, n) {
-                    let piece = new_pieces[ex.tier].as_ref().expect("created above");
-                    self.piece_write(ex.tier, piece, &buf[ex.buf..ex.buf + ex.len], ex.local)
-                        .map_err(|e| self.tier_err(ex.tier, "write", &tmp_path(ex.tier), e))?;
-                }
-                off += n as u64;
-            }
-            let old_primary = final_path(primary);
-            let user_xattrs: Vec<(Vec<u8>, Vec<u8>)> = sys::llistxattr(&old_primary)
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|n| n.starts_with(b"user.") && n.as_slice() != LAYOUT_XATTR.as_bytes())
-                .filter_map(|n| {
-                    let v = sys::lgetxattr(&old_primary, OsStr::from_bytes(&n)).ok()?;
-                    Some((n, v))
-                })
-                .collect();
-            for t in layout.tiers() {
-                let piece = new_pieces[t].as_ref().expect("created above");
-                let p = tmp_path(t);
-                // Holes at the end of a piece still count toward the file's size.
-                piece
-                    .file()
-                    .set_len(layout.piece_len(t, size))
-                    .map_err(|e| self.tier_err(t, "truncate", &p, e))?;
-                piece
-                    .file()
-                    .sync_all()
-                    .map_err(|e| self.tier_err(t, "fsync", &p, e))?;
-                if let Err(e) =
-                    sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), layout.encode().as_bytes(), 0)
-                {
-                    if matches!(layout, FileLayout::Stripe(_)) {
-                        return Err(self.tier_err(t, "set layout xattr on", &p, e));
-                    }
-                }
-                let _ = std::os::unix::fs::lchown(&p, Some(meta.uid()), Some(meta.gid()));
-                if t == layout.primary() {
-                    for (n, v) in &user_xattrs {
-                        let _ = sys::lsetxattr(&p, OsStr::from_bytes(n), v, 0);
+                ) {
+                    Ok(piece) => pieces[t] = Some(Arc::new(piece)),
+                    Err(e) => {
+                        for u in layout.tiers() {
+                            if pieces[u].is_some() {
+                                let _ = fs::remove_file(self.tmp_path(u, ino, suffix));
+                            }
+                        }
+                        return Err(self.tier_err(t, "create", &p, e));
                     }
                 }
             }
-            for t in layout.tiers() {
-                let (from, to) = (tmp_path(t), final_path(t));
-                fs::rename(&from, &to).map_err(|e| self.tier_err(t, "rename", &to, e))?;
-            }
-            Ok(())
+            Ok(pieces)
         })();
-        if let Err(e) = result {
-            for t in made {
-                let _ = fs::remove_file(tmp_path(t));
+        let pieces = match made {
+            Ok(p) => p,
+            Err(e) => {
+                if let Some(c) = charge {
+                    self.placer.release(c);
+                }
+                return Err(e);
             }
-            if let Some(c) = charge {
-                self.placer.release(c);
-            }
-            return Err(e);
+        };
+        let blocks = size.div_ceil(MIGRATION_BLOCK) as usize;
+        Ok(Migration {
+            layout,
+            pieces,
+            charge,
+            suffix,
+            old_size: size,
+            moved: (0..blocks).map(|_| AtomicBool::new(false)).collect(),
+            locks: (0..MIGRATION_LOCKS).map(|_| Mutex::new(())).collect(),
+        })
+    }
+
+    /// Removes a move's temporaries and returns its charge (it will not switch over).
+    fn drop_move(&self, ino: u64, m: Migration) {
+        for t in m.layout.tiers() {
+            let _ = fs::remove_file(self.tmp_path(t, ino, m.suffix));
         }
+        if let Some(c) = m.charge {
+            self.placer.release(c);
+        }
+    }
+
+    /// Writes `data` at logical `off` into a move's new pieces.
+    fn write_new(&self, m: &Migration, off: u64, data: &[u8]) -> std::result::Result<(), TierFail> {
+        for ex in m.layout.extents(off, data.len()) {
+            let piece = m.pieces[ex.tier].as_ref().expect("made by begin_move");
+            self.piece_write(ex.tier, piece, &data[ex.buf..ex.buf + ex.len], ex.local)
+                .map_err(|e| (ex.tier, e))?;
+        }
+        Ok(())
+    }
+
+    /// Step 2: copies the file's current bytes of `[off, off+len)` (memory's if cached,
+    /// each block from where it is if a migration is under way) into `m`'s pieces.
+    fn copy_range(
+        &self,
+        node: &FileNode,
+        st: &FileState,
+        m: &Migration,
+        off: u64,
+        len: u64,
+    ) -> Result<std::result::Result<(), TierFail>> {
+        let mut buf = AlignedBuf::zeroed(MIGRATION_BLOCK as usize);
+        let mut pos = off;
+        while pos < off + len {
+            let n = ((off + len - pos) as usize).min(buf.len());
+            match st.cache.clone() {
+                // Its newest bytes may be only in memory.
+                Some(e) => self.cached_read(node, st, &e, pos, &mut buf[..n])?,
+                None => self.read_file(st, pos, &mut buf[..n])?,
+            }
+            if let Err(f) = self.write_new(m, pos, &buf[..n]) {
+                return Ok(Err(f));
+            }
+            pos += n as u64;
+        }
+        Ok(Ok(()))
+    }
+
+    /// Step 3: puts a move's pieces in place of the file's (state lock held for writing)
+    /// and removes the old pieces last. On an error before the new pieces are renamed into
+    /// place the file is as it was, and the caller decides what becomes of `m`.
+    fn switch_to(
+        &self,
+        tree: &Tree,
+        ino: u64,
+        node: &FileNode,
+        st: &mut FileState,
+        m: &Migration,
+    ) -> Result<()> {
+        let rel = tree.rel(ino);
+        let final_path = |t: usize| match &rel {
+            Some(r) => self.tiers[t].path(r),
+            None => self.tiers[t].limbo_path(ino),
+        };
+        let layout = &m.layout;
+        let size = node.size();
+        let primary = st.layout.primary();
+        // Mode and owner as they are now (a chmod may have come since the move began).
+        let meta = self
+            .open_piece(st, primary, "move")?
+            .file()
+            .metadata()
+            .map_err(|e| self.tier_err(primary, "fstat", Path::new("(open file)"), e))?;
+        let old_primary = final_path(primary);
+        let user_xattrs: Vec<(Vec<u8>, Vec<u8>)> = sys::llistxattr(&old_primary)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n| n.starts_with(b"user.") && n.as_slice() != LAYOUT_XATTR.as_bytes())
+            .filter_map(|n| {
+                let v = sys::lgetxattr(&old_primary, OsStr::from_bytes(&n)).ok()?;
+                Some((n, v))
+            })
+            .collect();
+        for t in layout.tiers() {
+            let piece = m.pieces[t].as_ref().expect("made by begin_move");
+            let p = self.tmp_path(t, ino, m.suffix);
+            // Holes at the end of a piece still count toward the file's size.
+            piece
+                .file()
+                .set_len(layout.piece_len(t, size))
+                .map_err(|e| self.tier_err(t, "truncate", &p, e))?;
+            let _ = piece
+                .file()
+                .set_permissions(fs::Permissions::from_mode(meta.mode() & 0o7777));
+            piece
+                .file()
+                .sync_all()
+                .map_err(|e| self.tier_err(t, "fsync", &p, e))?;
+            if let Err(e) =
+                sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), layout.encode().as_bytes(), 0)
+            {
+                if matches!(layout, FileLayout::Stripe(_)) {
+                    return Err(self.tier_err(t, "set layout xattr on", &p, e));
+                }
+            }
+            let _ = std::os::unix::fs::lchown(&p, Some(meta.uid()), Some(meta.gid()));
+            if t == layout.primary() {
+                for (n, v) in &user_xattrs {
+                    let _ = sys::lsetxattr(&p, OsStr::from_bytes(n), v, 0);
+                }
+            }
+        }
+        for t in layout.tiers() {
+            let (from, to) = (self.tmp_path(t, ino, m.suffix), final_path(t));
+            fs::rename(&from, &to).map_err(|e| self.tier_err(t, "rename", &to, e))?;
+        }
+        let old = st.layout.clone();
         let new_tiers = layout.tiers();
+        let counted = !node.gone.load(Ordering::Relaxed);
         for t in old.tiers() {
             if !new_tiers.contains(&t) {
                 let p = final_path(t);
@@ -199,45 +365,322 @@ impl TierFs {
                     self.tiers[t].note_error(&e);
                 }
             }
-            let _ = self.tiers[t].counters.files.fetch_update(
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-                |v| Some(v.saturating_sub(1)),
-            );
+            if counted {
+                let _ = self.tiers[t].counters.files.fetch_update(
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                    |v| Some(v.saturating_sub(1)),
+                );
+            }
         }
-        for t in &new_tiers {
-            self.tiers[*t]
-                .counters
-                .files
-                .fetch_add(1, Ordering::Relaxed);
+        if counted {
+            // An unlinked file was taken off the books when it was removed.
+            for t in &new_tiers {
+                self.tiers[*t]
+                    .counters
+                    .files
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            self.account_resize(&old, size, 0);
+            self.account_resize(layout, 0, size);
         }
-        self.account_resize(&old, size, 0);
-        self.account_resize(&layout, 0, size);
         let mut c = node.charge.lock();
         if let Some(old_charge) = c.take() {
             self.placer.release(old_charge);
         }
-        *c = charge.map(|ch| self.placer.settle(ch, size));
+        *c = m.charge.map(|ch| self.placer.settle(ch, size));
         drop(c);
-        st.pieces = new_pieces;
+        st.pieces = m.pieces.clone();
         if let (Some(c), Some(e)) = (&self.cache, &st.cache) {
             // Every byte, memory's included, is in the new pieces.
             for slot in e.all_slots() {
                 e.set_clean(&mut slot.lock(), &c.counters);
             }
         }
+        st.layout = layout.clone();
+        Ok(())
+    }
+
+    /// Moves a file off tier `bad` (full, or failed) now: copies its bytes into a new
+    /// layout on the other tiers — a stripe pattern over them for a striped file, one tier
+    /// with room for a whole file — then switches over and removes the old pieces last.
+    /// With `bad = None`, re-lays out a drifted file. A migration under way is taken over
+    /// (its moved blocks are copied from its pieces, which are then dropped). Nothing
+    /// written is lost; on any failure the file stays as it was.
+    pub(super) fn relocate(
+        &self,
+        ino: u64,
+        node: &Arc<FileNode>,
+        bad: Option<usize>,
+        need: u64,
+    ) -> Result<()> {
+        let tree = self.tree.read();
+        let mut st = node.state.write();
+        let old = st.layout.clone();
+        let on = |b: usize| {
+            old.tiers().contains(&b)
+                || st
+                    .migration
+                    .as_ref()
+                    .is_some_and(|m| m.layout.tiers().contains(&b))
+        };
+        match bad {
+            Some(b) if !on(b) => return Ok(()), // moved already
+            None if !self.layout_drifted(&old) => return Ok(()),
+            _ => {}
+        }
+        if st.pt_opens > 0 {
+            // The kernel writes this file's old piece itself: it cannot move under it.
+            return Err(Error::NotSupported("moving a file open in passthrough"));
+        }
+        let size = node.size();
+        let want = need.max(size) + (1 << 20);
+        let (layout, charge) = self.plan_layout(&tree, ino, &old, bad, want)?;
+        let m = self.begin_move(ino, &st, layout, charge, "", size)?;
+        let r = match self.copy_range(node, &st, &m, 0, size) {
+            Ok(Ok(())) => self.switch_to(&tree, ino, node, &mut st, &m),
+            Ok(Err((t, e))) => Err(self.tier_err(t, "write", &self.tmp_path(t, ino, ""), e)),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = r {
+            self.drop_move(ino, m);
+            return Err(e);
+        }
+        if let Some(pending) = st.migration.take() {
+            // Its moved blocks were read from its pieces and copied above.
+            self.drop_move(ino, pending);
+            self.relayout
+                .migrations_dropped
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.relayout.eager_moves.fetch_add(1, Ordering::Relaxed);
+        self.relayout
+            .eager_copied_bytes
+            .fetch_add(size, Ordering::Relaxed);
         match bad {
             Some(b) => log::info!(
                 "moved inode {ino} ({size} bytes) off tier '{}': now {}",
                 self.tiers[b].name,
-                layout.encode()
+                st.layout.encode()
             ),
             None => log::info!(
                 "re-laid out inode {ino} ({size} bytes) to follow the current shares: now {}",
-                layout.encode()
+                st.layout.encode()
             ),
         }
-        st.layout = layout;
         Ok(())
+    }
+
+    /// At an open for writing of a drifted striped file: begins a lazy move (a migration)
+    /// to a layout that follows the shares. A cached file is moved at once instead (its
+    /// bytes are in memory). Nothing is copied here.
+    pub(super) fn start_migration(&self, ino: u64, node: &Arc<FileNode>) -> Result<()> {
+        let tree = self.tree.read();
+        let mut st = node.state.write();
+        if st.migration.is_some() || !self.layout_drifted(&st.layout) {
+            return Ok(());
+        }
+        if st.cache.is_some() {
+            drop(st);
+            drop(tree);
+            return self.relocate(ino, node, None, 0);
+        }
+        if st.pt_opens > 0 {
+            return Err(Error::NotSupported("moving a file open in passthrough"));
+        }
+        let size = node.size();
+        let old = st.layout.clone();
+        let (layout, charge) = self.plan_layout(&tree, ino, &old, None, size + (1 << 20))?;
+        let m = self.begin_move(ino, &st, layout, charge, MIGRATION_SUFFIX, size)?;
+        log::info!(
+            "re-laying out inode {ino} ({size} bytes) as it is rewritten, to follow the current shares: {} -> {}",
+            old.encode(),
+            m.layout.encode()
+        );
+        st.migration = Some(m);
+        self.relayout
+            .migrations_started
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A write during a migration (state lock held): into the new pieces, block by block.
+    /// A block's first write copies its old bytes first unless it replaces all of them.
+    pub(super) fn migration_write(
+        &self,
+        node: &FileNode,
+        st: &FileState,
+        m: &Migration,
+        off: u64,
+        data: &[u8],
+    ) -> Result<std::result::Result<(), TierFail>> {
+        let end = off + data.len() as u64;
+        let mut pos = off;
+        while pos < end {
+            let b = pos / MIGRATION_BLOCK;
+            let bstart = b * MIGRATION_BLOCK;
+            let chunk_end = end.min(bstart + MIGRATION_BLOCK);
+            let chunk = &data[(pos - off) as usize..(chunk_end - off) as usize];
+            if !m.is_moved(b) {
+                let _g = m.locks[b as usize % MIGRATION_LOCKS].lock();
+                if !m.is_moved(b) {
+                    let old_end = (bstart + MIGRATION_BLOCK).min(m.old_size);
+                    let whole = pos <= bstart && chunk_end >= old_end;
+                    if !whole {
+                        // Read-modify-write: the block's old bytes first.
+                        if let Err(f) = self.copy_range(node, st, m, bstart, old_end - bstart)? {
+                            return Ok(Err(f));
+                        }
+                    }
+                    if let Err(f) = self.write_new(m, pos, chunk) {
+                        return Ok(Err(f));
+                    }
+                    m.moved[b as usize].store(true, Ordering::Release);
+                    let c = if whole {
+                        &self.relayout.migration_rewritten_bytes
+                    } else {
+                        &self.relayout.migration_copied_bytes
+                    };
+                    c.fetch_add(old_end - bstart, Ordering::Relaxed);
+                    pos = chunk_end;
+                    continue;
+                }
+            }
+            if let Err(f) = self.write_new(m, pos, chunk) {
+                return Ok(Err(f));
+            }
+            pos = chunk_end;
+        }
+        Ok(Ok(()))
+    }
+
+    /// Reads `[off, off+buf.len())` of a file as it is now (no cache): during a migration
+    /// each block from where its bytes are, else from the pieces.
+    pub(super) fn read_file(&self, st: &FileState, off: u64, buf: &mut [u8]) -> Result<()> {
+        let Some(m) = &st.migration else {
+            return self.read_pieces(st, off, buf);
+        };
+        let end = off + buf.len() as u64;
+        let mut pos = off;
+        while pos < end {
+            let b = pos / MIGRATION_BLOCK;
+            let chunk_end = end.min((b + 1) * MIGRATION_BLOCK);
+            let dst = &mut buf[(pos - off) as usize..(chunk_end - off) as usize];
+            if m.is_moved(b) {
+                self.read_layout(&m.layout, &m.pieces, pos, dst, true)?;
+            } else {
+                self.read_pieces(st, pos, dst)?;
+            }
+            pos = chunk_end;
+        }
+        Ok(())
+    }
+
+    /// Finishes a migration (state lock held for writing): copies the blocks that never
+    /// moved, then switches over. On failure the migration stays (the file reads as before,
+    /// moved blocks from the new pieces) and the error is returned; a full or failed new
+    /// tier gets the file moved off it instead. An unlinked file's migration is dropped.
+    fn commit_locked(
+        &self,
+        tree: &Tree,
+        ino: u64,
+        node: &Arc<FileNode>,
+        st: &mut FileState,
+    ) -> Result<bool> {
+        if st.migration.is_none() {
+            return Ok(false);
+        }
+        if node.gone.load(Ordering::Relaxed) {
+            self.discard_migration(ino, st);
+            return Ok(false);
+        }
+        // Out of the state while the rest is copied: reads below see the old layout,
+        // which holds every block not moved.
+        let m = st.migration.take().expect("checked above");
+        let mut copied = 0;
+        let mut r = Ok(());
+        for b in m.unmoved().collect::<Vec<_>>() {
+            let bstart = b * MIGRATION_BLOCK;
+            let len = (bstart + MIGRATION_BLOCK).min(m.old_size) - bstart;
+            match self.copy_range(node, st, &m, bstart, len) {
+                Ok(Ok(())) => {
+                    m.moved[b as usize].store(true, Ordering::Release);
+                    copied += len;
+                }
+                Ok(Err((t, e))) => {
+                    r = Err(self.tier_err(t, "write", &self.tmp_path(t, ino, m.suffix), e));
+                    break;
+                }
+                Err(e) => {
+                    r = Err(e);
+                    break;
+                }
+            }
+        }
+        self.relayout
+            .migration_copied_bytes
+            .fetch_add(copied, Ordering::Relaxed);
+        if let Err(e) = r.and_then(|()| self.switch_to(tree, ino, node, st, &m)) {
+            // Still consistent: the old layout plus the blocks moved so far.
+            st.migration = Some(m);
+            return Err(e);
+        }
+        self.relayout
+            .migrations_committed
+            .fetch_add(1, Ordering::Relaxed);
+        log::info!(
+            "re-laid out inode {ino} ({} bytes; {} copied at the switch): now {}",
+            node.size(),
+            copied,
+            m.layout.encode()
+        );
+        Ok(true)
+    }
+
+    /// Drops a migration whose file is gone: its temporaries and charge (state lock held).
+    pub(super) fn discard_migration(&self, ino: u64, st: &mut FileState) {
+        if let Some(m) = st.migration.take() {
+            self.drop_move(ino, m);
+            self.relayout
+                .migrations_dropped
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Finishes a file's migration, if it has one (takes the tree and state locks). A new
+    /// tier that refuses the copy (full, failed) gets the file moved off it, every byte
+    /// with it.
+    pub(super) fn commit_migration(&self, ino: u64, node: &Arc<FileNode>) -> Result<()> {
+        let r = {
+            let tree = self.tree.read();
+            let mut st = node.state.write();
+            self.commit_locked(&tree, ino, node, &mut st)
+        };
+        match r {
+            Ok(_) => Ok(()),
+            Err(Error::Tier {
+                ref tier,
+                ref source,
+                ..
+            }) if is_rescuable(source) => {
+                let bad = self.tiers.iter().position(|t| &t.name == tier);
+                log::warn!(
+                    "tier '{tier}' refused the re-layout of inode {ino} ({source}); moving the file off it"
+                );
+                self.relocate(ino, node, bad, node.size())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The same, with the tree lock already held (truncate, unmount).
+    pub(super) fn commit_migration_locked(
+        &self,
+        tree: &Tree,
+        ino: u64,
+        node: &Arc<FileNode>,
+        st: &mut FileState,
+    ) -> Result<()> {
+        self.commit_locked(tree, ino, node, st).map(|_| ())
     }
 }

@@ -1,0 +1,365 @@
+//! Lazy re-layout on rewrite, on the core without a mount: a drifted striped file opened
+//! for writing moves block by block as it is rewritten (nothing read from its old pieces
+//! for blocks written whole), reads see each block where it is, and the file switches to
+//! the new layout when the writer closes (or on fsync), with its old pieces and the
+//! temporaries gone.
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use tierfs::config::MountConfig;
+use tierfs::fs::{Ctx, TierFs, ROOT_INO};
+use tierfs::layout::FileLayout;
+
+const MIB: usize = 1 << 20;
+/// 12 MiB and a partial last block.
+const SIZE: usize = 12 * MIB + 300 * 1024;
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(41).wrapping_add(seed) ^ (i >> 20) as u8)
+        .collect()
+}
+
+/// Two tiers with equal stated bandwidth, `adapt` on, 1 MiB stripes: a file striped half
+/// and half, then the second tier's share cut to a tenth. Returns the file's inode.
+fn setup(d: &Path, data: &[u8]) -> (TierFs, u64) {
+    let text = format!(
+        "[[tier]]\nname = \"fast\"\npath = \"{0}/a\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
+         [[tier]]\nname = \"slow\"\npath = \"{0}/b\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
+         [placement]\nlayout = \"stripe\"\nstripe_unit = \"1MiB\"\nadapt = true\n",
+        d.display()
+    );
+    let config = MountConfig::parse(&text, Path::new("migration.toml")).unwrap();
+    config.prepare_tier_dirs().unwrap();
+    let tiers = tierfs::daemon::open_tiers(&config, false, |_| {}).unwrap();
+    let fs = TierFs::new(&config, tiers).unwrap();
+    let (attr, fh, _) = fs
+        .create(
+            ROOT_INO,
+            OsStr::new("f.swp"),
+            0o600,
+            libc::O_WRONLY,
+            Ctx { uid: 0, gid: 0 },
+        )
+        .unwrap();
+    fs.write(fh, 0, data).unwrap();
+    fs.release(fh).unwrap();
+    assert!(fast_share(&layout(&fs)) < 0.6);
+    // The second tier slows to a tenth, as the online estimator would set.
+    fs.placer().set_shares(vec![10.0 / 11.0, 1.0 / 11.0]);
+    (fs, attr.ino)
+}
+
+fn layout(fs: &TierFs) -> FileLayout {
+    fs.file_list()[0].2.clone()
+}
+
+fn fast_share(l: &FileLayout) -> f64 {
+    match l {
+        FileLayout::Stripe(m) => {
+            m.pattern.iter().filter(|t| **t == 0).count() as f64 / m.pattern.len() as f64
+        }
+        FileLayout::Whole { tier } => f64::from(u8::from(*tier == 0)),
+    }
+}
+
+fn bytes_read(fs: &TierFs) -> Vec<u64> {
+    fs.tiers()
+        .iter()
+        .map(|t| t.counters.bytes_read.load(Ordering::Relaxed))
+        .collect()
+}
+
+fn read_handle(fs: &TierFs, fh: u64, len: usize) -> Vec<u8> {
+    let mut got = Vec::new();
+    while got.len() < len {
+        let chunk = fs
+            .read_with(fh, got.len() as u64, MIB as u32, |b| b.to_vec())
+            .unwrap();
+        assert!(!chunk.is_empty(), "short file at {}", got.len());
+        got.extend(chunk);
+    }
+    got
+}
+
+fn read_all(fs: &TierFs, ino: u64, len: usize) -> Vec<u8> {
+    let (fh, _) = fs.open(ino, libc::O_RDONLY).unwrap();
+    let got = read_handle(fs, fh, len);
+    fs.release(fh).unwrap();
+    got
+}
+
+/// What each tier's folder holds: piece sizes at the file's path, and leftovers in limbo.
+fn on_disk(d: &Path) -> (Vec<u64>, Vec<String>) {
+    let mut sizes = Vec::new();
+    let mut limbo = Vec::new();
+    for t in ["a", "b"] {
+        sizes.push(
+            std::fs::metadata(d.join(t).join("data/f.swp"))
+                .map(|m| m.len())
+                .unwrap_or(0),
+        );
+        for e in std::fs::read_dir(d.join(t).join(".tierfs-meta/limbo")).unwrap() {
+            limbo.push(e.unwrap().file_name().to_string_lossy().into_owned());
+        }
+    }
+    (sizes, limbo)
+}
+
+/// A deterministic shuffle (no RNG dependency).
+fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..n).collect();
+    let mut x = seed;
+    for i in (1..n).rev() {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        v.swap(i, (x >> 33) as usize % (i + 1));
+    }
+    v
+}
+
+#[test]
+fn whole_rewrite_reads_nothing_from_the_old_layout() {
+    let d = tempfile::tempdir().unwrap();
+    let old = pattern(SIZE, 1);
+    let (fs, ino) = setup(d.path(), &old);
+    let before = layout(&fs);
+    let new = pattern(SIZE, 77);
+    let (fh, _) = fs.open(ino, libc::O_WRONLY).unwrap();
+    // The switch waits for the rewrite.
+    assert_eq!(layout(&fs), before);
+    let read0 = bytes_read(&fs);
+    // DeepSpeed's rewrite: contiguous 1 MiB pieces, several threads, any order.
+    let order = shuffled(SIZE.div_ceil(MIB), 7);
+    std::thread::scope(|s| {
+        for k in 0..4 {
+            let (fs, order, new) = (&fs, &order, &new);
+            s.spawn(move || {
+                for b in order.iter().skip(k).step_by(4) {
+                    let off = b * MIB;
+                    let end = (off + MIB).min(SIZE);
+                    fs.write(fh, off as u64, &new[off..end]).unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(bytes_read(&fs), read0, "the rewrite read old bytes");
+    let r = fs.relayout_counters();
+    assert_eq!(r.migration_copied_bytes.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        r.migration_rewritten_bytes.load(Ordering::Relaxed),
+        SIZE as u64
+    );
+    // Reads during the migration see the new bytes; a reader stays open over the switch.
+    let (rfh, _) = fs.open(ino, libc::O_RDONLY).unwrap();
+    assert!(
+        read_handle(&fs, rfh, SIZE) == new,
+        "read during the migration"
+    );
+    let read1 = bytes_read(&fs);
+    fs.release(fh).unwrap();
+    // Nothing was left to copy at the switch.
+    assert_eq!(bytes_read(&fs), read1, "the switch read old bytes");
+    let after = layout(&fs);
+    assert!(fast_share(&after) > 0.85, "{after:?}");
+    assert_eq!(r.migrations_committed.load(Ordering::Relaxed), 1);
+    assert!(
+        read_handle(&fs, rfh, SIZE) == new,
+        "read after the switch, same handle"
+    );
+    fs.release(rfh).unwrap();
+    assert!(read_all(&fs, ino, SIZE) == new);
+    let (sizes, limbo) = on_disk(d.path());
+    assert!(limbo.is_empty(), "left in limbo: {limbo:?}");
+    assert_eq!(sizes.iter().sum::<u64>(), SIZE as u64);
+    assert_eq!(sizes[0], after.piece_len(0, SIZE as u64), "{sizes:?}");
+    // The tiers' books follow the file.
+    let used: Vec<u64> = fs
+        .tiers()
+        .iter()
+        .map(|t| t.counters.used.load(Ordering::Relaxed))
+        .collect();
+    assert_eq!(used, sizes);
+    // A remount reads the same bytes through the persisted layout.
+    drop(fs);
+    let (fs2, ino2) = remount(d.path());
+    assert_eq!(fs2.file_list()[0].2, after);
+    assert!(read_all(&fs2, ino2, SIZE) == new);
+}
+
+fn remount(d: &Path) -> (TierFs, u64) {
+    let text = format!(
+        "[[tier]]\nname = \"fast\"\npath = \"{0}/a\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
+         [[tier]]\nname = \"slow\"\npath = \"{0}/b\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
+         [placement]\nlayout = \"stripe\"\nstripe_unit = \"1MiB\"\n",
+        d.display()
+    );
+    let config = MountConfig::parse(&text, Path::new("remount.toml")).unwrap();
+    let tiers = tierfs::daemon::open_tiers(&config, false, |_| {}).unwrap();
+    let fs = TierFs::new(&config, tiers).unwrap();
+    let ino = fs.lookup(ROOT_INO, OsStr::new("f.swp")).unwrap().ino;
+    (fs, ino)
+}
+
+#[test]
+fn partial_rewrite_copies_the_rest_at_release() {
+    let d = tempfile::tempdir().unwrap();
+    let old = pattern(SIZE, 3);
+    let (fs, ino) = setup(d.path(), &old);
+    let mut want = old.clone();
+    let (fh, _) = fs.open(ino, libc::O_RDWR).unwrap();
+    let mut put = |fs: &TierFs, off: usize, data: &[u8]| {
+        fs.write(fh, off as u64, data).unwrap();
+        if want.len() < off + data.len() {
+            want.resize(off + data.len(), 0);
+        }
+        want[off..off + data.len()].copy_from_slice(data);
+    };
+    // Whole blocks, a piece inside a block, one across two blocks, the partial last
+    // block's tail, and past the end (a hole in between).
+    put(&fs, 2 * MIB, &pattern(MIB, 9));
+    put(&fs, 5 * MIB + 1000, &pattern(5000, 10));
+    put(&fs, 7 * MIB - 100, &pattern(300, 11));
+    put(&fs, SIZE - 10, &pattern(10, 12));
+    put(&fs, SIZE + 2 * MIB + 5, &pattern(1000, 13));
+    // Reads during the migration, from both layouts, including the handle that wrote.
+    assert!(
+        read_handle(&fs, fh, want.len()) == want,
+        "read during the migration"
+    );
+    assert!(read_all(&fs, ino, want.len()) == want);
+    let r = fs.relayout_counters();
+    assert_eq!(
+        r.migration_rewritten_bytes.load(Ordering::Relaxed),
+        MIB as u64
+    );
+    // The blocks 5, 6, 7 and the last one were copied before their partial writes.
+    assert_eq!(
+        r.migration_copied_bytes.load(Ordering::Relaxed),
+        3 * MIB as u64 + 300 * 1024
+    );
+    fs.release(fh).unwrap();
+    // The rest (blocks 0, 1, 3, 4, 8..11) was copied at the switch.
+    assert_eq!(
+        r.migration_copied_bytes.load(Ordering::Relaxed),
+        SIZE as u64 - MIB as u64
+    );
+    let after = layout(&fs);
+    assert!(fast_share(&after) > 0.85, "{after:?}");
+    assert!(read_all(&fs, ino, want.len()) == want, "after the switch");
+    let (sizes, limbo) = on_disk(d.path());
+    assert!(limbo.is_empty(), "left in limbo: {limbo:?}");
+    assert_eq!(sizes.iter().sum::<u64>(), want.len() as u64);
+    drop(fs);
+    let (fs2, ino2) = remount(d.path());
+    assert!(read_all(&fs2, ino2, want.len()) == want, "after a remount");
+}
+
+#[test]
+fn fsync_mid_migration_commits() {
+    let d = tempfile::tempdir().unwrap();
+    let old = pattern(SIZE, 4);
+    let (fs, ino) = setup(d.path(), &old);
+    let before = layout(&fs);
+    let mut want = old.clone();
+    let (fh, _) = fs.open(ino, libc::O_WRONLY).unwrap();
+    let a = pattern(MIB, 20);
+    fs.write(fh, 3 * MIB as u64, &a).unwrap();
+    want[3 * MIB..4 * MIB].copy_from_slice(&a);
+    assert_eq!(layout(&fs), before);
+    fs.fsync(fh, false).unwrap();
+    // Durable: the new layout is in place on the tiers, nothing in limbo.
+    let after = layout(&fs);
+    assert!(fast_share(&after) > 0.85, "{after:?}");
+    let (sizes, limbo) = on_disk(d.path());
+    assert!(limbo.is_empty(), "left in limbo: {limbo:?}");
+    assert_eq!(sizes.iter().sum::<u64>(), SIZE as u64);
+    // Writes after it go straight to the new layout.
+    let b = pattern(100, 21);
+    fs.write(fh, 10, &b).unwrap();
+    want[10..110].copy_from_slice(&b);
+    fs.release(fh).unwrap();
+    assert_eq!(layout(&fs), after);
+    let r = fs.relayout_counters();
+    assert_eq!(r.migrations_committed.load(Ordering::Relaxed), 1);
+    assert!(read_all(&fs, ino, SIZE) == want);
+    // A remount (as after a crash following the fsync) has every byte.
+    drop(fs);
+    let (fs2, ino2) = remount(d.path());
+    assert!(read_all(&fs2, ino2, SIZE) == want);
+}
+
+#[test]
+fn unlink_mid_migration_leaves_no_temporaries() {
+    let d = tempfile::tempdir().unwrap();
+    let old = pattern(SIZE, 5);
+    let (fs, ino) = setup(d.path(), &old);
+    let (fh, _) = fs.open(ino, libc::O_WRONLY).unwrap();
+    fs.write(fh, 0, &pattern(2 * MIB, 30)).unwrap();
+    let (_, limbo) = on_disk(d.path());
+    assert!(
+        limbo.iter().any(|n| n.starts_with(".tierfs-tmp-")),
+        "the migration's temporaries: {limbo:?}"
+    );
+    fs.unlink(ROOT_INO, OsStr::new("f.swp")).unwrap();
+    // Still writable and readable through the open handle.
+    fs.write(fh, 4 * MIB as u64, &pattern(MIB, 31)).unwrap();
+    let read0 = bytes_read(&fs);
+    fs.release(fh).unwrap();
+    // Nothing was copied for a file nobody can open again.
+    assert_eq!(bytes_read(&fs), read0);
+    let (_, limbo) = on_disk(d.path());
+    assert!(
+        !limbo.iter().any(|n| n.starts_with(".tierfs-tmp-")),
+        "temporaries left: {limbo:?}"
+    );
+    let r = fs.relayout_counters();
+    assert_eq!(r.migrations_dropped.load(Ordering::Relaxed), 1);
+    assert_eq!(r.migrations_committed.load(Ordering::Relaxed), 0);
+    // When the kernel forgets it, its pieces go too.
+    fs.forget(ino, 1);
+    let (sizes, limbo) = on_disk(d.path());
+    assert!(limbo.is_empty(), "{limbo:?}");
+    assert_eq!(sizes, vec![0, 0]);
+    assert!(fs
+        .tiers()
+        .iter()
+        .all(|t| t.counters.used.load(Ordering::Relaxed) == 0));
+}
+
+/// The drift rule is relative: a pattern that leaves a capped tier three times its fair
+/// part is re-laid out even though the difference is a few percent, while the small moves
+/// of the estimates around a share are not.
+#[test]
+fn a_small_share_that_shrinks_further_is_followed() {
+    let d = tempfile::tempdir().unwrap();
+    let data = pattern(SIZE, 6);
+    let (fs, ino) = setup(d.path(), &data);
+    let rewrite = |fs: &TierFs| {
+        let (fh, _) = fs.open(ino, libc::O_WRONLY).unwrap();
+        for off in (0..SIZE).step_by(MIB) {
+            fs.write(fh, off as u64, &data[off..(off + MIB).min(SIZE)])
+                .unwrap();
+        }
+        fs.release(fh).unwrap();
+    };
+    rewrite(&fs);
+    let first = layout(&fs);
+    assert!(1.0 - fast_share(&first) > 0.07, "{first:?}");
+    // Estimates wobble: not enough to move.
+    fs.placer().set_shares(vec![0.9, 0.1]);
+    rewrite(&fs);
+    assert_eq!(layout(&fs), first);
+    // The capped tier's share falls further (2.5 %): it would take three times its part.
+    fs.placer().set_shares(vec![0.975, 0.025]);
+    rewrite(&fs);
+    let second = layout(&fs);
+    // ... and gets no more than 5 % beyond that share.
+    let slow = 1.0 - fast_share(&second);
+    assert!(slow > 0.0 && slow <= 0.025 * 1.05, "{second:?}");
+    let r = fs.relayout_counters();
+    assert_eq!(r.migrations_committed.load(Ordering::Relaxed), 2);
+    assert_eq!(r.migration_copied_bytes.load(Ordering::Relaxed), 0);
+    assert!(read_all(&fs, ino, SIZE) == data);
+}

@@ -203,6 +203,8 @@ impl TierFs {
                 self.fill(node, st, e, b, &mut s, Class::DemandRead)?;
                 c.counters.miss_bytes.fetch_add(n as u64, Ordering::Relaxed);
             }
+            // A block filled or written before the file grew past it: the rest is a hole.
+            s.ensure(at + n, &c.counters);
             let data = s.buf.as_ref().expect("valid slot has a buffer");
             buf[done..done + n].copy_from_slice(&data[at..at + n]);
             done += n;

@@ -56,8 +56,8 @@ profile() {  # PID RW DIR: perf during one more fio run
   fio_mbps "$3" "$2" >/dev/null
   wait $perf_pid || true
   echo "--- perf: daemon, $2, top symbols (self %)" >&2
-  perf report -i "$out" --stdio --no-children --sort symbol 2>/dev/null |
-    grep -E '^ +[0-9.]+%' | head -15 >&2
+  { perf report -i "$out" --stdio --no-children --sort symbol 2>/dev/null || true; } |
+    grep -E '^ +[0-9.]+%' | sed -n '1,15p' >&2 || true
   rm -f "$out"
 }
 

@@ -334,3 +334,40 @@ fn enospc_everywhere_fails_loudly() {
     m.unmount();
     drop(tmp);
 }
+
+/// With the host-memory cache: a file's bytes are in memory when its tier fills up, and the
+/// write-back (here forced by fsync) gets ENOSPC: the file moves to the other tier with
+/// every byte, memory's included, and the fsync succeeds.
+#[test]
+fn enospc_at_write_back_moves_a_cached_file() {
+    if !tmpfs_possible() {
+        return;
+    }
+    let mut s = Setup::two("whole-file");
+    s.extra = "[cache]\nsize = \"64MiB\"\nwriteback_delay = 600.0\n".into();
+    let tmp = Tmpfs::mount(&s.tier_path(0), "84m");
+    let m = s.mount();
+    std::fs::create_dir(m.path("rank0")).unwrap();
+    let rel = "rank0/exp_avg-0_0.tensor.swp";
+    let data = pattern(12 * MIB, 11);
+    write_ds(&m.path(rel), &data, 4, 0);
+    assert_eq!(s.tiers_holding(rel), vec![0], "placed on the tmpfs tier");
+    assert_eq!(
+        std::fs::metadata(s.backing(0, rel)).unwrap().len(),
+        0,
+        "the bytes should still be only in memory"
+    );
+    let filler = tmp.fill();
+    let f = open_flags(&m.path(rel), libc::O_RDONLY, 0).unwrap();
+    f.sync_all().expect("fsync after the tier filled up");
+    drop(f);
+    assert_eq!(s.tiers_holding(rel), vec![1], "the file moved");
+    assert!(
+        std::fs::read(s.backing(1, rel)).unwrap() == data,
+        "the other tier's copy"
+    );
+    assert!(read_direct_threads(&m.path(rel), 2) == data);
+    std::fs::remove_file(filler).unwrap();
+    m.unmount();
+    drop(tmp);
+}

@@ -477,37 +477,6 @@ fn stats_files_and_tierfs_stat() {
     m.unmount();
 }
 
-fn user_ids(user: &str) -> Option<(u32, u32)> {
-    let id = |flag: &str| -> Option<u32> {
-        let o = Command::new("id").arg(flag).arg(user).output().ok()?;
-        if !o.status.success() {
-            return None;
-        }
-        String::from_utf8_lossy(&o.stdout).trim().parse().ok()
-    };
-    Some((id("-u")?, id("-g")?))
-}
-
-/// Runs a shell command line as `user`.
-fn as_user(user: &str, cmd: &str) -> Output {
-    let mut c = if which("setpriv").is_some() {
-        let mut c = Command::new("setpriv");
-        c.arg(format!("--reuid={user}"))
-            .arg(format!("--regid={user}"))
-            .arg("--init-groups")
-            .arg("--");
-        c
-    } else {
-        let mut c = Command::new("runuser");
-        c.args(["-u", user, "--"]);
-        c
-    };
-    c.args(["sh", "-c", cmd])
-        .env("HOME", "/tmp")
-        .output()
-        .unwrap()
-}
-
 /// Why a user mount may fail here: fuser 0.18 opens /dev/fuse itself first and only falls
 /// back to fusermount3 when mount(2) says EPERM, not when /dev/fuse is closed to the user.
 fn dev_fuse_note() -> String {

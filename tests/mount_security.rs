@@ -29,38 +29,6 @@ fn text(o: &Output) -> String {
     )
 }
 
-fn user_ids(user: &str) -> Option<(u32, u32)> {
-    let id = |flag: &str| -> Option<u32> {
-        let o = Command::new("id").arg(flag).arg(user).output().ok()?;
-        if !o.status.success() {
-            return None;
-        }
-        String::from_utf8_lossy(&o.stdout).trim().parse().ok()
-    };
-    Some((id("-u")?, id("-g")?))
-}
-
-/// Runs a shell command line as `user`.
-fn as_user(user: &str, cmd: &str) -> Output {
-    let mut c = if which("setpriv").is_some() {
-        let mut c = Command::new("setpriv");
-        c.arg(format!("--reuid={user}"))
-            .arg(format!("--regid={user}"))
-            .arg("--init-groups")
-            .arg("--");
-        c
-    } else {
-        let mut c = Command::new("runuser");
-        c.args(["-u", user, "--"]);
-        c
-    };
-    c.args(["sh", "-c", cmd])
-        .env("HOME", "/tmp")
-        .env("LC_ALL", "C")
-        .output()
-        .unwrap()
-}
-
 /// The user's (uid, gid) when this test can act as them; None after saying why not.
 fn test_user() -> Option<(u32, u32)> {
     if !fuse_available() {

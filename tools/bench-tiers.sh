@@ -16,6 +16,9 @@
 #   CPU     the FUSE daemon's utime+stime (/proc/PID/stat) over the replay and over fio, per GB
 #           moved (tierfs: PID from MNT/.tierfs/stats.json; mergerfs: the process we started)
 # Failures (mergerfs rejects O_DIRECT writes) are recorded, not fatal.
+# As an ordinary user: targets direct-user and stripe-user run the replay and fio as
+# BENCH_USER (default tierfs-test), stripe-user with the mount made by that user through
+# fusermount3 (no passthrough without root).
 # Results: $OUT/results.tsv, per-run JSON and logs, a PNG plot, and (unless --no-doc) the
 # generated block of docs/PERFORMANCE.md under "## DeepSpeed replay and side-by-side".
 # Environment: TIERBED, BENCH_DIR (work folder), NVME_TIER, PFS_TIER, MERGERFS_OPTS.
@@ -48,6 +51,8 @@ OUT=${OUT:-$BENCH_DIR/out}
 NVME_TIER=${NVME_TIER:-bt-nvme}
 PFS_TIER=${PFS_TIER:-bt-pfs}
 MERGERFS_OPTS=${MERGERFS_OPTS:-category.create=pfrd}
+BENCH_USER=${BENCH_USER:-tierfs-test}
+AS=()  # the runner of the current target: empty (root) or runuser -u BENCH_USER --
 TIERFS=$BENCH_DIR/bin/tierfs
 REPLAY=$BENCH_DIR/bin/tierfs-replay
 NVME=/mnt/$NVME_TIER PFS=/mnt/$PFS_TIER MNT=$BENCH_DIR/mnt
@@ -85,8 +90,9 @@ threads_left() {  # PID -> live threads (a zombie leader with live threads still
   echo $n
 }
 unmount_all() {
-  if mountpoint -q "$MNT" 2>/dev/null; then
-    if [ -n "$MFS_PID" ]; then umount "$MNT" || umount -l "$MNT"; else "$TIERFS" unmount "$MNT" || umount -l "$MNT"; fi
+  if grep -q " $MNT " /proc/mounts; then
+    if [ -n "$MFS_PID" ]; then umount "$MNT" || umount -l "$MNT"
+    else "${AS[@]}" "$TIERFS" unmount "$MNT" || umount -l "$MNT"; fi
   fi
   if [ -n "$MFS_PID" ]; then wait "$MFS_PID" 2>/dev/null || true; MFS_PID=""; fi
   # `tierfs unmount` returns once the daemon's main thread is a zombie; its other threads
@@ -126,9 +132,13 @@ log "probing the tiers (tierfs probe --fresh) ..."
 
 config() {  # TARGET -> config path (bandwidths come from the cached probe)
   local c=$BENCH_DIR/$1.toml layout=${1%-pt} extra=""
+  layout=${layout%-user}
+  local logf=$BENCH_DIR/daemon-$1.log
+  [[ $1 == *-user ]] && logf=/tmp/tierfs-bench-daemon-$1.log
   # whole-file-pt: kernel passthrough also for O_DIRECT opens (all of DeepSpeed's)
   [ "$1" = whole-file-pt ] && extra='passthrough = "direct"'
-  { cat "$BENCH_DIR/probe.toml"; printf '[placement]\nlayout = "%s"\n[mount]\nlog_file = "%s/daemon-%s.log"\n%s\n' "$layout" "$BENCH_DIR" "$1" "$extra"; } >"$c"
+  [[ $1 == *-user ]] && rm -f "$logf"
+  { cat "$BENCH_DIR/probe.toml"; printf '[placement]\nlayout = "%s"\n[mount]\nlog_file = "%s"\n%s\n' "$layout" "$logf" "$extra"; } >"$c"
   echo "$c"
 }
 
@@ -138,10 +148,22 @@ cpu_s() {  # PID -> utime+stime seconds, or empty
   cut -d')' -f2- "/proc/$1/stat" | awk -v t="$t" '{printf "%.2f\n", ($12+$13)/t}'
 }
 
-mount_target() {  # TARGET -> sets DIR and DAEMON_PID; fails if the mount fails
+mount_target() {  # TARGET -> sets DIR, DAEMON_PID and AS; fails if the mount fails
   DAEMON_PID=""
+  AS=()
   case $1 in
     direct) DIR=$NVME/direct ;;
+    direct-user)
+      AS=(runuser -u "$BENCH_USER" --)
+      mkdir -p "$NVME/direct-user"; chown "$BENCH_USER" "$NVME/direct-user"; DIR=$NVME/direct-user ;;
+    stripe-user)
+      AS=(runuser -u "$BENCH_USER" --)
+      # The user's daemon needs the tier folders (probe cache included) and the mountpoint.
+      chown -R "$BENCH_USER" "$NVME/tierfs" "$PFS/tierfs" "$MNT"
+      chmod 755 "$BENCH_DIR"; chmod 644 "$(config stripe-user)"
+      "${AS[@]}" "$TIERFS" mount --config "$(config stripe-user)" "$MNT" >/dev/null 2>>"$OUT/tierfs-mount.log" || return 1
+      DAEMON_PID=$("${AS[@]}" python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$MNT/.tierfs/stats.json")
+      DIR=$MNT/bench ;;
     mergerfs)
       mkdir -p "$NVME/mfs" "$PFS/mfs"
       mergerfs -f -o "$MERGERFS_OPTS" "$NVME/mfs:$PFS/mfs" "$MNT" 2>>"$OUT/mergerfs.log" &
@@ -155,7 +177,7 @@ mount_target() {  # TARGET -> sets DIR and DAEMON_PID; fails if the mount fails
       DIR=$MNT/bench ;;
     *) log "unknown target $1"; return 1 ;;
   esac
-  mkdir -p "$DIR"
+  "${AS[@]}" mkdir -p "$DIR"
 }
 
 RES=$OUT/results.tsv
@@ -163,7 +185,7 @@ printf 'run\ttarget\tmetric\tvalue\n' >"$RES"
 put() { printf '%s\t%s\t%s\t%s\n' "$run" "$1" "$2" "$3" >>"$RES"; }
 
 fio_run() {  # DIR RW DIRECT -> prints "MBps bytes" or "FAIL message"
-  timeout 120 fio --name=fio --directory="$1" --rw="$2" --bs=1M --ioengine=libaio --iodepth=16 \
+  timeout 120 "${AS[@]}" fio --name=fio --directory="$1" --rw="$2" --bs=1M --ioengine=libaio --iodepth=16 \
     --direct="$3" --numjobs=4 --nrfiles=8 --filesize=32M --time_based --runtime="$FIO_SECS" \
     --group_reporting --output-format=json >"$OUT/fio.json" 2>"$OUT/fio.err" || true
   python3 - "$2" "$OUT/fio.json" "$OUT/fio.err" <<'EOF'
@@ -190,7 +212,11 @@ run_target() {  # TARGET
   # --- replay
   local c0 c1 c2 rc=0
   c0=$(cpu_s "$DAEMON_PID")
-  timeout 600 "$REPLAY" "$DIR/ds" $REPLAY_ARGS --json "$OUT/replay-$tag.json" >"$OUT/replay-$tag.log" 2>&1 || rc=$?
+  # The JSON goes through /tmp, where the target's user may write.
+  local tj=/tmp/tierfs-bench-tiers-replay.json
+  rm -f "$tj"
+  timeout 600 "${AS[@]}" "$REPLAY" "$DIR/ds" $REPLAY_ARGS --json "$tj" >"$OUT/replay-$tag.log" 2>&1 || rc=$?
+  [ -f "$tj" ] && mv "$tj" "$OUT/replay-$tag.json"
   c1=$(cpu_s "$DAEMON_PID")
   if [ "$rc" = 0 ]; then
     python3 - "$OUT/replay-$tag.json" "$c0" "$c1" <<'EOF' >>"$OUT/tmp.kv"
@@ -214,11 +240,11 @@ EOF
     put "$t" replay "FAIL (exit $rc): $msg"
     log "run $run $t: replay FAILED (exit $rc): $msg"
   fi
-  rm -rf "$DIR/ds"
+  "${AS[@]}" rm -rf "$DIR/ds"
   # --- fio: write, then read the same files
   c1=$(cpu_s "$DAEMON_PID")
   local w r wb=0 rb=0
-  mkdir -p "$DIR/fio"
+  "${AS[@]}" mkdir -p "$DIR/fio"
   read -r w wb <<<"$(fio_run "$DIR/fio" write 1)"
   if [ "$w" = FAIL ]; then
     put "$t" fio_write "FAIL: $wb"; log "run $run $t: fio O_DIRECT write FAILED: $wb"; wb=0
@@ -237,9 +263,10 @@ EOF
   fi
   log "run $run $t: fio write $w MB/s, read $r MB/s"
   [ "$t" = mergerfs ] && put "$t" placement "$(du -sm "$NVME/mfs" | cut -f1) MiB on nvme, $(du -sm "$PFS/mfs" | cut -f1) MiB on pfs"
-  rm -rf "$DIR/fio" "$DIR"
+  "${AS[@]}" rm -rf "$DIR/fio" "$DIR"
   UNMOUNT_LAG=0
-  [ "$t" = direct ] || unmount_all
+  [[ "$t" == direct* ]] || unmount_all
+  AS=()
   [ "$UNMOUNT_LAG" = 0 ] || put "$t" unmount_lag_s "$(awk -v i="$UNMOUNT_LAG" 'BEGIN{print i/10}')"
   rm -rf "$NVME/mfs" "$PFS/mfs"
 }

@@ -25,6 +25,7 @@
 //! layout = "whole-file"               # or "stripe"
 //! stripe_unit = "1MiB"                # multiple of 4096, 64KiB..=1GiB
 //! adapt = true                        # follow online estimates (default: only if all probed)
+//! min_share = 0.10                    # with adapt: pause a tier worth less than this (0..=0.5)
 //!
 //! [mount]
 //! stats_dir = ".tierfs"               # virtual folder at the mount root
@@ -98,6 +99,10 @@ pub struct PlacementConfig {
     /// configured or probed figures. Default: true when every tier is probed, false when the
     /// config states any tier's bandwidth (stated figures are the user's decision).
     pub adapt: bool,
+    /// With `adapt`: a tier that would get less than this share of the work next to the
+    /// fastest tier alone gets none until it measures 1.5 times that
+    /// ([`crate::placement::shares_with_pause`]). 0 never pauses. Default 0.10.
+    pub min_share: f64,
 }
 
 /// The validated `[mount]` section (all optional in the file).
@@ -254,6 +259,7 @@ impl Default for PlacementConfig {
             layout: DEFAULT_LAYOUT,
             stripe_unit: DEFAULT_STRIPE_UNIT,
             adapt: true,
+            min_share: crate::placement::DEFAULT_MIN_SHARE,
         }
     }
 }
@@ -317,6 +323,7 @@ struct RawPlacement {
     layout: Option<String>,
     stripe_unit: Option<Human>,
     adapt: Option<bool>,
+    min_share: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -824,6 +831,19 @@ impl MountConfig {
 
         let cache = raw.cache.as_ref().and_then(|c| parse_cache(c, &mut p));
 
+        let min_share = match raw.placement.min_share {
+            None => crate::placement::DEFAULT_MIN_SHARE,
+            Some(m) if m.is_finite() && (0.0..=0.5).contains(&m) => m,
+            Some(m) => {
+                p.add(
+                    "placement.min_share",
+                    format_args!(
+                        "{m} is out of range; use 0 (never pause a slow tier) to 0.5, e.g. 0.10 (the default)"
+                    ),
+                );
+                crate::placement::DEFAULT_MIN_SHARE
+            }
+        };
         let adapt_default = tiers
             .iter()
             .all(|t| t.read_bandwidth.is_none() && t.write_bandwidth.is_none());
@@ -834,6 +854,7 @@ impl MountConfig {
                 layout,
                 stripe_unit,
                 adapt: raw.placement.adapt.unwrap_or(adapt_default),
+                min_share,
             },
             mount: MountSection {
                 stats_dir,
@@ -904,6 +925,7 @@ impl MountConfig {
             toml_str(&units::fmt_size_exact(self.placement.stripe_unit))
         );
         let _ = writeln!(s, "adapt = {}", self.placement.adapt);
+        let _ = writeln!(s, "min_share = {}", self.placement.min_share);
         let _ = writeln!(s, "\n[mount]");
         let _ = writeln!(s, "stats_dir = {}", toml_str(&self.mount.stats_dir));
         let _ = writeln!(s, "allow_other = {}", self.mount.allow_other);
@@ -1339,6 +1361,18 @@ path = "/lus/proj/tierfs/${HOSTNAME}"
         assert!(parse(probed).unwrap().placement.adapt);
         let forced = format!("{TWO}[placement]\nadapt = true\n");
         assert!(parse(&forced).unwrap().placement.adapt);
+    }
+
+    #[test]
+    fn min_share_defaults_and_range() {
+        assert_eq!(parse(TWO).unwrap().placement.min_share, 0.10);
+        let zero = format!("{TWO}[placement]\nmin_share = 0.0\n");
+        assert_eq!(parse(&zero).unwrap().placement.min_share, 0.0);
+        for bad in ["0.6", "-0.1", "nan"] {
+            let c = format!("{TWO}[placement]\nmin_share = {bad}\n");
+            let e = parse(&c).unwrap_err().to_string();
+            assert!(e.contains("placement.min_share:"), "{e}");
+        }
     }
 
     #[test]

@@ -120,6 +120,10 @@ pub const TIER_SHARE: Metric = gauge(
     "tierfs_tier_share_ratio",
     "The tier's current Eq. 1 share of new bytes, 0 to 1.",
 );
+pub const TIER_PAUSED: Metric = gauge(
+    "tierfs_tier_paused",
+    "1 while adapt gives the tier no new data because it measured too slow next to the fastest tier (placement.min_share).",
+);
 pub const TIER_HEALTHY: Metric = gauge(
     "tierfs_tier_healthy",
     "1 while the tier takes new data, 0 after it failed (EIO, EROFS).",
@@ -229,6 +233,7 @@ pub const ALL: &[Metric] = &[
     TIER_EST_READ_BANDWIDTH,
     TIER_EST_WRITE_BANDWIDTH,
     TIER_SHARE,
+    TIER_PAUSED,
     TIER_HEALTHY,
     TIER_DIRECT_IO,
     TIER_PASSTHROUGH_OPEN,
@@ -373,6 +378,7 @@ pub fn render(s: &Snapshot) -> String {
             n if n == TIER_EST_READ_BANDWIDTH.name => per_tier(s, |t| t.est_read_bps.map(Float)),
             n if n == TIER_EST_WRITE_BANDWIDTH.name => per_tier(s, |t| t.est_write_bps.map(Float)),
             n if n == TIER_SHARE.name => per_tier(s, |t| Some(Float(t.share))),
+            n if n == TIER_PAUSED.name => per_tier(s, |t| Some(flag(t.paused))),
             n if n == TIER_HEALTHY.name => per_tier(s, |t| Some(flag(t.healthy))),
             n if n == TIER_DIRECT_IO.name => per_tier(s, |t| Some(flag(t.direct_io))),
             n if n == TIER_PASSTHROUGH_OPEN.name => per_tier(s, |t| Some(Int(t.passthrough_open))),

@@ -47,6 +47,56 @@ pub fn shares(bandwidths: &[f64]) -> Vec<f64> {
         .collect()
 }
 
+/// Default `placement.min_share`: with `adapt`, a tier that would get less than this next
+/// to the fastest tier alone is paused (see [`pause_small`]).
+pub const DEFAULT_MIN_SHARE: f64 = 0.10;
+/// A paused tier resumes once its pairwise share reaches this multiple of `min_share`, so
+/// an estimate that hovers at the threshold does not flip the placement every second.
+pub const RESUME_FACTOR: f64 = 1.5;
+
+/// A tier's share next to the fastest tier alone: B_i / (B_i + B_max). For two tiers this is
+/// the Eq. 1 share; with many tiers of equal speed it stays at 1/2, so pausing never thins
+/// out a pool of peers, only tiers far slower than the best one.
+pub fn pairwise_share(bandwidths: &[f64], i: usize) -> f64 {
+    let max = bandwidths
+        .iter()
+        .copied()
+        .filter(|b| b.is_finite())
+        .fold(0.0, f64::max);
+    let b = bandwidths[i];
+    if !(b.is_finite() && b > 0.0) || max <= 0.0 {
+        return 0.0;
+    }
+    b / (b + max)
+}
+
+/// Eq. 1 with the small tiers paused: a tier whose [`pairwise_share`] is below `min_share`
+/// gets no new work (only recovery probes measure it) until the share reaches
+/// `min_share` x [`RESUME_FACTOR`]; `paused` carries that state between calls and is
+/// updated. Why: a tier worth a few percent of the bandwidth can shorten a step by at most
+/// those few percent, while every step waits for its slowest tier, so an estimate of it
+/// that is too high by half (a shared tier's queue, a throttle that just began) costs far
+/// more than the tier can give. The fastest tier is never paused, and the shares of the
+/// others are renormalised.
+pub fn shares_with_pause(bandwidths: &[f64], min_share: f64, paused: &mut [bool]) -> Vec<f64> {
+    assert_eq!(bandwidths.len(), paused.len());
+    let mut bws = bandwidths.to_vec();
+    for (i, p) in paused.iter_mut().enumerate() {
+        let s = pairwise_share(bandwidths, i);
+        if s >= 0.5 || min_share <= 0.0 {
+            *p = false;
+        } else if *p {
+            *p = s < min_share * RESUME_FACTOR;
+        } else {
+            *p = s < min_share;
+        }
+        if *p {
+            bws[i] = 0.0;
+        }
+    }
+    shares(&bws)
+}
+
 /// Longest stripe pattern; 64 slots approximate any share to within 1/128.
 pub const MAX_PATTERN: usize = 64;
 
@@ -299,6 +349,51 @@ mod tests {
         assert!((s[1] - 1.0 / 3.0).abs() < 1e-12);
         assert_eq!(shares(&[0.0, 0.0]), vec![0.5, 0.5]);
         assert_eq!(shares(&[1.0, 0.0]), vec![1.0, 0.0]);
+    }
+
+    #[test]
+    fn small_tiers_pause_and_resume_with_hysteresis() {
+        let mut p = vec![false, false];
+        // 800 vs 300: 27 % stays.
+        let s = shares_with_pause(&[800.0, 300.0], 0.10, &mut p);
+        assert_eq!(p, vec![false, false]);
+        assert!((s[1] - 300.0 / 1100.0).abs() < 1e-12);
+        // Capped to 30: 3.6 % -> paused, the fast tier takes everything.
+        let s = shares_with_pause(&[800.0, 30.0], 0.10, &mut p);
+        assert_eq!((p.clone(), s), (vec![false, true], vec![1.0, 0.0]));
+        // 12 % is above min_share but below the resume point (15 %): still paused.
+        let s = shares_with_pause(&[800.0, 109.0], 0.10, &mut p);
+        assert_eq!((p.clone(), s[1]), (vec![false, true], 0.0));
+        // 16 %: resumes with its Eq. 1 share.
+        let s = shares_with_pause(&[800.0, 152.4], 0.10, &mut p);
+        assert_eq!(p, vec![false, false]);
+        assert!((s[1] - 152.4 / 952.4).abs() < 1e-12);
+        // Unpaused, 12 % stays (no flapping around the threshold).
+        shares_with_pause(&[800.0, 109.0], 0.10, &mut p);
+        assert_eq!(p, vec![false, false]);
+        // min_share 0 never pauses.
+        let s = shares_with_pause(&[800.0, 1.0], 0.0, &mut p);
+        assert_eq!(p, vec![false, false]);
+        assert!(s[1] > 0.0);
+    }
+
+    #[test]
+    fn pause_is_relative_to_the_fastest_tier_not_the_pool() {
+        // Twelve equal tiers: each gets 8.3 % of Eq. 1, none is paused.
+        let mut p = vec![false; 12];
+        let s = shares_with_pause(&[1.0; 12], 0.10, &mut p);
+        assert!(p.iter().all(|x| !x));
+        assert!(s.iter().all(|x| (x - 1.0 / 12.0).abs() < 1e-12));
+        // One fast tier and three slow ones at 5 % of it: the slow ones pause, even
+        // though together they are 13 % of the pool.
+        let mut p = vec![false; 4];
+        let s = shares_with_pause(&[100.0, 5.0, 5.0, 5.0], 0.10, &mut p);
+        assert_eq!(p, vec![false, true, true, true]);
+        assert_eq!(s, vec![1.0, 0.0, 0.0, 0.0]);
+        // Equal fastest tiers are never paused, whatever min_share says.
+        let mut p = vec![true, true];
+        shares_with_pause(&[10.0, 10.0], 0.5, &mut p);
+        assert_eq!(p, vec![false, false]);
     }
 
     #[test]

@@ -53,6 +53,10 @@ pub struct TierStats {
     /// while it saw no traffic).
     #[serde(default)]
     pub probes: u64,
+    /// With `adapt`: measured too slow next to the fastest tier (`placement.min_share`), so
+    /// it gets no new data until it measures faster.
+    #[serde(default)]
+    pub paused: bool,
     /// Kernel passthrough handles open now / opened since mount. Their bytes bypass the
     /// daemon and appear only in the device counters.
     pub passthrough_open: u64,
@@ -166,6 +170,7 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
                 write_errors: c.write_errors.load(Ordering::Relaxed),
                 last_error: t.last_error(),
                 probes: t.probes.load(Ordering::Relaxed),
+                paused: t.is_paused(),
                 passthrough_open: c.pt_open.load(Ordering::Relaxed),
                 passthrough_opens: c.pt_opens_total.load(Ordering::Relaxed),
                 device_read: t.device_bytes().map(|d| d.0),
@@ -314,6 +319,13 @@ pub fn tiers_table(s: &Snapshot) -> String {
                     .as_deref()
                     .map(|e| format!(", last: {e}"))
                     .unwrap_or_default()
+            ));
+        }
+        if t.paused {
+            notes.push(format!(
+                "PAUSED: too slow next to the fastest tier (placement.min_share); no new data, \
+                 {} recovery probes so far",
+                t.probes
             ));
         }
         if t.passthrough_opens > 0 {

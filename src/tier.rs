@@ -120,8 +120,20 @@ pub const MIN_SAMPLE_BUSY_NS: u64 = 50_000_000;
 /// ... or have been busy this long: a tier that stalls (completes little or nothing while
 /// requests wait on it) must pull its estimate down, not freeze it.
 pub const STALL_BUSY_NS: u64 = 1_000_000_000;
-/// Weight of the newest sample.
+/// Weight of the newest sample when it is above the estimate...
 pub const EWMA_ALPHA: f64 = 0.3;
+/// ... and when it is below: a tier that slows down is believed sooner than one that
+/// speeds up, because every step waits for its slowest tier (overrating a tier costs the
+/// whole step; underrating it costs only what it could have added).
+pub const EWMA_ALPHA_DOWN: f64 = 0.5;
+
+fn ewma(old: Option<f64>, sample: f64) -> f64 {
+    match old {
+        Some(old) if sample < old => old + EWMA_ALPHA_DOWN * (sample - old),
+        Some(old) => old + EWMA_ALPHA * (sample - old),
+        None => sample,
+    }
+}
 
 /// Recovery probes: a tier whose share was cut and that has had no sample of its own
 /// traffic for [`PROBE_IDLE_NS`] is measured with a small O_DIRECT write and read-back of
@@ -134,10 +146,7 @@ pub const PROBE_IDLE_NS: u64 = 3_000_000_000;
 impl Estimate {
     /// Folds one measured bandwidth (bytes/s) into the estimate.
     pub fn observe(&self, sample: f64) -> f64 {
-        let new = match self.get() {
-            Some(old) => old + EWMA_ALPHA * (sample - old),
-            None => sample,
-        };
+        let new = ewma(self.get(), sample);
         self.bps.store(new.to_bits(), Ordering::Relaxed);
         new
     }
@@ -157,10 +166,7 @@ impl Estimate {
         self.last_bytes.store(bytes, Ordering::Relaxed);
         self.last_busy.store(busy_ns, Ordering::Relaxed);
         let sample = db as f64 / (dt as f64 / 1e9);
-        let new = match self.get() {
-            Some(old) => old + EWMA_ALPHA * (sample - old),
-            None => sample,
-        };
+        let new = ewma(self.get(), sample);
         self.bps.store(new.to_bits(), Ordering::Relaxed);
         Some(new)
     }
@@ -218,6 +224,9 @@ pub struct Tier {
     probe_running: std::sync::atomic::AtomicBool,
     probe_fresh: std::sync::atomic::AtomicBool,
     pub probes: AtomicU64,
+    /// With `adapt`: too slow next to the fastest tier to be given work
+    /// ([`crate::placement::shares_with_pause`]); only recovery probes reach it.
+    paused: std::sync::atomic::AtomicBool,
     _lock: Option<File>,
 }
 
@@ -357,6 +366,7 @@ impl Tier {
             probe_running: Default::default(),
             probe_fresh: Default::default(),
             probes: AtomicU64::new(0),
+            paused: Default::default(),
             _lock: Some(lock),
         })
     }
@@ -391,6 +401,7 @@ impl Tier {
             probe_running: Default::default(),
             probe_fresh: Default::default(),
             probes: AtomicU64::new(0),
+            paused: Default::default(),
             _lock: None,
         }
     }
@@ -398,6 +409,15 @@ impl Tier {
     /// Whether the tier is usable for new data.
     pub fn is_healthy(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Whether placement gives the tier no new work now because it measured too slow.
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+
+    pub fn set_paused(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Relaxed);
     }
 
     /// What the stats call the tier's state: "ok", "failed" (EIO/EROFS seen; no new data
@@ -744,6 +764,8 @@ mod tests {
         let e = Estimate::default();
         assert_eq!(e.observe(100.0), 100.0);
         assert_eq!(e.observe(200.0), 100.0 + EWMA_ALPHA * 100.0);
+        // Down moves faster than up.
+        assert_eq!(e.observe(30.0), 130.0 + EWMA_ALPHA_DOWN * (30.0 - 130.0));
     }
 
     #[test]
@@ -753,9 +775,12 @@ mod tests {
         // 100 MB moved in 0.1 s of busy time (however long the wall-clock interval was).
         let v = e.sample(100_000_000, 100_000_000).unwrap();
         assert!((v - 1e9).abs() < 1.0, "{v}");
-        // Next interval half as fast: the mean moves by alpha toward it.
+        // Next interval half as fast: the mean moves by the downward alpha toward it.
         let v = e.sample(200_000_000, 300_000_000).unwrap();
-        assert!((v - (1e9 + EWMA_ALPHA * (0.5e9 - 1e9))).abs() < 1.0, "{v}");
+        assert!(
+            (v - (1e9 + EWMA_ALPHA_DOWN * (0.5e9 - 1e9))).abs() < 1.0,
+            "{v}"
+        );
         // A stall: busy for 2 s with nothing completed still counts, and pulls it down.
         let stalled = e.sample(200_000_000, 2_300_000_000).unwrap();
         assert!(stalled < v * 0.75, "{stalled} vs {v}");

@@ -304,6 +304,11 @@ fn config_rows() {
         &format!("{T}[mount]\nengine = \"aio\"\n"),
         &["mount.engine: \"aio\" is not one of \"io_uring\", \"psync\""],
     );
+    config_row(
+        "C41",
+        &format!("{T}[placement]\nmin_share = 0.7\n"),
+        &["placement.min_share: 0.7 is out of range; use 0 (never pause a slow tier) to 0.5"],
+    );
     // Several problems: all reported at once.
     config_row(
         "C30",

@@ -363,3 +363,80 @@ fn a_small_share_that_shrinks_further_is_followed() {
     assert_eq!(r.migration_copied_bytes.load(Ordering::Relaxed), 0);
     assert!(read_all(&fs, ino, SIZE) == data);
 }
+
+/// A tier whose online estimate falls far below the fastest one's is paused
+/// (`placement.min_share`): the next rewrite moves the whole file onto the fast tier (as a
+/// whole file, which passthrough can then serve), nothing is left on the slow one, and when
+/// its estimate returns the file spreads again on its next rewrite. Nothing is copied
+/// either way: DeepSpeed's whole-file rewrites carry the move.
+#[test]
+fn a_paused_tier_empties_on_rewrite_and_fills_again_when_it_resumes() {
+    let d = tempfile::tempdir().unwrap();
+    let data = pattern(SIZE, 9);
+    let (fs, ino) = setup(d.path(), &data);
+    // Rewrites the file whole; also says whether the open was offered passthrough.
+    let rewrite = |fs: &TierFs, seed: u8| {
+        let data = pattern(SIZE, seed);
+        let (fh, info) = fs.open(ino, libc::O_WRONLY).unwrap();
+        for off in (0..SIZE).step_by(MIB) {
+            fs.write(fh, off as u64, &data[off..(off + MIB).min(SIZE)])
+                .unwrap();
+        }
+        fs.release(fh).unwrap();
+        (data, info.passthrough.is_some())
+    };
+    let slow_piece = || d.path().join("b/data/f.swp").exists();
+    assert!(slow_piece());
+    // Online estimates: the slow tier measures 1/15 of the fast one (6 % of the pair).
+    let (fast, slow) = (&fs.tiers()[0], &fs.tiers()[1]);
+    for t in [&fast.est_read, &fast.est_write] {
+        t.observe(1e9);
+    }
+    for t in [&slow.est_read, &slow.est_write] {
+        t.observe(1e9 / 15.0);
+    }
+    fs.recompute_shares();
+    assert!(slow.is_paused());
+    assert_eq!(fs.placer().shares(), vec![1.0, 0.0]);
+    let snap = tierfs::stats::snapshot(&fs);
+    assert!(snap.tiers[1].paused && !snap.tiers[0].paused);
+    let text = tierfs::stats::tiers_table(&snap);
+    assert!(text.contains("slow: PAUSED"), "{text}");
+
+    let (data, _) = rewrite(&fs, 10);
+    assert_eq!(layout(&fs), FileLayout::Whole { tier: 0 });
+    assert!(!slow_piece(), "the slow tier still holds a piece");
+    assert!(read_all(&fs, ino, SIZE) == data);
+
+    // Just above min_share (12 %, below the resume point): still paused.
+    for t in [&slow.est_read, &slow.est_write] {
+        for _ in 0..20 {
+            t.observe(1e9 / 7.0);
+        }
+    }
+    fs.recompute_shares();
+    assert!(slow.is_paused());
+    // A whole file that follows the shares may be opened in passthrough...
+    assert!(rewrite(&fs, 11).1);
+    assert_eq!(layout(&fs), FileLayout::Whole { tier: 0 });
+
+    // Recovered to the stated figure: resumes, and the whole file spreads again.
+    for t in [&slow.est_read, &slow.est_write] {
+        for _ in 0..20 {
+            t.observe(1e9);
+        }
+    }
+    fs.recompute_shares();
+    assert!(!slow.is_paused());
+    // ... but not once it has drifted: the daemon must serve the rewrite that moves it.
+    let (data, pt) = rewrite(&fs, 12);
+    assert!(!pt);
+    let l = layout(&fs);
+    assert!(matches!(l, FileLayout::Stripe(_)), "{l:?}");
+    assert!((fast_share(&l) - 0.5).abs() < 0.05, "{l:?}");
+    assert!(slow_piece());
+    assert!(read_all(&fs, ino, SIZE) == data);
+    let r = fs.relayout_counters();
+    assert_eq!(r.migrations_committed.load(Ordering::Relaxed), 2);
+    assert_eq!(r.migration_copied_bytes.load(Ordering::Relaxed), 0);
+}

@@ -7,7 +7,9 @@
 # Tiers (tierbed, root): nvme 1200/800 MB/s --ram, pfs 400/300 MB/s --ram, named
 # ${PREFIX:-h5c}-nvme / -pfs, state in TIERBED_HOME (default /var/lib/tierbed-h5c).
 # Each run replays `tierfs-replay --ranks 2 --subgroups 8 --subgroup-bytes 32MiB --engine
-# libaio --steps S` (default 12) once through tierfs (stripe, adapt = true) and once on the
+# libaio --steps S` (default 12) once through tierfs (stripe, adapt = true, min_share
+# $MIN_SHARE (default 0.10), passthrough $PASSTHROUGH (default "direct", what README
+# recommends for DeepSpeed as root; "off" = every byte through the daemon)) and once on the
 # nvme tier directly, with the same disturbance T0 s after the replay starts (default 12):
 #   throttle: `tierbed.sh rate pfs 40 30` (10 % of its caps) for D s (default 20), then back
 #   writer:   a competing fio writer on the pfs tier (O_DIRECT 1 MiB, 2 jobs x QD 8) for D s
@@ -60,7 +62,9 @@ write_bandwidth = "300MB/s"
 [placement]
 layout = "stripe"
 adapt = true
+min_share = ${MIN_SHARE:-0.10}
 [mount]
+passthrough = "${PASSTHROUGH:-direct}"
 log_file = "$OUT/daemon.log"
 EOT
 disturb() { # in the background: wait T0, disturb for D s, undo
@@ -96,7 +100,7 @@ for r in $(seq 1 "$RUNS"); do
     wait $DP
     if [ $target = tierfs ]; then
       [ "$r" = 1 ] && { kill $REC 2>/dev/null || true; wait $REC 2>/dev/null || true; }
-      grep -E "shares now|probe of" "$OUT/daemon.log" | tail -6 >"$OUT/$SCEN-shares-$r.txt" || true
+      grep -E "shares now|probe of|paused|resumed" "$OUT/daemon.log" | tail -12 >"$OUT/$SCEN-shares-$r.txt" || true
       "$TIERFS" unmount "$MNT"
     else
       rm -rf "$DIR"

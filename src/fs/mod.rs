@@ -415,6 +415,8 @@ pub struct TierFs {
     passthrough_mode: crate::config::Passthrough,
     /// `[placement] adapt`: shares follow the online estimates.
     adapt: bool,
+    /// `placement.min_share` (with `adapt`).
+    min_share: f64,
     /// Conflict copies renamed aside by the running scan: (new relative path, tier).
     aside: Mutex<Vec<(PathBuf, usize)>>,
     /// `[cache]`: the host-memory tier.
@@ -497,7 +499,11 @@ impl TierFs {
             },
         );
         let fs = TierFs {
-            placer: Placer::new(placement::shares(&bws)),
+            placer: Placer::new(if config.placement.adapt {
+                Self::paused_shares(&tiers, &bws, config.placement.min_share)
+            } else {
+                placement::shares(&bws)
+            }),
             tiers,
             layout: config.placement.layout,
             stripe_unit: config.placement.stripe_unit,
@@ -518,6 +524,7 @@ impl TierFs {
             passthrough_mode: config.mount.passthrough,
             aside: Mutex::new(Vec::new()),
             adapt: config.placement.adapt,
+            min_share: config.placement.min_share,
             cache: config
                 .cache
                 .clone()
@@ -562,7 +569,17 @@ impl TierFs {
             changed |= t.sample_bandwidth();
         }
 
-        if changed && self.adapt {
+        if changed {
+            self.recompute_shares();
+        }
+        self.placer.shares()
+    }
+
+    /// Recomputes the Eq. 1 shares from the current estimates (with `adapt`; without it
+    /// the configured or probed figures stay), pausing tiers too slow to be worth their
+    /// risk.
+    pub fn recompute_shares(&self) {
+        if self.adapt {
             let bws: Vec<f64> = self
                 .tiers
                 .iter()
@@ -571,7 +588,7 @@ impl TierFs {
                     placement::effective_bandwidth(r, w)
                 })
                 .collect();
-            let new = placement::shares(&bws);
+            let new = Self::paused_shares(&self.tiers, &bws, self.min_share);
             let old = self.placer.shares();
             if new.iter().zip(&old).any(|(a, b)| (a - b).abs() > 0.02) {
                 log::info!(
@@ -586,7 +603,34 @@ impl TierFs {
             }
             self.placer.set_shares(new);
         }
-        self.placer.shares()
+    }
+
+    /// Eq. 1 over `bws` with too-slow tiers paused; updates and logs each tier's pause.
+    fn paused_shares(tiers: &[Tier], bws: &[f64], min_share: f64) -> Vec<f64> {
+        let mut paused: Vec<bool> = tiers.iter().map(|t| t.is_paused()).collect();
+        let new = placement::shares_with_pause(bws, min_share, &mut paused);
+        for (t, p) in tiers.iter().zip(paused) {
+            if p != t.is_paused() {
+                let s = placement::pairwise_share(bws, t.index) * 100.0;
+                if p {
+                    log::warn!(
+                        "tier '{}' paused: next to the fastest tier it measures {s:.1}% of the \
+                         bandwidth, below min_share {:.0}%; it gets no new data (recovery \
+                         probes still measure it) until it measures {:.0}%",
+                        t.name,
+                        min_share * 100.0,
+                        min_share * placement::RESUME_FACTOR * 100.0
+                    );
+                } else {
+                    log::info!(
+                        "tier '{}' resumed: it measures {s:.1}% next to the fastest tier",
+                        t.name
+                    );
+                }
+                t.set_paused(p);
+            }
+        }
+        new
     }
 
     /// Recovery probes (with `adapt`): a tier whose share fell well below its stated or
@@ -601,7 +645,9 @@ impl TierFs {
             .iter()
             .map(|t| placement::effective_bandwidth(t.read_bps, t.write_bps))
             .collect();
-        let base = placement::shares(&base);
+        // A tier too slow on paper to ever resume is not probed for nothing: its base
+        // share counts as paused whenever it is below the resume point.
+        let base = placement::shares_with_pause(&base, self.min_share, &mut vec![true; base.len()]);
         let now = self.placer.shares();
         for (i, t) in self.tiers.iter().enumerate() {
             if t.claim_probe(now[i] < 0.8 * base[i]) {
@@ -1710,7 +1756,15 @@ impl TierFs {
                 }
             }
             self.cache_on_open(ino, parent, &name, &f, &mut st, !write);
-            let pt = self.passthrough_piece(&st, f.size(), flags);
+            // A drifted file opened for writing is re-laid out below, which the daemon
+            // must serve: no passthrough for it (unless the inode already has passthrough
+            // opens; the kernel keeps one mode per inode, and then it stays where it is).
+            let relayout = write && st.pt_opens == 0 && self.layout_drifted(&st.layout);
+            let pt = if relayout {
+                None
+            } else {
+                self.passthrough_piece(&st, f.size(), flags)
+            };
             st.opens += 1;
             st.writers += u32::from(write);
             if pt.is_some() {

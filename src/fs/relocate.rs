@@ -97,10 +97,19 @@ impl TierFs {
     }
 
     /// Whether a striped file's pattern no longer follows the current shares (with
-    /// `adapt`: a tier slowed down or recovered since the file was laid out).
+    /// `adapt`: a tier slowed down or recovered since the file was laid out). With the
+    /// `stripe` layout a whole file counts as a one-tier pattern: files rewritten while a
+    /// slow tier was paused sit whole on the fast tier, and must spread again when it
+    /// resumes.
     pub(super) fn layout_drifted(&self, layout: &FileLayout) -> bool {
-        let FileLayout::Stripe(m) = layout else {
-            return false;
+        let single;
+        let pattern: &[u8] = match layout {
+            FileLayout::Stripe(m) => &m.pattern,
+            FileLayout::Whole { tier } if self.layout == Layout::Stripe => {
+                single = [*tier as u8];
+                &single
+            }
+            FileLayout::Whole { .. } => return false,
         };
         if !self.adapt {
             return false;
@@ -120,7 +129,7 @@ impl TierFs {
         // A tier the pattern overloads: more than DRIFT times its fair fraction, and by at
         // least one slot of the finest pattern (64 slots), so rounding alone never counts.
         (0..self.tiers.len()).any(|t| {
-            let (have, fair) = (frac(&m.pattern, t), frac(&ideal, t));
+            let (have, fair) = (frac(pattern, t), frac(&ideal, t));
             have - fair >= 1.0 / 64.0 - 1e-9 && have > fair * Self::DRIFT
         })
     }
@@ -134,8 +143,15 @@ impl TierFs {
         bad: Option<usize>,
         want: u64,
     ) -> Result<(FileLayout, Option<Charge>)> {
-        Ok(match old {
-            FileLayout::Stripe(m) => {
+        // With the stripe layout a whole file (laid out while only one tier was eligible or
+        // unpaused) spreads again with the pool's unit.
+        let unit = match old {
+            FileLayout::Stripe(m) => Some(m.unit),
+            FileLayout::Whole { .. } if self.layout == Layout::Stripe => Some(self.stripe_unit),
+            FileLayout::Whole { .. } => None,
+        };
+        Ok(match unit {
+            Some(unit) => {
                 let eligible: Vec<bool> = self
                     .tiers
                     .iter()
@@ -150,10 +166,10 @@ impl TierFs {
                         },
                         None,
                     ),
-                    _ => (FileLayout::Stripe(StripeMap::new(m.unit, pattern)), None),
+                    _ => (FileLayout::Stripe(StripeMap::new(unit, pattern)), None),
                 }
             }
-            FileLayout::Whole { .. } => {
+            None => {
                 let eligible: Vec<bool> = self
                     .tiers
                     .iter()

@@ -428,9 +428,13 @@ fn a_paused_tier_empties_on_rewrite_and_fills_again_when_it_resumes() {
     }
     fs.recompute_shares();
     assert!(!slow.is_paused());
-    // ... but not once it has drifted: the daemon must serve the rewrite that moves it.
+    // ... but not once it has drifted: the daemon must serve the rewrite that moves it,
+    // and a reader still open then (FUSE releases arrive late) must not pin it either.
+    let (fh, info) = fs.open(ino, libc::O_RDONLY).unwrap();
+    assert!(info.passthrough.is_none());
     let (data, pt) = rewrite(&fs, 12);
     assert!(!pt);
+    fs.release(fh).unwrap();
     let l = layout(&fs);
     assert!(matches!(l, FileLayout::Stripe(_)), "{l:?}");
     assert!((fast_share(&l) - 0.5).abs() < 0.05, "{l:?}");

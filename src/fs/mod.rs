@@ -1756,10 +1756,12 @@ impl TierFs {
                 }
             }
             self.cache_on_open(ino, parent, &name, &f, &mut st, !write);
-            // A drifted file opened for writing is re-laid out below, which the daemon
-            // must serve: no passthrough for it (unless the inode already has passthrough
-            // opens; the kernel keeps one mode per inode, and then it stays where it is).
-            let relayout = write && st.pt_opens == 0 && self.layout_drifted(&st.layout);
+            // A drifted file is re-laid out at its next open for writing, which the daemon
+            // must serve: no passthrough for any open of it, readers included (the kernel
+            // keeps one mode per inode, and FUSE sends a reader's RELEASE asynchronously,
+            // so DeepSpeed's write open of a file it just read can arrive while that
+            // read handle is still open; in passthrough it would pin the old layout).
+            let relayout = st.pt_opens == 0 && self.layout_drifted(&st.layout);
             let pt = if relayout {
                 None
             } else {

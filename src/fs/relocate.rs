@@ -128,9 +128,13 @@ impl TierFs {
         };
         // A tier the pattern overloads: more than DRIFT times its fair fraction, and by at
         // least one slot of the finest pattern (64 slots), so rounding alone never counts.
+        // Or a tier the pattern leaves out that now deserves at least `min_share`: a tier
+        // that resumed after a pause (at 15 % or more), which the overload rule alone
+        // would leave idle while the others carry up to 1.3x their part.
         (0..self.tiers.len()).any(|t| {
             let (have, fair) = (frac(pattern, t), frac(&ideal, t));
-            have - fair >= 1.0 / 64.0 - 1e-9 && have > fair * Self::DRIFT
+            (have - fair >= 1.0 / 64.0 - 1e-9 && have > fair * Self::DRIFT)
+                || (have == 0.0 && fair >= self.min_share.max(1.0 / 64.0))
         })
     }
 

@@ -1,6 +1,8 @@
 //! A tier whose filesystem turns read-only mid-run (a real fault below tierfs, made with
 //! ../shared/tierbed's `fail`): files on it stay readable, a rewrite moves the file to the
-//! healthy tier with every byte, new files avoid it, and the stats show it failed.
+//! healthy tier with every byte, new files avoid it, and the stats show it failed. And a
+//! tier throttled to a crawl mid-run (tierbed's `rate`): it is paused, files leave it as
+//! they are rewritten, and it resumes when its bandwidth returns.
 //! Needs root, loop devices and ../shared/tierbed; says SKIP otherwise.
 mod common;
 use common::*;
@@ -45,6 +47,16 @@ impl Tb {
             script: script.to_path_buf(),
             name: name.into(),
         })
+    }
+    /// Sets the tier's caps in MB/s (0 = unlimited).
+    fn rate(&self, read: u32, write: u32) {
+        let st = Command::new("bash")
+            .arg(&self.script)
+            .args(["rate", &self.name, &read.to_string(), &write.to_string()])
+            .env("TIERBED_HOME", "/var/lib/tierbed-tests")
+            .status()
+            .unwrap();
+        assert!(st.success(), "tierbed rate");
     }
     fn fail(&self) {
         let st = Command::new("bash")
@@ -176,6 +188,132 @@ fn read_only_tier_keeps_data_and_moves_rewrites() {
         log.contains("moving the file to another tier"),
         "log: {log}"
     );
+}
+
+#[test]
+fn slow_tier_is_paused_then_resumes() {
+    if !fuse_available() {
+        return;
+    }
+    if !is_root() {
+        eprintln!("SKIP: needs root (loop devices and blkio throttling for a real slow tier)");
+        return;
+    }
+    let Some(script) = tierbed() else {
+        eprintln!("SKIP: ../shared/tierbed/tierbed.sh not found");
+        return;
+    };
+    let base = tempfile::tempdir().unwrap();
+    let (ma, mb) = (base.path().join("a"), base.path().join("b"));
+    let Some(_ta) = Tb::up(&script, "tfs-test-c", &ma) else {
+        return;
+    };
+    let Some(tb) = Tb::up(&script, "tfs-test-d", &mb) else {
+        return;
+    };
+    let s = Setup::two("stripe");
+    let cfg = format!(
+        "[[tier]]\nname = \"fast\"\npath = \"{}/t\"\ncreate = true\n\
+         read_bandwidth = \"1GB/s\"\nwrite_bandwidth = \"1GB/s\"\n\
+         [[tier]]\nname = \"slow\"\npath = \"{}/t\"\ncreate = true\n\
+         read_bandwidth = \"1GB/s\"\nwrite_bandwidth = \"1GB/s\"\n\
+         [placement]\nlayout = \"stripe\"\nadapt = true\n\
+         [mount]\nlog_file = \"{}\"\npassthrough = \"off\"\n",
+        ma.display(),
+        mb.display(),
+        s.log_path().display()
+    );
+    std::fs::create_dir_all(s.mountpoint()).unwrap();
+    std::fs::write(s.config_path(), &cfg).unwrap();
+    let out = Command::new(tierfs_bin())
+        .args(["mount", "--config"])
+        .arg(s.config_path())
+        .arg(s.mountpoint())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mnt = s.mountpoint();
+    let _mounted = Unmount(mnt.clone());
+    let on_slow = |name: &str| mb.join("t/data").join(name).exists();
+    let tier_stat = |key: &str| -> serde_json::Value {
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(mnt.join(".tierfs/stats.json")).unwrap())
+                .unwrap();
+        v["tiers"][1][key].clone()
+    };
+    const SIZE: usize = 8 * MIB;
+
+    // Equal tiers: the file is striped over both.
+    let mut f0 = pattern(SIZE, 1);
+    write_direct_threads(&mnt.join("f0"), &f0, 4, 0);
+    assert!(on_slow("f0"));
+
+    // The second tier slows to 5 MB/s. Writing on (DeepSpeed would) lets the daemon
+    // measure it; it must pause it within a few files.
+    tb.rate(5, 5);
+    let mut files = Vec::new();
+    for i in 0..24 {
+        let d = pattern(SIZE, 100 + i);
+        write_direct_threads(&mnt.join(format!("g{i}")), &d, 4, 0);
+        files.push(d);
+        if tier_stat("paused") == serde_json::Value::Bool(true) {
+            break;
+        }
+    }
+    assert!(
+        wait_for(10, || tier_stat("paused") == serde_json::Value::Bool(true)),
+        "the slow tier was not paused; log: {}",
+        std::fs::read_to_string(s.log_path()).unwrap_or_default()
+    );
+    assert_eq!(tier_stat("share").as_f64(), Some(0.0));
+    let tiers = std::fs::read_to_string(mnt.join(".tierfs/tiers")).unwrap();
+    assert!(tiers.contains("slow: PAUSED"), "{tiers}");
+    let log = std::fs::read_to_string(s.log_path()).unwrap_or_default();
+    assert!(log.contains("tier 'slow' paused"), "log: {log}");
+
+    // New files and rewrites go to the fast tier only, whole: nothing stays on the slow one.
+    let n0 = pattern(SIZE, 2);
+    write_direct_threads(&mnt.join("n0"), &n0, 4, 0);
+    assert!(!on_slow("n0"));
+    f0 = pattern(SIZE, 3);
+    write_direct_threads(&mnt.join("f0"), &f0, 4, 0);
+    // The switch comes with the writer's RELEASE, which FUSE sends after close returns.
+    assert!(
+        wait_for(10, || !on_slow("f0")),
+        "the rewrite left a piece on the paused tier"
+    );
+    assert_eq!(read_direct_threads(&mnt.join("f0"), 4), f0);
+
+    // The bandwidth comes back: the idle tier's recovery probes see it, and it resumes.
+    tb.rate(0, 0);
+    assert!(
+        wait_for(90, || tier_stat("paused") == serde_json::Value::Bool(false)),
+        "the slow tier did not resume; log: {}",
+        std::fs::read_to_string(s.log_path()).unwrap_or_default()
+    );
+    assert!(tier_stat("probes").as_u64().unwrap() > 0);
+    // The whole file spreads again on its next rewrite.
+    f0 = pattern(SIZE, 4);
+    write_direct_threads(&mnt.join("f0"), &f0, 4, 0);
+    assert!(
+        wait_for(10, || on_slow("f0")),
+        "the rewrite did not spread over the resumed tier"
+    );
+
+    // Nothing was lost on the way.
+    assert_eq!(read_direct_threads(&mnt.join("f0"), 4), f0);
+    assert_eq!(read_direct_threads(&mnt.join("n0"), 4), n0);
+    for (i, d) in files.iter().enumerate() {
+        assert_eq!(
+            &read_direct_threads(&mnt.join(format!("g{i}")), 4),
+            d,
+            "g{i}"
+        );
+    }
 }
 
 struct Unmount(PathBuf);

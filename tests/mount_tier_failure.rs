@@ -114,23 +114,10 @@ fn read_only_tier_keeps_data_and_moves_rewrites() {
         mb.display(),
         s.log_path().display()
     );
-    std::fs::create_dir_all(s.mountpoint()).unwrap();
-    std::fs::write(s.config_path(), &cfg).unwrap();
-    let out = Command::new(tierfs_bin())
-        .args(["mount", "--config"])
-        .arg(s.config_path())
-        .arg(s.mountpoint())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let mnt = s.mountpoint();
     // Declared after the tiers, so it is dropped (unmounted) before they are taken down,
     // also when an assertion fails.
-    let _mounted = Unmount(mnt.clone());
+    let _mounted = mount_with(&s, &cfg);
 
     let mut content = Vec::new();
     for i in 0..4u64 {
@@ -223,21 +210,8 @@ fn slow_tier_is_paused_then_resumes() {
         mb.display(),
         s.log_path().display()
     );
-    std::fs::create_dir_all(s.mountpoint()).unwrap();
-    std::fs::write(s.config_path(), &cfg).unwrap();
-    let out = Command::new(tierfs_bin())
-        .args(["mount", "--config"])
-        .arg(s.config_path())
-        .arg(s.mountpoint())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let mnt = s.mountpoint();
-    let _mounted = Unmount(mnt.clone());
+    let _mounted = mount_with(&s, &cfg);
     let on_slow = |name: &str| mb.join("t/data").join(name).exists();
     let tier_stat = |key: &str| -> serde_json::Value {
         let v: serde_json::Value =
@@ -314,6 +288,24 @@ fn slow_tier_is_paused_then_resumes() {
             "g{i}"
         );
     }
+}
+
+/// Mounts `cfg` (tiers on tierbed folders) at the setup's mountpoint; unmounted on drop.
+fn mount_with(s: &Setup, cfg: &str) -> Unmount {
+    std::fs::create_dir_all(s.mountpoint()).unwrap();
+    std::fs::write(s.config_path(), cfg).unwrap();
+    let out = Command::new(tierfs_bin())
+        .args(["mount", "--config"])
+        .arg(s.config_path())
+        .arg(s.mountpoint())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Unmount(s.mountpoint())
 }
 
 struct Unmount(PathBuf);

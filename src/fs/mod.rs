@@ -1739,7 +1739,7 @@ impl TierFs {
             NodeData::Other(_) => return Err(Error::NotSupported("open of a special file")),
         };
         let (parent, name) = (node.parent, node.name.clone());
-        let pt = {
+        let (pt, relayout) = {
             let mut st = f.state.write();
             if st.opens == 0 && st.cache.is_none() && st.migration.is_none() {
                 for t in st.layout.tiers() {
@@ -1772,7 +1772,7 @@ impl TierFs {
             if pt.is_some() {
                 self.note_pt_open(&mut st);
             }
-            pt
+            (pt, relayout)
         };
         drop(tree);
         // DeepSpeed rewrites its swap files in place every step (no O_TRUNC), so a file
@@ -1780,7 +1780,7 @@ impl TierFs {
         // and its stripes no longer follow the shares, it moves as it is rewritten (a
         // migration: rewritten blocks go to the new layout, the rest is copied when the
         // last writer closes). A failed move leaves the file as it was.
-        if write && pt.is_none() && self.layout_drifted(&f.layout()) {
+        if write && relayout {
             if let Err(e) = self.start_migration(ino, &f) {
                 log::warn!("re-laying out inode {ino} failed (it stays as it is): {e}");
             }

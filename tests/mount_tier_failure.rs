@@ -79,28 +79,32 @@ impl Drop for Tb {
     }
 }
 
-#[test]
-fn read_only_tier_keeps_data_and_moves_rewrites() {
+/// Two uncapped tierbed tiers mounted at `<temp>/a` and `<temp>/b` (dropped: taken down),
+/// or None with a SKIP line where FUSE, root or tierbed is missing.
+fn two_tiers(a: &str, b: &str) -> Option<(tempfile::TempDir, Tb, Tb)> {
     if !fuse_available() {
-        return;
+        return None;
     }
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("SKIP: needs root (loop devices for a real failing tier)");
-        return;
+    if !is_root() {
+        eprintln!("SKIP: needs root (loop devices and blkio throttling for real tier faults)");
+        return None;
     }
     let Some(script) = tierbed() else {
         eprintln!("SKIP: ../shared/tierbed/tierbed.sh not found");
-        return;
+        return None;
     };
     let base = tempfile::tempdir().unwrap();
+    let ta = Tb::up(&script, a, &base.path().join("a"))?;
+    let tb = Tb::up(&script, b, &base.path().join("b"))?;
+    Some((base, ta, tb))
+}
+
+#[test]
+fn read_only_tier_keeps_data_and_moves_rewrites() {
+    let Some((base, _ta, tb)) = two_tiers("tfs-test-a", "tfs-test-b") else {
+        return;
+    };
     let (ma, mb) = (base.path().join("a"), base.path().join("b"));
-    let Some(_ta) = Tb::up(&script, "tfs-test-a", &ma) else {
-        return;
-    };
-    let Some(tb) = Tb::up(&script, "tfs-test-b", &mb) else {
-        return;
-    };
 
     // The harness only provides the temp dir, log and mountpoint: the tiers' folders are
     // on the loop-mounted filesystems.
@@ -179,25 +183,10 @@ fn read_only_tier_keeps_data_and_moves_rewrites() {
 
 #[test]
 fn slow_tier_is_paused_then_resumes() {
-    if !fuse_available() {
-        return;
-    }
-    if !is_root() {
-        eprintln!("SKIP: needs root (loop devices and blkio throttling for a real slow tier)");
-        return;
-    }
-    let Some(script) = tierbed() else {
-        eprintln!("SKIP: ../shared/tierbed/tierbed.sh not found");
+    let Some((base, _ta, tb)) = two_tiers("tfs-test-c", "tfs-test-d") else {
         return;
     };
-    let base = tempfile::tempdir().unwrap();
     let (ma, mb) = (base.path().join("a"), base.path().join("b"));
-    let Some(_ta) = Tb::up(&script, "tfs-test-c", &ma) else {
-        return;
-    };
-    let Some(tb) = Tb::up(&script, "tfs-test-d", &mb) else {
-        return;
-    };
     let s = Setup::two("stripe");
     let cfg = format!(
         "[[tier]]\nname = \"fast\"\npath = \"{}/t\"\ncreate = true\n\

@@ -10,7 +10,8 @@
 //! interrupted move. Where the tiers disagree, both resolve it as the mount would (a folder
 //! wins over a file, a file over a symlink, the first stripe layout in tier order, the newest
 //! whole copy), so what `export` writes is what a mount would show, and `fsck --repair` leaves
-//! the tiers as the next mount would — except that it never deletes anything but a leftover
+//! the tiers as the next mount would (pieces of one striped file found at two paths are
+//! moved back together, by their file id) — except that it never deletes anything but a leftover
 //! temporary or a byte-identical duplicate, never overwrites (a second conflict gets a new
 //! name), and the empty stripe pieces it makes carry the file's layout xattr.
 
@@ -185,6 +186,12 @@ pub enum LayoutRead {
     Bad(String, String),
 }
 
+/// The file id in a piece's layout xattr (see `layout::new_file_id`), if it has one.
+fn read_id(path: &Path) -> Option<u64> {
+    let v = sys::lgetxattr(path, OsStr::new(LAYOUT_XATTR)).ok()?;
+    crate::layout::decode_id(&String::from_utf8_lossy(&v))
+}
+
 fn read_layout(path: &Path, ntiers: usize) -> LayoutRead {
     match sys::lgetxattr(path, OsStr::new(LAYOUT_XATTR)) {
         Ok(v) => {
@@ -205,15 +212,23 @@ pub enum Action {
     SetAside { tier: usize },
     /// Remove a whole-file copy that is byte for byte the one kept on `keep`.
     RemoveIdentical { tier: usize, keep: usize },
-    /// Create an empty stripe piece with the file's layout xattr, mode and owner of the
-    /// piece on `like`.
+    /// Create an empty stripe piece with the file's layout xattr (and id), mode and owner
+    /// of the piece on `like`.
     CreatePiece {
         tier: usize,
         layout: FileLayout,
+        id: Option<u64>,
         like: Option<usize>,
     },
-    /// Write the layout xattr of a piece.
-    SetLayout { tier: usize, layout: FileLayout },
+    /// Write the layout xattr (and file id) of a piece.
+    SetLayout {
+        tier: usize,
+        layout: FileLayout,
+        id: Option<u64>,
+    },
+    /// Move the file's piece on `tier` back from `from`, where a rename that did not reach
+    /// every tier left it (the same file id).
+    Rejoin { tier: usize, from: PathBuf },
     /// Create the folder on a tier, mode and owner of the folder on `like`.
     Mkdir { tier: usize, like: Option<usize> },
     /// Remove a leftover temporary file.
@@ -231,6 +246,7 @@ impl Action {
             | Action::SetLayout { tier, .. }
             | Action::Mkdir { tier, .. }
             | Action::RemoveTemp { tier }
+            | Action::Rejoin { tier, .. }
             | Action::MoveToFirst { tier } => *tier,
         }
     }
@@ -254,6 +270,9 @@ impl Action {
                 format!("set its layout xattr to {:?}", layout.encode())
             }
             Action::Mkdir { .. } => "create the folder".into(),
+            Action::Rejoin { from, .. } => {
+                format!("move the piece back here from /{}", from.display())
+            }
             Action::RemoveTemp { .. } => "remove it".into(),
             Action::MoveToFirst { .. } => {
                 format!("move it to the first tier '{}'", tiers[0].name)
@@ -320,6 +339,8 @@ pub fn conflict_name(rel: &Path, tier_name: &str) -> PathBuf {
 #[derive(Debug, Clone)]
 pub struct FileView {
     pub layout: FileLayout,
+    /// A striped file's id (see `layout::new_file_id`), which all its pieces carry.
+    pub id: Option<u64>,
     /// Logical size, derived from the pieces as the mount derives it.
     pub size: u64,
     /// Tiers whose piece belongs to the file (a stripe file may lack some: holes).
@@ -440,6 +461,7 @@ struct PieceRead {
     tier: usize,
     /// The layout xattr as read.
     read: LayoutRead,
+    id: Option<u64>,
     /// The layout the mount takes the piece to have.
     taken: FileLayout,
     len: u64,
@@ -480,28 +502,30 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
         pieces.push(PieceRead {
             tier: t,
             read,
+            id: read_id(&p),
             taken,
             len,
             mtime,
         });
     }
     let stripe = pieces.iter().find_map(|p| match &p.taken {
-        FileLayout::Stripe(m) => Some(m.clone()),
+        FileLayout::Stripe(m) => Some((m.clone(), p.id)),
         _ => None,
     });
-    if let Some(m) = stripe {
+    if let Some((m, id)) = stripe {
         let layout = FileLayout::Stripe(m.clone());
         let mut good = Vec::new();
         let mut size = 0u64;
         for PieceRead {
             tier: t,
             read,
+            id: piece_id,
             taken,
             len,
             ..
         } in &pieces
         {
-            if m.tiers.contains(t) && *taken == layout {
+            if m.tiers.contains(t) && *taken == layout && *piece_id == id {
                 good.push(*t);
                 size = size.max(m.logical_end(*t, *len));
                 continue;
@@ -518,6 +542,7 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
                     Action::SetLayout {
                         tier: *t,
                         layout: layout.clone(),
+                        id,
                     },
                 ));
                 good.push(*t);
@@ -525,6 +550,9 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
             }
             let has = match read {
                 LayoutRead::Absent => "no layout xattr (a whole file)".to_string(),
+                LayoutRead::Valid(_) if *taken == layout => {
+                    format!("the id {:016x} of another file", piece_id.unwrap_or(0))
+                }
                 LayoutRead::Valid(l) => format!("layout {:?}", l.encode()),
                 LayoutRead::Bad(raw, _) => format!("an unusable layout {raw:?}"),
             };
@@ -560,6 +588,7 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
                     Action::CreatePiece {
                         tier: *t,
                         layout: layout.clone(),
+                        id,
                         like,
                     },
                 ));
@@ -581,6 +610,7 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
         }
         let view = FileView {
             layout,
+            id,
             size,
             pieces: good,
         };
@@ -600,6 +630,7 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
                     Action::SetLayout {
                         tier: *t,
                         layout: FileLayout::Whole { tier: *t },
+                        id: None,
                     },
                 ));
             }
@@ -645,6 +676,7 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
     }
     let view = FileView {
         layout: FileLayout::Whole { tier: keep.0 },
+        id: None,
         size: keep.1,
         pieces: vec![keep.0],
     };
@@ -848,6 +880,8 @@ pub fn fsck(
         record(tiers, &mut rep, issue, repair, out)?;
     }
     let mut stack = vec![PathBuf::new()];
+    let mut deferred: Vec<Issue> = Vec::new();
+    let mut incomplete: Vec<(PathBuf, FileView)> = Vec::new();
     while let Some(rel) = stack.pop() {
         let l = list(tiers, &rel);
         for (t, dir, e) in &l.errors {
@@ -905,8 +939,15 @@ pub fn fsck(
                 continue;
             }
             let (item, issues) = resolve(tiers, &child, on, &l.missing);
+            // A missing piece of a file with an id may sit at another path: decided (and
+            // repaired) once every file is known, see `rejoin_issues`.
+            let split_candidate = matches!(&item, Item::File(v) if v.id.is_some());
             for issue in issues {
-                record(tiers, &mut rep, issue, repair, out)?;
+                if split_candidate && matches!(issue.action, Some(Action::CreatePiece { .. })) {
+                    deferred.push(issue);
+                } else {
+                    record(tiers, &mut rep, issue, repair, out)?;
+                }
             }
             match item {
                 Item::Dir(_) => {
@@ -916,13 +957,85 @@ pub fn fsck(
                 Item::File(v) => {
                     rep.files += 1;
                     rep.bytes += v.size;
+                    if split_candidate && v.pieces.len() < v.layout.tiers().len() {
+                        incomplete.push((child, v));
+                    }
                 }
                 Item::Other(_, EntKind::Symlink) => rep.symlinks += 1,
                 Item::Other(..) => rep.others += 1,
             }
         }
     }
+    for issue in rejoin_issues(&incomplete, &mut deferred) {
+        record(tiers, &mut rep, issue, repair, out)?;
+    }
+    for issue in deferred {
+        record(tiers, &mut rep, issue, repair, out)?;
+    }
     Ok(rep)
+}
+
+/// Striped files split over several paths (pieces with one file id, none of the paths
+/// complete: a rename that reached only some tiers): one issue per piece that belongs back
+/// with the rest, as the mount's scan would move it (`layout::plan_rejoin`). The
+/// `CreatePiece` issues the moves make moot are taken out of `deferred`.
+fn rejoin_issues(incomplete: &[(PathBuf, FileView)], deferred: &mut Vec<Issue>) -> Vec<Issue> {
+    let mut by_id: BTreeMap<u64, Vec<&(PathBuf, FileView)>> = BTreeMap::new();
+    for f in incomplete {
+        if let Some(id) = f.1.id {
+            by_id.entry(id).or_default().push(f);
+        }
+    }
+    let mut out = Vec::new();
+    for group in by_id.values_mut().filter(|g| g.len() > 1) {
+        group.sort_by(|a, b| a.0.cmp(&b.0));
+        let FileLayout::Stripe(m) = &group[0].1.layout else {
+            continue;
+        };
+        if group.iter().any(|f| f.1.layout != group[0].1.layout) {
+            continue;
+        }
+        let parts: Vec<crate::layout::Part> = group
+            .iter()
+            .map(|(rel, v)| crate::layout::Part {
+                rel: rel.clone(),
+                tiers: v.pieces.clone(),
+            })
+            .collect();
+        let Some((keep, moves)) = crate::layout::plan_rejoin(m, &parts) else {
+            continue;
+        };
+        let kept = &parts[keep].rel;
+        for (from, t) in &moves {
+            let src = &parts[*from].rel;
+            out.push(Issue::repair(
+                kept,
+                *t,
+                format!(
+                    "stripe piece missing here, but the file's piece on this tier is at /{} \
+                     (it carries this file's id {:016x}: a rename that did not reach every \
+                     tier split the file, and each half reads zeros where the other holds \
+                     the bytes)",
+                    src.display(),
+                    group[0].1.id.unwrap_or(0)
+                ),
+                Action::Rejoin {
+                    tier: *t,
+                    from: src.clone(),
+                },
+            ));
+            deferred.retain(|i| !(i.rel == *kept && i.tier == Some(*t)));
+        }
+        // A half that gives away every piece it has is gone after the moves: no empty
+        // pieces for it.
+        for (p, part) in parts.iter().enumerate() {
+            let given = moves.iter().filter(|(f, _)| *f == p).count();
+            if p != keep && given > 0 && given == part.tiers.len() {
+                deferred.retain(|i| i.rel != part.rel);
+            }
+        }
+    }
+    out
 }
 
 /// Prints one problem (and applies its fix with `repair`).
@@ -1012,7 +1125,9 @@ fn apply(tiers: &[TierDir], rel: &Path, a: &Action) -> Result<String, String> {
             fs::remove_file(&p).map_err(e)?;
             Ok("removed the identical copy".into())
         }
-        Action::CreatePiece { layout, like, .. } => {
+        Action::CreatePiece {
+            layout, id, like, ..
+        } => {
             let like_meta = like.and_then(|l| fs::symlink_metadata(tiers[l].path(rel)).ok());
             let mode = like_meta
                 .as_ref()
@@ -1027,7 +1142,8 @@ fn apply(tiers: &[TierDir], rel: &Path, a: &Action) -> Result<String, String> {
                 .map_err(e)?;
             drop(f);
             let r = (|| -> io::Result<()> {
-                sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), layout.encode().as_bytes(), 0)?;
+                let encoded = layout.encode_with_id(*id);
+                sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0)?;
                 fs::set_permissions(&p, fs::Permissions::from_mode(mode))?;
                 if let Some(m) = &like_meta {
                     if sys::euid() == 0 {
@@ -1042,10 +1158,16 @@ fn apply(tiers: &[TierDir], rel: &Path, a: &Action) -> Result<String, String> {
             }
             Ok("created an empty piece with the file's layout".into())
         }
-        Action::SetLayout { layout, .. } => {
-            sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), layout.encode().as_bytes(), 0)
-                .map_err(e)?;
-            Ok(format!("set its layout xattr to {:?}", layout.encode()))
+        Action::SetLayout { layout, id, .. } => {
+            let encoded = layout.encode_with_id(*id);
+            sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0).map_err(e)?;
+            Ok(format!("set its layout xattr to {encoded:?}"))
+        }
+        Action::Rejoin { from, .. } => {
+            const RENAME_NOREPLACE: u32 = 1;
+            let src = tiers[t].path(from);
+            sys::rename2(&src, &p, RENAME_NOREPLACE).map_err(e)?;
+            Ok(format!("moved it back from {}", src.display()))
         }
         Action::Mkdir { like, .. } => {
             fs::create_dir_all(&p).map_err(e)?;

@@ -81,6 +81,15 @@ impl FileLayout {
         }
     }
 
+    /// [`FileLayout::encode`] with the file's id (see [`new_file_id`]) for a striped file's
+    /// pieces.
+    pub fn encode_with_id(&self, id: Option<u64>) -> String {
+        match (self, id) {
+            (FileLayout::Stripe(_), Some(id)) => format!("{} id={id:016x}", self.encode()),
+            _ => self.encode(),
+        }
+    }
+
     /// Parses [`FileLayout::encode`]'s output; `ntiers` bounds the tier indices.
     pub fn decode(s: &str, ntiers: usize) -> Result<FileLayout, String> {
         let mut words = s.split_whitespace();
@@ -135,6 +144,78 @@ impl FileLayout {
             other => Err(format!("unknown layout kind {other:?}")),
         }
     }
+}
+
+/// A new id for the pieces of a striped file: 64 random bits.
+///
+/// Every piece of a striped file carries the same id in its layout xattr (an `id=` field,
+/// which readers that predate it ignore). The pieces of one file are otherwise found only by
+/// sitting at the same path; a rename that reached some tiers and not others (a crash
+/// between them, or a tier missing at the time) splits a file into two half-files, each
+/// reading zeros where the other holds its bytes. With the id, the mount's scan and `tierfs
+/// fsck` recognise the halves and put them back together ([`plan_rejoin`]).
+pub fn new_file_id() -> u64 {
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    // RandomState is seeded from the OS's random source once per process.
+    std::collections::hash_map::RandomState::new().hash_one((
+        now,
+        SEQ.fetch_add(1, Ordering::Relaxed),
+        std::process::id(),
+    ))
+}
+
+/// The file id in a layout xattr's text, if it has one.
+pub fn decode_id(s: &str) -> Option<u64> {
+    s.split_whitespace()
+        .find_map(|w| w.strip_prefix("id="))
+        .and_then(|v| u64::from_str_radix(v, 16).ok())
+}
+
+/// The pieces of one striped file (one id) found at one path, and the tiers holding them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    pub rel: std::path::PathBuf,
+    pub tiers: Vec<usize>,
+}
+
+/// How a striped file split over several paths goes back together: `parts` are the paths
+/// at which pieces with the file's id were found (in path order). Only parts lacking some
+/// of the layout's pieces count (a complete copy is a file of its own). The file is kept
+/// at the part holding the primary piece (its mode, owner, times and xattrs), or the first
+/// part when none does, and each piece it lacks moves there from the first other part that
+/// has it. Returns the kept part's index and the moves as (part, tier); `None` when there
+/// is nothing to move.
+pub fn plan_rejoin(m: &StripeMap, parts: &[Part]) -> Option<(usize, Vec<(usize, usize)>)> {
+    let incomplete: Vec<usize> = (0..parts.len())
+        .filter(|i| m.tiers.iter().any(|t| !parts[*i].tiers.contains(t)))
+        .collect();
+    if incomplete.len() < 2 {
+        return None;
+    }
+    let primary = m.pattern[0] as usize;
+    let keep = incomplete
+        .iter()
+        .copied()
+        .find(|i| parts[*i].tiers.contains(&primary))
+        .unwrap_or(incomplete[0]);
+    let moves: Vec<(usize, usize)> = m
+        .tiers
+        .iter()
+        .filter(|t| !parts[keep].tiers.contains(t))
+        .filter_map(|t| {
+            incomplete
+                .iter()
+                .find(|i| **i != keep && parts[**i].tiers.contains(t))
+                .map(|i| (*i, *t))
+        })
+        .collect();
+    (!moves.is_empty()).then_some((keep, moves))
 }
 
 /// Stripe arithmetic: logical offset <-> (tier, offset in that tier's piece).
@@ -274,6 +355,43 @@ mod tests {
         assert!(FileLayout::decode("tierfs-layout v1 whole-file tier=5", 3).is_err());
         assert!(FileLayout::decode("junk", 3).is_err());
         assert!(FileLayout::decode("tierfs-layout v1 stripe unit=0 pattern=0", 3).is_err());
+    }
+
+    #[test]
+    fn file_ids_round_trip_and_old_readers_ignore_them() {
+        let l = FileLayout::Stripe(StripeMap::new(1 << 20, vec![0, 1, 0]));
+        let (a, b) = (new_file_id(), new_file_id());
+        assert_ne!(a, b);
+        let s = l.encode_with_id(Some(a));
+        assert_eq!(decode_id(&s), Some(a));
+        assert_eq!(FileLayout::decode(&s, 2).unwrap(), l);
+        assert_eq!(decode_id(&l.encode()), None);
+        let w = FileLayout::Whole { tier: 1 };
+        assert_eq!(w.encode_with_id(Some(a)), w.encode());
+    }
+
+    #[test]
+    fn a_split_file_rejoins_where_its_primary_piece_is() {
+        let m = StripeMap::new(1 << 20, vec![0, 1, 0, 2]);
+        let part = |rel: &str, tiers: &[usize]| Part {
+            rel: rel.into(),
+            tiers: tiers.to_vec(),
+        };
+        // Renamed on tier 0 only: the new name holds the primary piece and keeps the file.
+        let parts = [part("dir/c", &[1, 2]), part("dir2/c", &[0])];
+        assert_eq!(plan_rejoin(&m, &parts), Some((1, vec![(0, 1), (0, 2)])));
+        // Three ways.
+        let parts = [part("a", &[2]), part("b", &[0]), part("c", &[1])];
+        assert_eq!(plan_rejoin(&m, &parts), Some((1, vec![(2, 1), (0, 2)])));
+        // A complete copy with the same id is a file of its own, never a source.
+        let parts = [part("a", &[0, 1, 2]), part("b", &[0, 1])];
+        assert_eq!(plan_rejoin(&m, &parts), None);
+        // Nothing to gain: the other part has only what the kept one has.
+        let parts = [part("a", &[0, 1]), part("b", &[1])];
+        assert_eq!(plan_rejoin(&m, &parts), None);
+        // No primary anywhere: the first part keeps the file.
+        let parts = [part("a", &[1]), part("b", &[2])];
+        assert_eq!(plan_rejoin(&m, &parts), Some((0, vec![(1, 2)])));
     }
 
     #[test]

@@ -291,6 +291,9 @@ struct Node {
     /// An unlinked file whose pieces wait in the tiers' limbo folders until the kernel
     /// forgets it.
     limbo: bool,
+    /// A folder made while a tier was left out of a degraded mount: it has no copy there,
+    /// so renaming it needs no missing tier.
+    degraded_new: bool,
 }
 
 impl Node {
@@ -367,6 +370,7 @@ impl Tree {
                 linked: true,
                 removed_attr: None,
                 limbo: false,
+                degraded_new: false,
             },
         );
         if let Ok(c) = self.children_mut(parent) {
@@ -496,6 +500,7 @@ impl TierFs {
                 linked: true,
                 removed_attr: None,
                 limbo: false,
+                degraded_new: false,
             },
         );
         let fs = TierFs {
@@ -1218,6 +1223,9 @@ impl TierFs {
                 children: BTreeMap::new(),
             },
         );
+        if let Some(n) = tree.nodes.get_mut(&ino) {
+            n.degraded_new = self.tiers.iter().any(|t| t.missing);
+        }
         self.remember(&mut tree, ino);
         self.attr_locked(&tree, ino)
     }
@@ -1418,6 +1426,19 @@ impl TierFs {
                 _ => {}
             }
         }
+        // A folder has a copy on every tier, the missing one of a degraded mount included,
+        // and that copy may hold striped pieces and whole files no listing shows: renamed
+        // on the present tiers alone, the folder would split in two, and each striped file
+        // in it into two halves reading zeros where the other holds the bytes. (A file
+        // with a piece on the missing tier is refused by `backing_paths` below.)
+        if let Some(m) = self.tiers.iter().find(|t| t.missing) {
+            for n in std::iter::once(ino).chain(target) {
+                let node = tree.get(n)?;
+                if node.kind() == Kind::Dir && !node.degraded_new {
+                    return Err(self.missing_err(m.index, "rename"));
+                }
+            }
+        }
         if kind == Kind::Dir {
             // Refuse to move a folder into itself.
             let mut cur = newparent;
@@ -1559,7 +1580,7 @@ impl TierFs {
     ) -> Result<Vec<Option<Arc<Piece>>>> {
         let mut pieces: Vec<Option<Arc<Piece>>> = vec![None; self.tiers.len()];
         let mut made = Vec::new();
-        let encoded = layout.encode();
+        let encoded = layout.encode_with_id(Some(crate::layout::new_file_id()));
         let result = (|| {
             for t in layout.tiers() {
                 let tier = &self.tiers[t];

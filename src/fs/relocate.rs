@@ -339,6 +339,8 @@ impl TierFs {
                 Some((n, v))
             })
             .collect();
+        // The new pieces are a new set: their own id (see `layout::new_file_id`).
+        let encoded = layout.encode_with_id(Some(crate::layout::new_file_id()));
         for t in layout.tiers() {
             let piece = m.pieces[t].as_ref().expect("made by begin_move");
             let p = self.tmp_path(t, ino, m.suffix);
@@ -354,9 +356,7 @@ impl TierFs {
                 .file()
                 .sync_all()
                 .map_err(|e| self.tier_err(t, "fsync", &p, e))?;
-            if let Err(e) =
-                sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), layout.encode().as_bytes(), 0)
-            {
+            if let Err(e) = sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0) {
                 if matches!(layout, FileLayout::Stripe(_)) {
                     return Err(self.tier_err(t, "set layout xattr on", &p, e));
                 }

@@ -108,6 +108,7 @@ impl TierFs {
             return false;
         }
         st.cache = None;
+        self.release_space(e);
         c.remove(e.ino, e, true);
         if st.opens == 0 {
             st.pieces.iter_mut().for_each(|p| *p = None);
@@ -127,6 +128,7 @@ impl TierFs {
             self.write_back_locked(c, node, st, &e, None)?;
         }
         st.cache = None;
+        self.release_space(&e);
         c.remove(e.ino, &e, false);
         if st.opens == 0 {
             st.pieces.iter_mut().for_each(|p| *p = None);
@@ -139,7 +141,69 @@ impl TierFs {
         let Some(c) = &self.cache else { return };
         let mut st = f.state.write();
         if let Some(e) = st.cache.take() {
+            self.release_space(&e);
             c.remove(e.ino, &e, false);
+        }
+    }
+
+    /// Promises tier space for a cached file growing to `end` bytes, whose new bytes stay
+    /// in memory until written back (state lock held): false when a tier of its layout
+    /// cannot promise it (full). The write then goes to the tiers,
+    /// where a full tier moves the file and only a write no tier can take fails (ENOSPC):
+    /// the cache never takes bytes it could not write back.
+    fn reserve_space(&self, st: &FileState, e: &Entry, end: u64) -> bool {
+        let mut p = e.space.lock();
+        if end <= p.upto {
+            return true;
+        }
+        let l = &st.layout;
+        let want: Vec<(usize, u64)> = l
+            .tiers()
+            .into_iter()
+            .map(|t| (t, l.piece_len(t, end) - l.piece_len(t, p.upto)))
+            .collect();
+        for (i, (t, n)) in want.iter().enumerate() {
+            if !self.tiers[*t].try_reserve(*n) {
+                for (u, m) in &want[..i] {
+                    self.tiers[*u].unreserve(*m);
+                }
+                return false;
+            }
+        }
+        p.per_tier.resize(self.tiers.len(), 0);
+        for (t, n) in want {
+            p.per_tier[t] += n;
+        }
+        p.upto = end;
+        true
+    }
+
+    /// The tiers now hold a cached file up to `written` bytes (a write-back finished):
+    /// gives back the space promised for them, keeping what its later growth holds.
+    fn settle_space(&self, st: &FileState, e: &Entry, written: u64) {
+        let mut p = e.space.lock();
+        let l = &st.layout;
+        for t in 0..p.per_tier.len() {
+            let keep = if written >= p.upto {
+                0
+            } else {
+                l.piece_len(t, p.upto) - l.piece_len(t, written)
+            };
+            let give = p.per_tier[t].saturating_sub(keep);
+            self.tiers[t].unreserve(give);
+            p.per_tier[t] -= give;
+        }
+        p.on_tiers = written;
+        p.upto = p.upto.max(written);
+    }
+
+    /// Gives back all the tier space promised to a cached file (it leaves the cache, or
+    /// every byte of it reached its new tiers).
+    pub(super) fn release_space(&self, e: &Entry) {
+        let mut p = e.space.lock();
+        for (t, n) in p.per_tier.iter_mut().enumerate() {
+            self.tiers[t].unreserve(*n);
+            *n = 0;
         }
     }
 
@@ -213,8 +277,9 @@ impl TierFs {
     }
 
     /// Takes a write into a cached file's blocks (state lock held for reading). `Ok(false)`
-    /// when the file would outgrow what the cache can give it: the caller drops it from the
-    /// cache and writes to the tiers.
+    /// when the file would outgrow what the cache can give it, or what its tiers can
+    /// promise to hold at write-back: the caller drops it from the cache and writes to the
+    /// tiers.
     pub(super) fn cached_write(
         &self,
         node: &FileNode,
@@ -225,6 +290,9 @@ impl TierFs {
     ) -> Result<bool> {
         let c = self.cache.as_ref().expect("cached file without a cache");
         let end = off + data.len() as u64;
+        if end > node.size() && !self.reserve_space(st, e, end) {
+            return Ok(false);
+        }
         let want = cache::reserve_for(end);
         if want > e.reserved() {
             let extra = want - e.reserved();
@@ -373,6 +441,7 @@ impl TierFs {
                 }
             }
         }
+        self.settle_space(st, e, size);
         *e.last_error.lock() = None;
         Ok(false)
     }
@@ -446,22 +515,38 @@ impl TierFs {
         }
     }
 
-    /// Writes every dirty cached file back (unmount, control `flush`); the first error.
+    /// Writes every dirty cached file back (control `flush`); the first error.
     pub fn flush_cache(&self) -> Result<()> {
-        let Some(c) = &self.cache else { return Ok(()) };
-        let mut first = Ok(());
+        match self.write_back_all().into_iter().next() {
+            Some((_, _, err)) => Err(err),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes every dirty cached file back; the ones that could not be: (inode, dirty
+    /// bytes, why).
+    pub(super) fn write_back_all(&self) -> Vec<(u64, u64, Error)> {
+        let Some(c) = &self.cache else {
+            return Vec::new();
+        };
+        let mut failed = Vec::new();
         for (n, e) in c.residents() {
             if e.dirty_blocks() == 0 || n.gone.load(Ordering::Relaxed) {
                 continue;
             }
             if let Err(err) = self.write_back(&n, &e, e.ino) {
                 log::error!("write-back of inode {} failed: {err}", e.ino);
-                if first.is_ok() {
-                    first = Err(err);
-                }
+                let dirty: u64 = e
+                    .all_slots()
+                    .iter()
+                    .map(|s| s.lock())
+                    .filter(|s| s.dirty)
+                    .map(|s| s.len() as u64)
+                    .sum();
+                failed.push((e.ino, dirty, err));
             }
         }
-        first
+        failed
     }
 
     /// The prefetcher: loads predicted files into the cache, behind demand I/O.

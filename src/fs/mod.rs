@@ -431,6 +431,8 @@ pub struct TierFs {
     threads: usize,
     /// Bytes moved by re-layouts (`stats.json`).
     relayout: RelayoutCounters,
+    /// What [`TierFs::shutdown`] could not put on the tiers, once it has run.
+    shut: Mutex<Option<Vec<String>>>,
 }
 
 fn name_ok(name: &OsStr) -> Result<()> {
@@ -537,6 +539,7 @@ impl TierFs {
             threads: config.mount.threads,
             engine: crate::engine::choose(config.mount.engine),
             relayout: RelayoutCounters::default(),
+            shut: Mutex::new(None),
         };
         fs.scan()?;
         Ok(fs)
@@ -2215,15 +2218,22 @@ impl TierFs {
                 self.uncache_locked(&node, &mut st)?;
                 continue;
             }
-            let r = match (&st.migration, &st.layout) {
-                (Some(m), _) => self.migration_write(&node, &st, m, off, data)?,
-                (None, FileLayout::Whole { tier }) => {
-                    let piece = self.open_piece(&st, *tier, "write")?;
-                    self.piece_write(*tier, piece, data, off)
-                        .map_err(|e| (*tier, e))
-                }
-                (None, FileLayout::Stripe(_)) => {
-                    self.write_extents(&st, off, data, Class::DemandWrite)
+            // Growth into space promised to cached data is refused up front like a full
+            // tier's ENOSPC: the file moves.
+            let growing = st.migration.as_ref().map_or(&st.layout, |m| &m.layout);
+            let r = if let Some(t) = self.refuses_growth(growing, node.size(), end) {
+                Err((t, std::io::Error::from_raw_os_error(libc::ENOSPC)))
+            } else {
+                match (&st.migration, &st.layout) {
+                    (Some(m), _) => self.migration_write(&node, &st, m, off, data)?,
+                    (None, FileLayout::Whole { tier }) => {
+                        let piece = self.open_piece(&st, *tier, "write")?;
+                        self.piece_write(*tier, piece, data, off)
+                            .map_err(|e| (*tier, e))
+                    }
+                    (None, FileLayout::Stripe(_)) => {
+                        self.write_extents(&st, off, data, Class::DemandWrite)
+                    }
                 }
             };
             match r {
@@ -2266,6 +2276,18 @@ impl TierFs {
                 }
             }
         }
+    }
+
+    /// The first tier of `layout` that may not take a file's growth from `old` to `new`
+    /// bytes ([`Tier::may_grow`]: free space promised to cached data).
+    fn refuses_growth(&self, layout: &FileLayout, old: u64, new: u64) -> Option<usize> {
+        if new <= old {
+            return None;
+        }
+        layout.tiers().into_iter().find(|t| {
+            let n = layout.piece_len(*t, new) - layout.piece_len(*t, old);
+            n > 0 && !self.tiers[*t].may_grow(n)
+        })
     }
 
     /// Sets a file's size, piece by piece (tree lock held for reading).
@@ -2639,25 +2661,60 @@ impl TierFs {
         out
     }
 
-    /// At unmount: writes the cache back, stops its threads and syncs every open piece.
-    pub fn shutdown(&self) {
-        if let Err(e) = self.flush_cache() {
-            log::error!("unmount: the cache could not write everything back: {e}");
+    /// At unmount: writes the cache back, stops its threads, finishes re-layouts and syncs
+    /// every open piece. Returns what did not reach a tier, one line per file (its path and
+    /// why): those bytes are lost when the daemon exits, and the caller must say so.
+    /// Runs once (FUSE's DESTROY and the daemon's exit both call it); later calls return the
+    /// first one's answer.
+    pub fn shutdown(&self) -> Vec<String> {
+        let mut shut = self.shut.lock();
+        if let Some(lost) = &*shut {
+            return lost.clone();
+        }
+        let mut lost = Vec::new();
+        for (ino, dirty, e) in self.write_back_all() {
+            lost.push(format!(
+                "{}: {dirty} bytes written to it were only in memory and could not be \
+                 written back: {e}",
+                self.describe(ino)
+            ));
         }
         self.stop_cache();
         let tree = self.tree.read();
         for (ino, n) in &tree.nodes {
             if let NodeData::File(f) = &n.data {
                 let mut st = f.state.write();
-                if st.migration.is_some() {
+                if st.migration.is_some() && !f.gone.load(Ordering::Relaxed) {
                     if let Err(e) = self.commit_migration_locked(&tree, *ino, f, &mut st) {
-                        log::error!("unmount: the re-layout of inode {ino} could not finish: {e}");
+                        lost.push(format!(
+                            "{}: the writes since it was opened were being moved to a new \
+                             layout, which could not finish: {e}",
+                            Self::describe_in(&tree, *ino)
+                        ));
                     }
                 }
                 for p in st.pieces.iter().flatten() {
                     let _ = p.file().sync_data();
                 }
             }
+        }
+        drop(tree);
+        for l in &lost {
+            log::error!("unmount: LOST: {l}");
+        }
+        *shut = Some(lost.clone());
+        lost
+    }
+
+    /// A file's path for messages, or its inode once it has none.
+    fn describe(&self, ino: u64) -> String {
+        Self::describe_in(&self.tree.read(), ino)
+    }
+
+    fn describe_in(tree: &Tree, ino: u64) -> String {
+        match tree.rel(ino) {
+            Some(rel) => format!("/{}", rel.display()),
+            None => format!("(inode {ino}, deleted)"),
         }
     }
 }

@@ -416,6 +416,10 @@ impl TierFs {
             for slot in e.all_slots() {
                 e.set_clean(&mut slot.lock(), &c.counters);
             }
+            self.release_space(e);
+            let mut p = e.space.lock();
+            p.on_tiers = size;
+            p.upto = size;
         }
         st.layout = layout.clone();
         Ok(())

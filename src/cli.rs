@@ -50,7 +50,7 @@ pub enum Cmd {
     },
     /// Unmount and wait until the daemon has exited.
     #[command(
-        after_help = "Example:\n  tierfs unmount /tmp/tierfs-demo\n\nA plain `umount` or `fusermount3 -u` is also safe. A dead mount (daemon killed)\nis cleared with `fusermount3 -uz MOUNTPOINT` or `tierfs mount --force ...`."
+        after_help = "Example:\n  tierfs unmount /tmp/tierfs-demo\n\nA plain `umount` or `fusermount3 -u` is also safe. A dead mount (daemon killed)\nis cleared with `fusermount3 -uz MOUNTPOINT` or `tierfs mount --force ...`.\nExits 1 naming the files when the daemon could not write cached data back\n(a plain umount leaves that in the daemon's log)."
     )]
     Unmount {
         /// The tierfs mountpoint.

@@ -72,6 +72,49 @@ fn capacity_full_tier_gets_no_new_files() {
     }
 }
 
+/// Issue #21 bug 7: `capacity` was checked only when a file was created, so a file made
+/// empty (as DeepSpeed makes its swap files) and then written put any amount on the
+/// capped tier: 50 MiB of a whole file on a 20 MiB tier, 67 MiB of a striped 100 MB one.
+/// A write that would take a tier past its capacity now moves the file, as a full tier's
+/// ENOSPC does.
+#[test]
+fn bug_capacity_is_checked_only_when_a_file_is_created() {
+    if !fuse_available() {
+        return;
+    }
+    for (layout, size) in [("whole-file", 50 * MIB), ("stripe", 100_000_000)] {
+        let s = Setup::new(
+            vec![
+                TierSpec::new("capped", "2GB/s").capacity("20MiB"),
+                TierSpec::new("big", "1GB/s"),
+            ],
+            layout,
+        );
+        let m = s.mount();
+        let data = pattern(size, 7);
+        // Created empty, then written in 1 MiB requests.
+        let f = open_flags(&m.path("f"), libc::O_WRONLY | libc::O_CREAT, 0o600).unwrap();
+        assert!(
+            s.tiers_holding("f").contains(&0),
+            "{layout}: the empty file should start on the capped tier"
+        );
+        for (i, chunk) in data.chunks(MIB).enumerate() {
+            pwrite_exact(&f, chunk, (i * MIB) as u64).unwrap();
+        }
+        drop(f);
+        let used = settled_used(&m);
+        let real = s.backing_bytes(0);
+        assert!(
+            used[0] <= 20 << 20 && real <= 20 << 20,
+            "{layout}: the capped tier holds {used:?} (backing {real}) past its 20 MiB"
+        );
+        assert_eq!(used.iter().sum::<u64>(), size as u64, "{layout}");
+        assert!(std::fs::read(m.path("f")).unwrap() == data, "{layout}");
+        assert_no_stale(&m);
+        m.unmount();
+    }
+}
+
 /// The small tier is a tmpfs of 84 MiB (tierfs keeps 64 MiB of a tier's filesystem back
 /// from new files, so 20 MiB are placeable). A file placed there is filled by 4 O_DIRECT
 /// threads while the tmpfs runs out of space under it: the write that hits ENOSPC moves

@@ -148,7 +148,7 @@ impl TierFs {
 
     /// Promises tier space for a cached file growing to `end` bytes, whose new bytes stay
     /// in memory until written back (state lock held): false when a tier of its layout
-    /// cannot promise it (full). The write then goes to the tiers,
+    /// cannot promise it (full, or at its `capacity`). The write then goes to the tiers,
     /// where a full tier moves the file and only a write no tier can take fails (ENOSPC):
     /// the cache never takes bytes it could not write back.
     fn reserve_space(&self, st: &FileState, e: &Entry, end: u64) -> bool {

@@ -2218,8 +2218,8 @@ impl TierFs {
                 self.uncache_locked(&node, &mut st)?;
                 continue;
             }
-            // Growth into space promised to cached data is refused up front like a full
-            // tier's ENOSPC: the file moves.
+            // Growth past a tier's capacity, or into space promised to cached data, is
+            // refused up front like a full tier's ENOSPC: the file moves.
             let growing = st.migration.as_ref().map_or(&st.layout, |m| &m.layout);
             let r = if let Some(t) = self.refuses_growth(growing, node.size(), end) {
                 Err((t, std::io::Error::from_raw_os_error(libc::ENOSPC)))
@@ -2279,7 +2279,7 @@ impl TierFs {
     }
 
     /// The first tier of `layout` that may not take a file's growth from `old` to `new`
-    /// bytes ([`Tier::may_grow`]: free space promised to cached data).
+    /// bytes ([`Tier::may_grow`]: its `capacity`, or free space promised to cached data).
     fn refuses_growth(&self, layout: &FileLayout, old: u64, new: u64) -> Option<usize> {
         if new <= old {
             return None;

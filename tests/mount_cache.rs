@@ -271,3 +271,71 @@ fn bug_unmount_that_loses_data_exits_zero() {
         drop(tmp);
     }
 }
+
+fn mtime_of(p: &std::path::Path) -> i64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).unwrap().mtime()
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// Issue #21 bug 4: with a cache, a time set by the user (`cp -p`, `rsync -a`, `tar x`
+/// set them after writing) showed until the write-back, which then stamped the present
+/// time for good; and a write left mtime unchanged until its write-back (`make`, `rsync`
+/// saw nothing new). Now both show at once and survive the write-back and a remount.
+#[test]
+fn bug_cache_overwrites_timestamps_set_by_the_user() {
+    if !fuse_available() {
+        return;
+    }
+    let s = setup("");
+    let m = s.mount();
+    const OLD: i64 = 1_000_000_000; // 2001
+                                    // `cp -p`: the data, then the times.
+    std::fs::write(m.path("copied"), pattern(3 * MIB, 1)).unwrap();
+    set_times(&m.path("copied"), (OLD, 0), (OLD, 0)).unwrap();
+    assert_eq!(
+        std::fs::metadata(s.backing(0, "copied")).unwrap().len(),
+        0,
+        "written back already: the test needs it in memory"
+    );
+    assert_eq!(mtime_of(&m.path("copied")), OLD);
+    // A write to an old file shows at once.
+    std::fs::write(m.path("edited"), pattern(MIB, 2)).unwrap();
+    set_times(&m.path("edited"), (OLD, 0), (OLD, 0)).unwrap();
+    let before = now_secs();
+    {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(m.path("edited"))
+            .unwrap();
+        pwrite_exact(&f, b"new", 10).unwrap();
+    }
+    assert!(
+        wait_for(3, || mtime_of(&m.path("edited")) >= before),
+        "a write to a cached file left its mtime at {}",
+        mtime_of(&m.path("edited"))
+    );
+    // The write-back keeps both.
+    std::fs::write(m.path(".tierfs/control"), b"flush\n").unwrap();
+    assert!(std::fs::metadata(s.backing(0, "copied")).unwrap().len() > 0);
+    assert_eq!(mtime_of(&m.path("copied")), OLD, "after the write-back");
+    let edited = mtime_of(&m.path("edited"));
+    assert!(edited >= before && edited <= now_secs(), "{edited}");
+    // More writes after a time was set, then the unmount's write-back.
+    std::fs::write(m.path("late"), pattern(MIB, 3)).unwrap();
+    set_times(&m.path("late"), (OLD, 0), (OLD + 5, 0)).unwrap();
+    m.unmount();
+    assert_eq!(mtime_of(&s.backing(0, "copied")), OLD, "on the tier");
+    assert_eq!(mtime_of(&s.backing(0, "late")), OLD + 5, "on the tier");
+    let m = s.mount();
+    assert_eq!(mtime_of(&m.path("copied")), OLD, "after a remount");
+    assert_eq!(mtime_of(&m.path("late")), OLD + 5, "after a remount");
+    assert_eq!(mtime_of(&m.path("edited")), edited, "after a remount");
+    m.unmount();
+}

@@ -77,6 +77,8 @@ impl TierFs {
             c.counters.refusals.fetch_add(1, Ordering::Relaxed);
             return false;
         }
+        // Its pieces have every byte, and so its times.
+        *node.mtime.lock() = None;
         st.cache = Some(c.insert(ino, parent, name, node, need));
         true
     }
@@ -442,8 +444,30 @@ impl TierFs {
             }
         }
         self.settle_space(st, e, size);
+        self.stamp_mtime(node, st);
         *e.last_error.lock() = None;
         Ok(false)
+    }
+
+    /// After a write-back: the file's mtime as the caller last saw it (its last write, or
+    /// the time the user set after it) goes onto the primary piece, which the write-back
+    /// itself just stamped with the present time.
+    pub(super) fn stamp_mtime(&self, node: &FileNode, st: &FileState) {
+        let Some(t) = *node.mtime.lock() else { return };
+        let primary = st.layout.primary();
+        if let Some(p) = &st.pieces[primary] {
+            if let Err(e) = sys::futimens(
+                std::os::fd::AsFd::as_fd(p.file()),
+                SetTime::Omit,
+                SetTime::At(t),
+            ) {
+                log::warn!(
+                    "tier '{}': cannot set the mtime of a written-back file: {e}",
+                    self.tiers[primary].name
+                );
+                self.tiers[primary].note_error(&e);
+            }
+        }
     }
 
     /// Writes one cached file back now. A tier that refuses (full, failed) gets the file

@@ -216,6 +216,10 @@ pub struct FileNode {
     dirty: AtomicBool,
     /// Unlinked: its bytes need never reach a tier again.
     pub(crate) gone: AtomicBool,
+    /// While cached: the file's mtime when its primary piece does not have it yet (a write
+    /// absorbed in memory, or a time set by the user that the next write-back would
+    /// overwrite). Shown by getattr; stamped on the primary piece after each write-back.
+    mtime: Mutex<Option<SystemTime>>,
 }
 
 #[derive(Debug)]
@@ -254,6 +258,7 @@ impl FileNode {
             charge: Mutex::new(None),
             dirty: AtomicBool::new(false),
             gone: AtomicBool::new(false),
+            mtime: Mutex::new(None),
         }
     }
 
@@ -901,6 +906,11 @@ impl TierFs {
                 // While the kernel writes through passthrough, the piece's size is the truth.
                 let size = if st.pt_opens > 0 { m.len() } else { size };
                 let mut a = self.attr_from_meta(ino, kind, &m, Some(size));
+                if let (Some(_), Some(t)) = (&st.cache, *f.mtime.lock()) {
+                    // A change the cache holds: the piece learns it at write-back.
+                    a.mtime = t;
+                    a.ctime = a.ctime.max(t);
+                }
                 if !node.linked {
                     a.nlink = 0;
                 }
@@ -1176,6 +1186,17 @@ impl TierFs {
             let m = s.mtime.unwrap_or(SetTime::Omit);
             for (t, p) in &paths {
                 sys::lutimens(p, a, m).map_err(|e| self.tier_err(*t, "utimens", p, e))?;
+            }
+            if let NodeData::File(f) = &node.data {
+                if f.state.read().cache.is_some() {
+                    // Dirty bytes in memory would overwrite it at write-back (`cp -p`,
+                    // `rsync -a`, `tar x` set the times after writing): keep it until then.
+                    match m {
+                        SetTime::At(t) => *f.mtime.lock() = Some(t),
+                        SetTime::Now => *f.mtime.lock() = Some(SystemTime::now()),
+                        SetTime::Omit => {}
+                    }
+                }
             }
         }
         self.attr_locked(&tree, ino)
@@ -2205,6 +2226,7 @@ impl TierFs {
             let st = node.state.read();
             if let Some(e) = &st.cache {
                 if self.cached_write(&node, &st, e, off, data)? {
+                    *node.mtime.lock() = Some(SystemTime::now());
                     let old = node.size.fetch_max(end, Ordering::AcqRel);
                     if end > old {
                         self.account_resize(&st.layout, old, end);

@@ -879,3 +879,50 @@ fn remount_keeps_everything_whole_file() {
 fn remount_keeps_everything_stripe() {
     remount_keeps_everything("stripe");
 }
+
+/// Issue #21 bug 5: a file's times are its primary piece's, and a write that touched only
+/// stripes on other tiers changed neither mtime nor ctime (also after a remount), so
+/// `rsync -a` left a stale backup. Now such a write stamps the primary piece.
+#[test]
+fn bug_stripe_write_to_a_non_first_tier_piece_leaves_mtime() {
+    if !fuse_available() {
+        return;
+    }
+    let s = Setup::two("stripe");
+    let pattern_ = tierfs::placement::stripe_pattern(&[2.0 / 3.0, 1.0 / 3.0], &[true, true]);
+    let slow = pattern_.iter().position(|t| *t != pattern_[0]).unwrap();
+    let m = s.mount();
+    let size = (slow + 2) * MIB;
+    write_file(&m.path("rs"), &pattern(size, 5));
+    const OLD: i64 = 1_000_000_000;
+    set_times(&m.path("rs"), (OLD, 0), (OLD, 0)).unwrap();
+    let ctime0 = fs::metadata(m.path("rs")).unwrap().ctime();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(m.path("rs"))
+            .unwrap();
+        pwrite_exact(&f, b"z", (slow * MIB + 10) as u64).unwrap();
+    }
+    let got = || fs::metadata(m.path("rs")).unwrap();
+    assert!(
+        wait_for(3, || got().mtime() >= before),
+        "mtime after a write to stripe {slow}: {}",
+        got().mtime()
+    );
+    assert!(got().ctime() > ctime0, "ctime {} unchanged", got().ctime());
+    let mtime = got().mtime();
+    m.unmount();
+    let m = s.mount();
+    assert_eq!(
+        fs::metadata(m.path("rs")).unwrap().mtime(),
+        mtime,
+        "after a remount"
+    );
+    m.unmount();
+}

@@ -2260,6 +2260,9 @@ impl TierFs {
             };
             match r {
                 Ok(()) => {
+                    if st.migration.is_some() || !touches_primary(&st.layout, off, end) {
+                        self.touch_primary(&st);
+                    }
                     let old = node.size.fetch_max(end, Ordering::AcqRel);
                     if end > old {
                         self.account_resize(&st.layout, old, end);
@@ -2310,6 +2313,26 @@ impl TierFs {
             let n = layout.piece_len(*t, new) - layout.piece_len(*t, old);
             n > 0 && !self.tiers[*t].may_grow(n)
         })
+    }
+
+    /// A write that did not reach the primary piece (other stripes only, or a migration's
+    /// new pieces) still changes the file: the primary piece, which holds the file's times,
+    /// gets the present mtime and ctime, as a write to it would have given it.
+    fn touch_primary(&self, st: &FileState) {
+        let t = st.layout.primary();
+        if let Some(p) = &st.pieces[t] {
+            if let Err(e) = sys::futimens(
+                std::os::fd::AsFd::as_fd(p.file()),
+                SetTime::Omit,
+                SetTime::Now,
+            ) {
+                log::warn!(
+                    "tier '{}': cannot update a file's mtime: {e}",
+                    self.tiers[t].name
+                );
+                self.tiers[t].note_error(&e);
+            }
+        }
     }
 
     /// Sets a file's size, piece by piece (tree lock held for reading).
@@ -2739,6 +2762,17 @@ impl TierFs {
             None => format!("(inode {ino}, deleted)"),
         }
     }
+}
+
+/// Whether writing `[off, end)` of a file reaches its primary piece.
+fn touches_primary(layout: &FileLayout, off: u64, end: u64) -> bool {
+    let FileLayout::Stripe(m) = layout else {
+        return true;
+    };
+    let (first, last) = (off / m.unit, (end.max(off + 1) - 1) / m.unit);
+    let period = m.pattern.len() as u64;
+    last - first + 1 >= period
+        || (first..=last).any(|k| m.pattern[(k % period) as usize] == m.pattern[0])
 }
 
 /// Identifies a file to the tier queue (one piece per file and tier while it is open).

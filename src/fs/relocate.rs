@@ -368,20 +368,20 @@ impl TierFs {
                 }
             }
         }
-        // A cached file moved at write-back keeps its times (a time set by the user, or its
-        // last write's, `node.mtime`): they go last, as every step above changed them.
-        if st.cache.is_some() {
-            let new_primary = m.pieces[layout.primary()]
-                .as_ref()
-                .expect("made by begin_move");
-            let mtime = (*node.mtime.lock())
-                .unwrap_or_else(|| sys::time_of(meta.mtime(), meta.mtime_nsec()));
-            let _ = sys::futimens(
-                std::os::fd::AsFd::as_fd(new_primary.file()),
-                SetTime::At(sys::time_of(meta.atime(), meta.atime_nsec())),
-                SetTime::At(mtime),
-            );
-        }
+        // The file keeps its times (a time set by the user, its last write's: a migration's
+        // writes stamp the old primary piece; a cached file's may be newer, `node.mtime`).
+        // They go last, as every step above changed them.
+        let new_primary = m.pieces[layout.primary()]
+            .as_ref()
+            .expect("made by begin_move");
+        let mtime = (*node.mtime.lock())
+            .filter(|_| st.cache.is_some())
+            .unwrap_or_else(|| sys::time_of(meta.mtime(), meta.mtime_nsec()));
+        let _ = sys::futimens(
+            std::os::fd::AsFd::as_fd(new_primary.file()),
+            SetTime::At(sys::time_of(meta.atime(), meta.atime_nsec())),
+            SetTime::At(mtime),
+        );
         for t in layout.tiers() {
             let (from, to) = (self.tmp_path(t, ino, m.suffix), final_path(t));
             fs::rename(&from, &to).map_err(|e| self.tier_err(t, "rename", &to, e))?;

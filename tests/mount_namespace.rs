@@ -926,3 +926,53 @@ fn bug_stripe_write_to_a_non_first_tier_piece_leaves_mtime() {
     );
     m.unmount();
 }
+
+/// Issue #21 bug 2: `st_blocks` was the first piece's alone, so `du` under-counted a
+/// striped file (6 MiB showed 4096K) and GNU `tar --sparse` archived the bytes it took
+/// for holes as zeros (a file held only in the host-memory cache had 0 blocks: tar then
+/// stores no data at all). Now it is the sum over the pieces, and at least the size for
+/// bytes held in memory.
+#[test]
+fn bug_st_blocks_counts_only_the_first_piece() {
+    if !fuse_available() {
+        return;
+    }
+    for cache in [false, true] {
+        let mut s = Setup::two("stripe");
+        if cache {
+            s.extra = "[cache]\nsize = \"64MiB\"\nwriteback_delay = 600.0\n".into();
+        }
+        let m = s.mount();
+        let data = pattern(6 * MIB, 11);
+        write_file(&m.path("r"), &data);
+        let blocks = fs::metadata(m.path("r")).unwrap().blocks();
+        assert!(
+            blocks * 512 >= data.len() as u64,
+            "cache {cache}: {blocks} blocks for {} bytes",
+            data.len()
+        );
+        if !cache {
+            let backing: u64 = s
+                .tiers_holding("r")
+                .iter()
+                .map(|t| fs::metadata(s.backing(*t, "r")).unwrap().blocks())
+                .sum();
+            assert_eq!(blocks, backing, "the pieces' blocks, summed");
+        }
+        if which("tar").is_some() {
+            let out = s.dir.path().join(format!("untar-{cache}"));
+            fs::create_dir(&out).unwrap();
+            let cmd = format!(
+                "cd {} && tar --sparse -cf - r | tar -xf - -C {}",
+                q(&m.root()),
+                q(&out)
+            );
+            sh(&cmd);
+            assert!(
+                fs::read(out.join("r")).unwrap() == data,
+                "cache {cache}: tar --sparse stored data as holes"
+            );
+        }
+        m.unmount();
+    }
+}

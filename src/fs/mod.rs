@@ -852,17 +852,56 @@ impl TierFs {
         }
     }
 
+    /// A file's 512-byte blocks: every piece's (a migration's new pieces too), and at least
+    /// its size where bytes are held in memory. `tar --sparse` takes a file with fewer
+    /// blocks than its size for one with holes, and stores what it guesses are holes as
+    /// zeros (GNU tar stores no data at all for a file with none), so too few is never
+    /// right; too many only costs `du` accuracy.
+    fn file_blocks(
+        &self,
+        tree: &Tree,
+        ino: u64,
+        st: &FileState,
+        primary: usize,
+        m: &Metadata,
+        size: u64,
+    ) -> u64 {
+        let piece_blocks = |pieces: &[Option<Arc<Piece>>], t: usize| -> u64 {
+            match &pieces[t] {
+                Some(p) => p.file().metadata().map(|m| m.blocks()).unwrap_or(0),
+                None if self.tiers[t].missing => 0,
+                None => self
+                    .piece_path(tree, ino, t)
+                    .and_then(|p| Ok(fs::symlink_metadata(p)?.blocks()))
+                    .unwrap_or(0),
+            }
+        };
+        let mut blocks = m.blocks();
+        if let FileLayout::Stripe(_) = st.layout {
+            for t in st.layout.tiers().into_iter().filter(|t| *t != primary) {
+                blocks += piece_blocks(&st.pieces, t);
+            }
+        }
+        if let Some(mig) = &st.migration {
+            for t in mig.layout.tiers() {
+                if let Some(p) = &mig.pieces[t] {
+                    blocks += p.file().metadata().map(|m| m.blocks()).unwrap_or(0);
+                }
+            }
+        }
+        if st.cache.is_some() {
+            blocks = blocks.max(size.div_ceil(512));
+        }
+        blocks
+    }
+
     fn attr_from_meta(&self, ino: u64, kind: Kind, m: &Metadata, size: Option<u64>) -> Attr {
         let size = size.unwrap_or(m.len());
         Attr {
             ino,
             kind,
             size,
-            blocks: if kind == Kind::File {
-                m.blocks().max(size.div_ceil(512).min(m.blocks()))
-            } else {
-                m.blocks()
-            },
+            blocks: m.blocks(),
             perm: (m.mode() & 0o7777) as u16,
             nlink: if kind == Kind::Dir {
                 m.nlink() as u32
@@ -906,6 +945,7 @@ impl TierFs {
                 // While the kernel writes through passthrough, the piece's size is the truth.
                 let size = if st.pt_opens > 0 { m.len() } else { size };
                 let mut a = self.attr_from_meta(ino, kind, &m, Some(size));
+                a.blocks = self.file_blocks(tree, ino, &st, primary, &m, size);
                 if let (Some(_), Some(t)) = (&st.cache, *f.mtime.lock()) {
                     // A change the cache holds: the piece learns it at write-back.
                     a.mtime = t;

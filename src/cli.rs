@@ -85,11 +85,13 @@ pub enum Cmd {
     /// Validate a config and say what mounting it would do.
     #[command(
         name = "check-config",
-        after_help = "Example:\n  tierfs check-config mount-configs/demo.toml\n\nExit status 2 names every problem found (missing folders, bad values)."
+        after_help = "Examples:\n  tierfs check-config mount-configs/demo.toml\n  tierfs check-config node.toml /local/tierfs   # also check the mountpoint against the tiers\n\nExit status 2 names every problem found (missing folders, bad values, a mountpoint\nand a tier folder inside one another)."
     )]
     CheckConfig {
         /// The TOML config to check.
         config: PathBuf,
+        /// Where it would be mounted: checked against the tier folders too.
+        mountpoint: Option<PathBuf>,
     },
     /// Show a mount's per-tier statistics, once or live.
     #[command(
@@ -257,7 +259,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             size,
             secs,
         } => run_probe(config, dirs, json, fresh, &size, secs),
-        Cmd::CheckConfig { config } => check_config(&config),
+        Cmd::CheckConfig { config, mountpoint } => check_config(&config, mountpoint.as_deref()),
         Cmd::Stat {
             mountpoint,
             json,
@@ -574,10 +576,13 @@ fn run_probe(
     Ok(())
 }
 
-fn check_config(path: &Path) -> Result<(), Failure> {
+fn check_config(path: &Path, mountpoint: Option<&Path>) -> Result<(), Failure> {
     let cfg = MountConfig::load(path).map_err(|e| Failure::usage(e.to_string()))?;
     // The same checks `tierfs mount` makes, without creating anything.
-    let problems = cfg.check_tier_dirs();
+    let mut problems = cfg.check_tier_dirs();
+    if let Some(mp) = mountpoint {
+        problems.extend(cfg.mountpoint_overlaps(mp));
+    }
     for t in &cfg.tiers {
         let state = match std::fs::metadata(&t.path) {
             Ok(m) if m.is_dir() => "exists",

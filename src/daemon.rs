@@ -220,6 +220,10 @@ pub fn mount(opts: &MountOptions) -> Result<(), Failure> {
         .prepare_tier_dirs_degraded(opts.degraded || config.mount.degraded)
         .map_err(|e| Failure::usage(e.to_string()))?;
     check_mountpoint(opts)?;
+    let overlaps = config.mountpoint_overlaps(&opts.mountpoint);
+    if !overlaps.is_empty() {
+        return Err(Failure::usage(overlaps.join("\n")));
+    }
     if opts.foreground || std::env::var_os(READY_FD_ENV).is_some() {
         run_daemon(opts, &config)
     } else {

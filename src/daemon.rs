@@ -122,7 +122,7 @@ pub struct MountOptions {
 #[derive(Debug, PartialEq, Eq)]
 pub enum MountpointState {
     Usable,
-    /// A FUSE mount whose daemon is gone (ENOTCONN).
+    /// A FUSE mount whose daemon is gone (ENOTCONN, ECONNABORTED).
     Dead,
     Missing,
     NotADirectory,
@@ -130,18 +130,25 @@ pub enum MountpointState {
     Mounted,
 }
 
+/// Whether an errno is what a FUSE mount whose daemon is gone answers: ENOTCONN once the
+/// connection is down, ECONNABORTED to a request that was waiting when it went down (the
+/// first stat right after the daemon was killed).
+pub fn is_dead_mount_errno(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
+}
+
 /// Looks at a would-be mountpoint.
 pub fn mountpoint_state(mp: &Path) -> MountpointState {
     match std::fs::metadata(mp) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => MountpointState::Dead,
+        Err(e) if is_dead_mount_errno(&e) => MountpointState::Dead,
         Err(_) => MountpointState::Missing,
         Ok(m) if !m.is_dir() => MountpointState::NotADirectory,
         Ok(_) => {
             if is_mountpoint(mp) {
                 // stat can answer from the kernel's attribute cache for up to the attribute
                 // TTL after a FUSE daemon died; statfs always asks the daemon.
-                match crate::sys::statvfs(mp).map_err(|e| e.raw_os_error()) {
-                    Err(Some(libc::ENOTCONN | libc::ECONNABORTED)) => MountpointState::Dead,
+                match crate::sys::statvfs(mp) {
+                    Err(e) if is_dead_mount_errno(&e) => MountpointState::Dead,
                     _ => MountpointState::Mounted,
                 }
             } else {

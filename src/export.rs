@@ -18,7 +18,7 @@
 use crate::config::MountConfig;
 use crate::daemon::Failure;
 use crate::fs::TMP_PREFIX;
-use crate::layout::{FileLayout, LAYOUT_XATTR};
+use crate::layout::{conflict_path, FileLayout, LAYOUT_XATTR};
 use crate::sys::{self, SetTime};
 use crate::tier::{DATA_DIR, META_DIR};
 use std::collections::{BTreeMap, BTreeSet};
@@ -256,7 +256,7 @@ impl Action {
         match self {
             Action::SetAside { tier } => format!(
                 "rename it to {} (kept, visible in the mount)",
-                conflict_name(rel, &tiers[*tier].name).display()
+                conflict_path(rel, &tiers[*tier].name, 1).display()
             ),
             Action::RemoveIdentical { keep, .. } => format!(
                 "remove this byte-identical copy (the one on tier '{}' stays)",
@@ -326,13 +326,6 @@ impl Issue {
             None => shown,
         }
     }
-}
-
-/// `NAME.tierfs-conflict-TIER` next to `rel` (what the mount's scan renames a conflict to).
-pub fn conflict_name(rel: &Path, tier_name: &str) -> PathBuf {
-    let mut s = rel.as_os_str().to_os_string();
-    s.push(format!(".tierfs-conflict-{tier_name}"));
-    PathBuf::from(s)
 }
 
 /// A file as the mount presents it.
@@ -1072,18 +1065,14 @@ fn record(
     Ok(())
 }
 
-/// Renames `from` to a name derived from `to` that is not taken yet; returns the name.
-fn rename_fresh(from: &Path, to: &Path) -> io::Result<PathBuf> {
+/// Renames `rel` on tier `t` to its first free conflict name (the one the mount's scan
+/// would give it, `layout::conflict_name`); returns the new backing path.
+fn rename_aside(tiers: &[TierDir], t: usize, rel: &Path) -> io::Result<PathBuf> {
     const RENAME_NOREPLACE: u32 = 1;
-    for i in 1..1000 {
-        let target = if i == 1 {
-            to.to_path_buf()
-        } else {
-            let mut s = to.as_os_str().to_os_string();
-            s.push(format!(".{i}"));
-            PathBuf::from(s)
-        };
-        match sys::rename2(from, &target, RENAME_NOREPLACE) {
+    let from = tiers[t].path(rel);
+    for n in 1..1000 {
+        let target = tiers[t].path(&conflict_path(rel, &tiers[t].name, n));
+        match sys::rename2(&from, &target, RENAME_NOREPLACE) {
             Ok(()) => return Ok(target),
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
@@ -1091,7 +1080,7 @@ fn rename_fresh(from: &Path, to: &Path) -> io::Result<PathBuf> {
                 if fs::symlink_metadata(&target).is_ok() {
                     continue;
                 }
-                fs::rename(from, &target)?;
+                fs::rename(&from, &target)?;
                 return Ok(target);
             }
             Err(e) => return Err(e),
@@ -1107,8 +1096,7 @@ fn apply(tiers: &[TierDir], rel: &Path, a: &Action) -> Result<String, String> {
     let e = |e: io::Error| e.to_string();
     match a {
         Action::SetAside { .. } => {
-            let to = tiers[t].path(&conflict_name(rel, &tiers[t].name));
-            let got = rename_fresh(&p, &to).map_err(e)?;
+            let got = rename_aside(tiers, t, rel).map_err(e)?;
             // A stripe piece set aside on a tier its own pattern does not name would be set
             // aside again by every mount: make it a plain whole file.
             if let LayoutRead::Valid(FileLayout::Stripe(m)) = read_layout(&got, tiers.len()) {
@@ -1487,14 +1475,11 @@ impl Exporter<'_> {
         let Ok(m) = fs::symlink_metadata(&from) else {
             return;
         };
-        let base = conflict_name(rel, &self.tiers[tier].name);
-        let mut name = base.clone();
         let mut i = 1;
+        let mut name = conflict_path(rel, &self.tiers[tier].name, i);
         while taken.contains(name.file_name().unwrap_or_default()) {
             i += 1;
-            let mut s = base.as_os_str().to_os_string();
-            s.push(format!(".{i}"));
-            name = PathBuf::from(s);
+            name = conflict_path(rel, &self.tiers[tier].name, i);
         }
         taken.insert(name.file_name().unwrap_or_default().to_os_string());
         let to = self.dest.join(&name);

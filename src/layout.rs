@@ -11,6 +11,10 @@
 //! A piece with no layout xattr is a whole file on the tier it sits on: that lets a tier
 //! folder filled by hand (or on a filesystem without user xattrs) be mounted as is.
 
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
 /// Name of the xattr that stores a piece's layout. Hidden from users.
 pub const LAYOUT_XATTR: &str = "user.tierfs.layout";
 /// Current on-disk layout format.
@@ -143,6 +147,53 @@ impl FileLayout {
             }
             other => Err(format!("unknown layout kind {other:?}")),
         }
+    }
+}
+
+/// Longest name a directory entry may have.
+pub const NAME_MAX: usize = 255;
+
+/// The name a conflicting copy of `name` from tier `tier` is set aside under (by the
+/// mount's scan and `tierfs fsck --repair` alike, never deleted): `NAME.tierfs-conflict-TIER`,
+/// or `NAME.tierfs-conflict-TIER-N` for the N-th (N > 1) when earlier ones exist. A name too
+/// long for that (over about 200 bytes) is cut and ends in `~` and 16 hex digits of a hash
+/// of the whole name before the suffix, so the conflict name always fits in [`NAME_MAX`]
+/// and two long names that share a beginning still get different ones.
+pub fn conflict_name(name: &OsStr, tier: &str, n: u32) -> OsString {
+    let mut suffix = format!(".tierfs-conflict-{tier}");
+    if n > 1 {
+        suffix.push_str(&format!("-{n}"));
+    }
+    let b = name.as_bytes();
+    let mut out = if b.len() + suffix.len() <= NAME_MAX {
+        b.to_vec()
+    } else {
+        // FNV-1a: stable across builds and versions, unlike std's hasher.
+        let h = b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| {
+            (h ^ u64::from(*x)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let tag = format!("~{h:016x}");
+        let mut keep = NAME_MAX
+            .saturating_sub(suffix.len() + tag.len())
+            .min(b.len());
+        // Do not cut a UTF-8 character in two.
+        while keep > 0 && keep < b.len() && b[keep] & 0xC0 == 0x80 {
+            keep -= 1;
+        }
+        let mut v = b[..keep].to_vec();
+        v.extend_from_slice(tag.as_bytes());
+        v
+    };
+    out.extend_from_slice(suffix.as_bytes());
+    OsString::from_vec(out)
+}
+
+/// [`conflict_name`] for the last component of a relative path.
+pub fn conflict_path(rel: &Path, tier: &str, n: u32) -> PathBuf {
+    let name = conflict_name(rel.file_name().unwrap_or_default(), tier, n);
+    match rel.parent() {
+        Some(p) => p.join(name),
+        None => PathBuf::from(name),
     }
 }
 
@@ -392,6 +443,33 @@ mod tests {
         // No primary anywhere: the first part keeps the file.
         let parts = [part("a", &[1]), part("b", &[2])];
         assert_eq!(plan_rejoin(&m, &parts), Some((0, vec![(1, 2)])));
+    }
+
+    #[test]
+    fn conflict_names_always_fit() {
+        let c = |n: &[u8], k| conflict_name(OsStr::from_bytes(n), "nvme", k);
+        assert_eq!(c(b"f", 1), OsStr::new("f.tierfs-conflict-nvme"));
+        assert_eq!(c(b"f", 3), OsStr::new("f.tierfs-conflict-nvme-3"));
+        let long = vec![b'a'; 250];
+        let mut other = long.clone();
+        other[249] = b'b';
+        let tier = "t".repeat(32);
+        for n in [1, 2, 999] {
+            let a = conflict_name(OsStr::from_bytes(&long), &tier, n);
+            let b = conflict_name(OsStr::from_bytes(&other), &tier, n);
+            assert!(a.len() <= NAME_MAX && b.len() <= NAME_MAX, "{}", a.len());
+            assert_ne!(a, b, "two long names that differ at the end");
+            assert!(a.as_bytes().starts_with(&long[..150]));
+        }
+        assert_ne!(c(&long, 1), c(&long, 2));
+        // A cut never splits a UTF-8 character.
+        let accents = "é".repeat(125);
+        let got = c(accents.as_bytes(), 1);
+        assert!(got.to_str().is_some(), "{got:?}");
+        assert_eq!(
+            conflict_path(Path::new("d/e/f"), "x", 1),
+            Path::new("d/e/f.tierfs-conflict-x")
+        );
     }
 
     #[test]

@@ -648,3 +648,88 @@ fn bug_split_striped_file_is_reported_by_fsck_and_rejoined() {
     let o = fsck(&s, &[]);
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// Issue #21 bug 9: the older of two conflicting copies is set aside as
+/// `NAME.tierfs-conflict-TIER`, which for a name over ~235 bytes is too long
+/// (ENAMETOOLONG): the copy stayed in place, came back after the file was deleted through
+/// the mount, and `fsck --repair` failed on it. Conflict names now always fit (a long name
+/// is cut and given a hash), the same in the scan and in fsck.
+#[test]
+fn bug_conflict_copy_of_a_long_name_cannot_be_set_aside() {
+    if !fuse_available() {
+        return;
+    }
+    let s = Setup::two("whole-file");
+    let name = "n".repeat(250);
+    {
+        let m = s.mount();
+        std::fs::write(m.path(&name), b"current").unwrap();
+        m.unmount();
+    }
+    let other = 1 - s.tiers_holding(&name)[0];
+    let plant = |what: &[u8]| {
+        std::fs::write(s.backing(other, &name), what).unwrap();
+        set_times(
+            &s.backing(other, &name),
+            (1_000_000_000, 0),
+            (1_000_000_000, 0),
+        )
+        .unwrap();
+    };
+    let conflicts = |dir: &Path| -> Vec<(String, Vec<u8>)> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&name[..100]) && n.contains(".tierfs-conflict-"))
+            .map(|n| {
+                assert!(n.len() <= 255, "{n}");
+                let data = std::fs::read(dir.join(&n)).unwrap();
+                (n, data)
+            })
+            .collect()
+    };
+    // The scan sets the older copy aside.
+    plant(b"older");
+    {
+        let m = s.mount();
+        assert_eq!(std::fs::read(m.path(&name)).unwrap(), b"current");
+        let c = conflicts(&m.root());
+        assert_eq!(c.len(), 1, "the older copy was not set aside: {c:?}");
+        assert_eq!(c[0].1, b"older");
+        // Deleted through the mount, the file stays deleted.
+        std::fs::remove_file(m.path(&name)).unwrap();
+        std::fs::remove_file(m.root().join(&c[0].0)).unwrap();
+        m.unmount();
+    }
+    {
+        let m = s.mount();
+        assert!(!m.path(&name).exists(), "the deleted file came back");
+        m.unmount();
+    }
+    // fsck --repair does the same.
+    {
+        let m = s.mount();
+        std::fs::write(m.path(&name), b"current").unwrap();
+        m.unmount();
+    }
+    let other = 1 - s.tiers_holding(&name)[0];
+    std::fs::write(s.backing(other, &name), b"older, offline").unwrap();
+    set_times(
+        &s.backing(other, &name),
+        (1_000_000_000, 0),
+        (1_000_000_000, 0),
+    )
+    .unwrap();
+    let o = fsck(&s, &["--repair"]);
+    let t = text(&o);
+    assert!(
+        t.contains("REPAIRED") && !t.contains("repair failed"),
+        "{t}"
+    );
+    let o = fsck(&s, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let c = conflicts(&s.tier_path(other).join("data"));
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].1, b"older, offline");
+}

@@ -50,8 +50,7 @@ pub const ROOT_INO: u64 = 1;
 pub const FIRST_INO: u64 = 64;
 /// Prefix of the temporary names tierfs uses inside tier folders (cleaned at mount).
 pub const TMP_PREFIX: &str = ".tierfs-tmp-";
-/// Longest name a directory entry may have.
-const NAME_MAX: usize = 255;
+use crate::layout::NAME_MAX;
 
 /// The virtual, read-only files under the stats folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

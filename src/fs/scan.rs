@@ -280,20 +280,12 @@ impl TierFs {
         let from = self.tiers[tier].path(rel);
         // Never replace an earlier conflict copy: take the first free name.
         for n in 1..1000 {
-            let mut suffix = format!(".tierfs-conflict-{}", self.tiers[tier].name);
-            if n > 1 {
-                suffix.push_str(&format!("-{n}"));
-            }
-            let with_suffix = |p: &Path| {
-                let mut p = p.as_os_str().to_os_string();
-                p.push(&suffix);
-                PathBuf::from(p)
-            };
-            let to = with_suffix(&from);
+            let to_rel = crate::layout::conflict_path(rel, &self.tiers[tier].name, n);
+            let to = self.tiers[tier].path(&to_rel);
             match sys::rename2(&from, &to, libc::RENAME_NOREPLACE) {
                 Ok(()) => {
                     log::warn!("{}: {why}; renamed to {}", from.display(), to.display());
-                    self.aside.lock().push((with_suffix(rel), tier));
+                    self.aside.lock().push((to_rel, tier));
                     return;
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,

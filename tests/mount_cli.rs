@@ -646,3 +646,33 @@ fn bug_mount_force_right_after_kill9_says_no_mountpoint() {
     assert_ne!(m.daemon_pid(), 0);
     m.unmount();
 }
+
+/// Issue #21: `.tierfs/files` printed names raw (a newline split a file's line in two) and
+/// both it and `stats.json` showed bytes that are not UTF-8 as U+FFFD (two names looked
+/// the same). Names are now escaped (`\xNN`, `\\`), one line per file.
+#[test]
+fn bug_stats_files_show_names_raw() {
+    if !fuse_available() {
+        return;
+    }
+    use std::os::unix::ffi::OsStrExt;
+    let s = Setup::two("whole-file");
+    let m = s.mount();
+    for name in [&b"two\nlines"[..], b"bad\xff", b"bad\xfe"] {
+        std::fs::write(m.root().join(std::ffi::OsStr::from_bytes(name)), b"x").unwrap();
+    }
+    let files = std::fs::read_to_string(m.path(".tierfs/files")).unwrap();
+    let lines: Vec<&str> = files.lines().skip(1).collect();
+    assert_eq!(lines.len(), 3, "one line per file:\n{files}");
+    for want in ["/two\\x0alines", "/bad\\xff", "/bad\\xfe"] {
+        assert!(
+            lines.iter().any(|l| l.ends_with(want)),
+            "{want} not in\n{files}"
+        );
+        assert!(
+            m.file_entry(&want[1..]).is_some(),
+            "{want} not in stats.json"
+        );
+    }
+    m.unmount();
+}

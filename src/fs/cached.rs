@@ -884,7 +884,7 @@ impl TierFs {
         let tree = self.tree.read();
         let path_of = |ino: u64| {
             tree.rel(ino)
-                .map(|p| p.display().to_string())
+                .map(|p| crate::stats::escape_path(&p))
                 .unwrap_or_else(|| format!("(inode {ino}, deleted)"))
         };
         let mut allocated = 0;

@@ -2797,7 +2797,7 @@ impl TierFs {
 
     fn describe_in(tree: &Tree, ino: u64) -> String {
         match tree.rel(ino) {
-            Some(rel) => format!("/{}", rel.display()),
+            Some(rel) => format!("/{}", crate::stats::escape_path(&rel)),
             None => format!("(inode {ino}, deleted)"),
         }
     }

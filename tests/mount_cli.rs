@@ -676,3 +676,26 @@ fn bug_stats_files_show_names_raw() {
     }
     m.unmount();
 }
+
+/// Issue #21: a control write that was refused was logged whole: 1 MiB of garbage made
+/// 1 MiB of daemon log. The log now gets an excerpt and how many bytes it left out.
+#[test]
+fn bug_rejected_control_write_is_logged_whole() {
+    if !fuse_available() {
+        return;
+    }
+    let s = Setup::two("whole-file");
+    let m = s.mount();
+    let before = std::fs::metadata(s.log_path()).unwrap().len();
+    let garbage = vec![b'x'; MIB];
+    let e = std::fs::write(m.path(".tierfs/control"), &garbage).unwrap_err();
+    assert_eq!(errno(&e), libc::EINVAL);
+    let log = std::fs::read_to_string(s.log_path()).unwrap();
+    let grown = log.len() as u64 - before;
+    assert!(grown < 4096, "the log grew by {grown} bytes");
+    assert!(
+        log.contains("refused a control write") && log.contains("more bytes not logged"),
+        "{log}"
+    );
+    m.unmount();
+}

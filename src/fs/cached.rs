@@ -717,7 +717,11 @@ impl TierFs {
         let text =
             std::str::from_utf8(text).map_err(|_| Error::Invalid("control text is not UTF-8"))?;
         let cmds = crate::control::parse(text).map_err(|e| {
-            log::warn!("refused a control write: {e}");
+            log::warn!(
+                "refused a control write of {} bytes: {}",
+                text.len(),
+                crate::control::log_excerpt(&e.to_string())
+            );
             Error::Invalid("bad control command (the daemon log says which line and why)")
         })?;
         // Resolve every path before acting on any.

@@ -115,6 +115,28 @@ fn bug_capacity_is_checked_only_when_a_file_is_created() {
     }
 }
 
+/// Issue #21: a tier whose file system has less than the 64 MiB tierfs keeps back
+/// (`FREE_RESERVE`) refused every new file while `df` showed free space, and nothing said
+/// why. The ENOSPC is now logged with each tier's account, naming the reserve.
+#[test]
+fn bug_free_reserve_refuses_files_without_saying_why() {
+    if !tmpfs_possible() {
+        return;
+    }
+    let s = Setup::new(vec![TierSpec::new("small", "2GB/s")], "whole-file");
+    let _tmp = Tmpfs::mount(&s.tier_path(0), "48m");
+    let m = s.mount();
+    let e = std::fs::write(m.path("f"), b"x").unwrap_err();
+    assert_eq!(errno(&e), libc::ENOSPC);
+    let log = std::fs::read_to_string(s.log_path()).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("ENOSPC") && l.contains("FREE_RESERVE") && l.contains("'small'")),
+        "the log does not say why:\n{log}"
+    );
+    m.unmount();
+}
+
 /// The small tier is a tmpfs of 84 MiB (tierfs keeps 64 MiB of a tier's filesystem back
 /// from new files, so 20 MiB are placeable). A file placed there is filled by 4 O_DIRECT
 /// threads while the tmpfs runs out of space under it: the write that hits ENOSPC moves

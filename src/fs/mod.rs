@@ -1597,6 +1597,51 @@ impl TierFs {
 
     // ----- files -----------------------------------------------------------------------
 
+    /// ENOSPC for a new file or a move no tier has room for, logged with each tier's
+    /// account: `df` may show free space that tierfs keeps back ([`crate::tier::FREE_RESERVE`]
+    /// per tier, and what the cache has promised), or the tier is at its `capacity`.
+    pub(super) fn no_room(&self, want: u64) -> Error {
+        use crate::units::fmt_bytes;
+        let why: Vec<String> = self
+            .tiers
+            .iter()
+            .filter(|t| !t.missing)
+            .map(|t| {
+                let avail = t.space().map_or(0, |s| s.avail);
+                let mut w = format!(
+                    "'{}' {} free on its file system, {} of it kept back (FREE_RESERVE)",
+                    t.name,
+                    fmt_bytes(avail),
+                    fmt_bytes(avail.min(crate::tier::FREE_RESERVE))
+                );
+                let promised = t.counters.reserved.load(Ordering::Relaxed);
+                if promised > 0 {
+                    w.push_str(&format!(
+                        ", {} promised to cached data",
+                        fmt_bytes(promised)
+                    ));
+                }
+                if let Some(c) = t.capacity {
+                    w.push_str(&format!(
+                        ", {} of its capacity {} used",
+                        fmt_bytes(t.counters.used.load(Ordering::Relaxed)),
+                        fmt_bytes(c)
+                    ));
+                }
+                if !t.is_healthy() {
+                    w.push_str(&format!(", {}", t.state()));
+                }
+                w
+            })
+            .collect();
+        log::warn!(
+            "no tier has room for {} more bytes (ENOSPC): {}",
+            fmt_bytes(want),
+            why.join("; ")
+        );
+        Error::NoSpace(want)
+    }
+
     /// Chooses the layout of a new file in `parent` (no tree lock needed).
     fn choose_layout(&self, parent: u64) -> Result<(FileLayout, Option<Charge>)> {
         let eligible: Vec<bool> = self
@@ -1609,13 +1654,13 @@ impl TierFs {
                 let c = self
                     .placer
                     .choose(parent, &eligible)
-                    .ok_or(Error::NoSpace(1 << 20))?;
+                    .ok_or_else(|| self.no_room(1 << 20))?;
                 Ok((FileLayout::Whole { tier: c.tier }, Some(c)))
             }
             Layout::Stripe => {
                 let pattern = placement::stripe_pattern(&self.placer.shares(), &eligible);
                 if pattern.is_empty() {
-                    return Err(Error::NoSpace(1 << 20));
+                    return Err(self.no_room(1 << 20));
                 }
                 if pattern.len() == 1 {
                     return Ok((
@@ -1727,7 +1772,7 @@ impl TierFs {
                 let c = self
                     .placer
                     .choose(parent, &eligible)
-                    .ok_or(Error::NoSpace(1 << 20))?;
+                    .ok_or_else(|| self.no_room(1 << 20))?;
                 layout = FileLayout::Whole { tier: c.tier };
                 charge = Some(c);
                 self.create_pieces(&rel, &layout, mode & 0o7777, ctx)?

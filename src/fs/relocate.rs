@@ -163,7 +163,7 @@ impl TierFs {
                     .collect();
                 let pattern = placement::stripe_pattern(&self.placer.shares(), &eligible);
                 match pattern.len() {
-                    0 => return Err(Error::NoSpace(want)),
+                    0 => return Err(self.no_room(want)),
                     1 => (
                         FileLayout::Whole {
                             tier: pattern[0] as usize,
@@ -183,7 +183,7 @@ impl TierFs {
                 let c = self
                     .placer
                     .choose(parent, &eligible)
-                    .ok_or(Error::NoSpace(want))?;
+                    .ok_or_else(|| self.no_room(want))?;
                 (FileLayout::Whole { tier: c.tier }, Some(c))
             }
         })

@@ -87,13 +87,11 @@ impl std::fmt::Debug for Slot {
 }
 
 /// Tier space promised to a cached file's bytes that are only in memory (the core's
-/// `reserve_space`): how far the tiers hold the file, how far the promise goes, and how
-/// much of each tier it holds.
+/// `reserve_space`): how far the promise goes, and how much of each tier it holds.
 #[derive(Debug, Default)]
 pub struct SpacePromise {
-    /// The logical size the file's pieces on the tiers cover.
-    pub on_tiers: u64,
-    /// The promise covers the file's growth up to this size.
+    /// The promise covers the file's growth up to this size (at admission, and after each
+    /// write-back, the size its pieces on the tiers cover).
     pub upto: u64,
     /// Bytes promised, per tier index.
     pub per_tier: Vec<u64>,
@@ -446,7 +444,6 @@ impl Cache {
             last_use: AtomicU64::new(self.seq.fetch_add(1, Ordering::Relaxed)),
             last_error: Mutex::new(None),
             space: Mutex::new(SpacePromise {
-                on_tiers: node.size(),
                 upto: node.size(),
                 per_tier: Vec::new(),
             }),

@@ -195,7 +195,6 @@ impl TierFs {
             self.tiers[t].unreserve(give);
             p.per_tier[t] -= give;
         }
-        p.on_tiers = written;
         p.upto = p.upto.max(written);
     }
 

@@ -27,7 +27,7 @@ use crate::config::{Layout, MountConfig};
 use crate::engine::Op;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Piece};
-use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
+use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR, NAME_MAX};
 use crate::placement::{self, Charge, Placer};
 use crate::sched::Class;
 use crate::sys::{self, SetTime};
@@ -50,7 +50,6 @@ pub const ROOT_INO: u64 = 1;
 pub const FIRST_INO: u64 = 64;
 /// Prefix of the temporary names tierfs uses inside tier folders (cleaned at mount).
 pub const TMP_PREFIX: &str = ".tierfs-tmp-";
-use crate::layout::NAME_MAX;
 
 /// The virtual, read-only files under the stats folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -431,9 +431,7 @@ impl TierFs {
                 e.set_clean(&mut slot.lock(), &c.counters);
             }
             self.release_space(e);
-            let mut p = e.space.lock();
-            p.on_tiers = size;
-            p.upto = size;
+            e.space.lock().upto = size;
         }
         st.layout = layout.clone();
         Ok(())

@@ -603,7 +603,20 @@ fn bug_mount_force_right_after_kill9_says_no_mountpoint() {
     if !fuse_available() {
         return;
     }
+    /// A failed round leaves a dead mount: detach it.
+    struct Detach(std::path::PathBuf);
+    impl Drop for Detach {
+        fn drop(&mut self) {
+            if tierfs::daemon::is_mountpoint(&self.0) {
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(&self.0)
+                    .status();
+            }
+        }
+    }
     let s = Setup::two("stripe");
+    let _detach = Detach(s.mountpoint());
     let m = s.mount();
     let mut pid = m.daemon_pid();
     m.disarm();

@@ -427,6 +427,9 @@ pub struct TierFs {
     threads: usize,
     /// Bytes moved by re-layouts (`stats.json`).
     relayout: RelayoutCounters,
+    /// `[mount] scratch`: the data is thrown away at unmount, so [`TierFs::shutdown`]
+    /// writes nothing back.
+    scratch: bool,
 }
 
 fn name_ok(name: &OsStr) -> Result<()> {
@@ -532,6 +535,7 @@ impl TierFs {
             threads: config.mount.threads,
             engine: crate::engine::choose(config.mount.engine),
             relayout: RelayoutCounters::default(),
+            scratch: config.mount.scratch,
         };
         fs.scan()?;
         Ok(fs)
@@ -2618,8 +2622,15 @@ impl TierFs {
         out
     }
 
-    /// At unmount: writes the cache back, stops its threads and syncs every open piece.
+    /// At unmount: writes the cache back, stops its threads and syncs every open piece; in
+    /// scratch mode only stops the cache threads.
     pub fn shutdown(&self) {
+        if self.scratch {
+            // The daemon removes the tier folders next: writing dirty blocks back, finishing
+            // re-layouts or syncing pieces would only delay that.
+            self.stop_cache();
+            return;
+        }
         if let Err(e) = self.flush_cache() {
             log::error!("unmount: the cache could not write everything back: {e}");
         }

@@ -623,6 +623,9 @@ fn check_config(path: &Path) -> Result<(), Failure> {
         );
     }
     println!("layout {}", cfg.placement.layout.as_str());
+    if cfg.mount.scratch {
+        println!("scratch: unmounting discards the data and removes the tier folders");
+    }
     if problems.is_empty() {
         println!("{}: ok", path.display());
         Ok(())

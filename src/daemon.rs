@@ -206,8 +206,9 @@ pub enum Daemon {
 
 /// Asks the mount at `path` whether its daemon answers, and its pid. Root looking at an
 /// ordinary user's mount (without `allow_other`) gets no answer from the daemon (statfs
-/// even says all is well without asking it), so it asks as the mount's owner: it runs
-/// `tierfs stat --json` under that uid and gid.
+/// even says all is well without asking it), so it asks as the mount's owner: `cat` of
+/// the stats file under that uid and gid (a plain program, so it works from any binary
+/// linking this library).
 pub fn daemon_of(path: &Path, entry: &MountEntry, stats_dir: &str) -> Daemon {
     let as_owner = match entry.fuse_owner() {
         Some((uid, gid)) if crate::sys::euid() == 0 && uid != 0 && !entry.allow_other() => {
@@ -218,15 +219,12 @@ pub fn daemon_of(path: &Path, entry: &MountEntry, stats_dir: &str) -> Daemon {
     let dead = |e: &str| e.contains("not connected") || e.contains("connection abort");
     if let Some((uid, gid)) = as_owner {
         use std::os::unix::process::CommandExt;
-        let out = std::env::current_exe().and_then(|exe| {
-            Command::new(exe)
-                .args(["stat", "--json", "--stats-dir", stats_dir])
-                .arg(path)
-                .uid(uid)
-                .gid(gid)
-                .stdin(Stdio::null())
-                .output()
-        });
+        let out = Command::new("cat")
+            .arg(path.join(stats_dir).join("stats.json"))
+            .uid(uid)
+            .gid(gid)
+            .stdin(Stdio::null())
+            .output();
         return match out {
             Ok(o) if o.status.success() => Daemon::Live(
                 serde_json::from_slice::<crate::stats::Snapshot>(&o.stdout)

@@ -144,6 +144,10 @@ fn root_unmounts_an_ordinary_users_mount() {
     let pid = mount_as_user();
     unsafe_kill(pid, libc::SIGKILL);
     assert!(wait_gone(pid));
+    // Root sees it dead (asking as the owner: statfs answers root without the daemon), so
+    // `mount --force` would clear it too.
+    assert!(wait_for(30, || tierfs::daemon::mountpoint_state(&mp)
+        == tierfs::daemon::MountpointState::Dead));
     let o = tierfs(&["unmount", mp.to_str().unwrap()]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("cleared the dead mount"), "{}", text(&o));

@@ -552,6 +552,12 @@ fn job_template_under_slurm() {
         "the script did not clean up on the grace signal\n{}",
         site.report(&j)
     );
+    let log = site.daemon_log(&j);
+    assert!(
+        log.contains("signal received: unmounting") && log.contains("scratch: removed tier folder"),
+        "{}",
+        site.report(&j)
+    );
     site.assert_cleaned(&j, false);
     eprintln!(
         "scenario 3 (time limit): {st} after the grace signal, ok in {:.0?}",

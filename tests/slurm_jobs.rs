@@ -94,12 +94,27 @@ impl Drop for Cluster {
 /// Where the jobs of this test run: binaries, templates, the NVMe and PFS folders, the
 /// submit folder. Everything the user touches is the user's.
 struct Site {
-    /// First, so it is dropped (the cluster stopped) before its folder goes.
-    cluster: Cluster,
+    /// Stopped first when the site is dropped (see `Drop for Site`).
+    cluster: Option<Cluster>,
     dir: tempfile::TempDir,
     uid: u32,
     gid: u32,
     host: String,
+}
+
+impl Drop for Site {
+    /// After a failure: the cluster is stopped (its jobs cancelled), then whatever is still
+    /// mounted under the site is detached, so that the folder can go.
+    fn drop(&mut self) {
+        drop(self.cluster.take());
+        let dir = self.dir.path().to_string_lossy().to_string();
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        for mp in info.lines().filter_map(|l| l.split(' ').nth(4)) {
+            if mp.starts_with(&dir) {
+                let _ = Command::new("umount").arg("-l").arg(mp).status();
+            }
+        }
+    }
 }
 
 /// A submitted job and what the template makes of it.
@@ -109,6 +124,11 @@ struct Job {
 }
 
 impl Site {
+    fn cluster(&self) -> &Cluster {
+        self.cluster
+            .as_ref()
+            .expect("the cluster runs while the site lives")
+    }
     fn p(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
     }
@@ -141,7 +161,7 @@ impl Site {
             "--- job {} ({}): {}\n--- its output:\n{}\n--- its daemon's log:\n{}",
             j.id,
             j.what,
-            scontrol_show(&self.cluster, &j.id),
+            scontrol_show(self.cluster(), &j.id),
             self.output(j),
             self.daemon_log(j)
         )
@@ -183,7 +203,7 @@ impl Site {
             ("USER", USER.into()),
             ("LOGNAME", USER.into()),
             ("LC_ALL", "C".into()),
-            ("SLURM_CONF", self.cluster.conf().display().to_string()),
+            ("SLURM_CONF", self.cluster().conf().display().to_string()),
             ("TIERFS", bin.join("tierfs").display().to_string()),
             (
                 "TIERFS_CFG",
@@ -228,7 +248,7 @@ impl Site {
     fn wait_state(&self, j: &Job, secs: u64, pred: impl Fn(&str) -> bool) -> String {
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
-            let st = job_state(&self.cluster, &j.id);
+            let st = job_state(self.cluster(), &j.id);
             if pred(&st) {
                 return st;
             }
@@ -443,7 +463,7 @@ fn job_template_under_slurm() {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let cluster = Cluster::start(&dir.path().join("cluster"));
     let site = Site {
-        cluster,
+        cluster: Some(cluster),
         dir,
         uid,
         gid,
@@ -593,7 +613,7 @@ fn job_template_under_slurm() {
     }
     // Side by side: both running, both mounted, each with its own daemon.
     for j in [&a, &b] {
-        assert_eq!(job_state(&site.cluster, &j.id), "RUNNING");
+        assert_eq!(job_state(site.cluster(), &j.id), "RUNNING");
         assert!(tierfs::daemon::is_mountpoint(&site.mountpoint(j)));
     }
     let daemons = |j: &Job| -> Vec<String> {
@@ -615,7 +635,7 @@ fn job_template_under_slurm() {
     assert_eq!(st, "COMPLETED", "{}", site.report(&b));
     site.assert_cleaned(&b, false);
     // B's end (its daemon removing its folders, beside A's) left A alone.
-    assert_eq!(job_state(&site.cluster, &a.id), "RUNNING");
+    assert_eq!(job_state(site.cluster(), &a.id), "RUNNING");
     assert!(tierfs::daemon::is_mountpoint(&site.mountpoint(&a)));
     let after: Vec<_> = site
         .tier_folders(&a)

@@ -43,6 +43,9 @@ complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s f -l foreground 
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l force -d 'Clear a dead tierfs mount left at MOUNTPOINT by a killed daemon'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l reprobe -d 'Measure tiers again even where a probe result is cached'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l degraded -d 'Mount even if a tier (not the first) is missing or unusable: it is left out, files with pieces on it answer EIO (also `degraded = true` under [mount])'
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l break-lock -d 'Take over tier locks that a daemon on another host holds, as their lock files say (only when that daemon is surely gone: its node crashed or was rebooted)'
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l scratch -d 'Scratch data: unmounting discards it and removes the tier folders and the mountpoint (also `scratch = true` under [mount])'
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l no-scratch -d 'Keep the data at unmount even if the config says `scratch = true`'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s h -l help -d 'Print help'
 complete -c tierfs -n "__fish_tierfs_using_subcommand unmount" -l stats-dir -d 'Name of the stats folder if the config changed it' -r
 complete -c tierfs -n "__fish_tierfs_using_subcommand unmount" -s h -l help -d 'Print help'

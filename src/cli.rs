@@ -26,7 +26,7 @@ pub struct Cli {
 pub enum Cmd {
     /// Mount the tiers of a config at MOUNTPOINT; returns once the mount answers.
     #[command(
-        after_help = "Examples:\n  mkdir -p /tmp/tierfs-demo && tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo\n  tierfs mount --force --config node.toml /local/tierfs     # after a job died: clear the dead mount\n  tierfs mount --foreground --config node.toml /local/tierfs  # stay attached (batch job steps)\n\nThe daemon goes to the background once the mount answers; it logs to the config's\nlog_file or <first tier>/.tierfs-meta/daemon.log. A second daemon on the same tier\nfolders is refused."
+        after_help = "Examples:\n  mkdir -p /tmp/tierfs-demo && tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo\n  tierfs mount --force --config node.toml /local/tierfs     # after a job died: clear the dead mount\n  tierfs mount --foreground --config node.toml /local/tierfs  # stay attached (batch job steps)\n  tierfs mount --scratch --config job.toml /local/tierfs-$SLURM_JOB_ID  # swap files: gone at unmount\n\nThe daemon goes to the background once the mount answers; it logs to the config's\nlog_file or <first tier>/.tierfs-meta/daemon.log. On SIGTERM it unmounts itself\n(scratch: and removes the tier folders). A second daemon on the same tier folders is\nrefused; a lock left by a killed daemon of this host is taken over."
     )]
     Mount {
         /// The TOML config naming the tiers.
@@ -47,10 +47,21 @@ pub enum Cmd {
         /// files with pieces on it answer EIO (also `degraded = true` under [mount]).
         #[arg(long)]
         degraded: bool,
+        /// Take over tier locks that a daemon on another host holds, as their lock files
+        /// say (only when that daemon is surely gone: its node crashed or was rebooted).
+        #[arg(long)]
+        break_lock: bool,
+        /// Scratch data: unmounting discards it and removes the tier folders and the
+        /// mountpoint (also `scratch = true` under [mount]).
+        #[arg(long, conflicts_with = "no_scratch")]
+        scratch: bool,
+        /// Keep the data at unmount even if the config says `scratch = true`.
+        #[arg(long)]
+        no_scratch: bool,
     },
     /// Unmount and wait until the daemon has exited.
     #[command(
-        after_help = "Example:\n  tierfs unmount /tmp/tierfs-demo\n\nA plain `umount` or `fusermount3 -u` is also safe. A dead mount (daemon killed)\nis cleared with `fusermount3 -uz MOUNTPOINT` or `tierfs mount --force ...`.\nExits 1 naming the files when the daemon could not write cached data back\n(a plain umount leaves that in the daemon's log)."
+        after_help = "Example:\n  tierfs unmount /tmp/tierfs-demo\n\nA plain `umount` or `fusermount3 -u` is also safe. A dead mount (daemon killed)\nis cleared too (also `fusermount3 -uz MOUNTPOINT` or `tierfs mount --force ...`).\nRoot can unmount any user's tierfs mount (an epilog): mounts are found in\n/proc/self/mountinfo, and the daemon is waited for as the mount's owner sees it.\nExits 1 naming the files when the daemon could not write cached data back\n(a plain umount leaves that in the daemon's log)."
     )]
     Unmount {
         /// The tierfs mountpoint.
@@ -239,6 +250,9 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             force,
             reprobe,
             degraded,
+            break_lock,
+            scratch,
+            no_scratch,
         } => daemon::mount(&MountOptions {
             config,
             mountpoint,
@@ -246,6 +260,12 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             force,
             reprobe,
             degraded,
+            break_lock,
+            scratch: match (scratch, no_scratch) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
         }),
         Cmd::Unmount {
             mountpoint,
@@ -608,6 +628,9 @@ fn check_config(path: &Path, mountpoint: Option<&Path>) -> Result<(), Failure> {
         );
     }
     println!("layout {}", cfg.placement.layout.as_str());
+    if cfg.mount.scratch {
+        println!("scratch: unmounting discards the data and removes the tier folders");
+    }
     if problems.is_empty() {
         println!("{}: ok", path.display());
         Ok(())

@@ -4,8 +4,9 @@
 //! Layers, bottom up:
 //! - [`config`], [`units`]: the TOML file, validated into a plan.
 //! - [`probe`]: measured tier bandwidth.
-//! - [`tier`]: an open, locked tier folder and its counters; [`io`]: full, never-short
-//!   backing reads and writes with O_DIRECT where it is allowed; [`sys`]: libc wrappers.
+//! - [`tier`]: an open, locked tier folder and its counters; [`lock`]: who holds a tier
+//!   folder; [`io`]: full, never-short backing reads and writes with O_DIRECT where it is
+//!   allowed; [`sys`]: libc wrappers.
 //! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`layout`]: where a
 //!   file's bytes are and how that is persisted.
 //! - [`fs`]: the FUSE-free filesystem core; [`stats`]: the `.tierfs/` files.
@@ -25,6 +26,7 @@ pub mod fs;
 pub mod fuse;
 pub mod io;
 pub mod layout;
+pub mod lock;
 pub mod metrics;
 pub mod monitor;
 pub mod placement;

@@ -26,7 +26,7 @@ pub struct Cli {
 pub enum Cmd {
     /// Mount the tiers of a config at MOUNTPOINT; returns once the mount answers.
     #[command(
-        after_help = "Examples:\n  mkdir -p /tmp/tierfs-demo && tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo\n  tierfs mount --force --config node.toml /local/tierfs     # after a job died: clear the dead mount\n  tierfs mount --foreground --config node.toml /local/tierfs  # stay attached (batch job steps)\n\nThe daemon goes to the background once the mount answers; it logs to the config's\nlog_file or <first tier>/.tierfs-meta/daemon.log. A second daemon on the same tier\nfolders is refused."
+        after_help = "Examples:\n  mkdir -p /tmp/tierfs-demo && tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo\n  tierfs mount --force --config node.toml /local/tierfs     # after a job died: clear the dead mount\n  tierfs mount --foreground --config node.toml /local/tierfs  # stay attached (batch job steps)\n  mount -t fuse.tierfs -o allow_other node.toml /local/tierfs   # through mount(8) (see man tierfs)\n\nThe daemon goes to the background once the mount answers; it logs to the config's\nlog_file or <first tier>/.tierfs-meta/daemon.log. A second daemon on the same tier\nfolders is refused."
     )]
     Mount {
         /// The TOML config naming the tiers.
@@ -47,6 +47,10 @@ pub enum Cmd {
         /// files with pieces on it answer EIO (also `degraded = true` under [mount]).
         #[arg(long)]
         degraded: bool,
+        /// Let other users in (also `allow_other = true` under [mount]; a non-root user
+        /// needs `user_allow_other` in /etc/fuse.conf).
+        #[arg(long)]
+        allow_other: bool,
     },
     /// Unmount and wait until the daemon has exited.
     #[command(
@@ -212,7 +216,19 @@ fn parse_secs(s: &str) -> Result<f64, String> {
 
 /// Runs the command line; returns the process exit code.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let commands: Vec<String> = {
+        use clap::CommandFactory;
+        Cli::command()
+            .get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .collect()
+    };
+    let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
+    if crate::mount_helper::is_helper_call(&args, &commands) {
+        return crate::mount_helper::run(&args);
+    }
+    let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -237,6 +253,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             force,
             reprobe,
             degraded,
+            allow_other,
         } => daemon::mount(&MountOptions {
             config,
             mountpoint,
@@ -244,6 +261,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             force,
             reprobe,
             degraded,
+            allow_other,
         }),
         Cmd::Unmount {
             mountpoint,

@@ -65,6 +65,8 @@ pub struct MountOptions {
     pub reprobe: bool,
     /// Mount without tiers whose folders are missing (also `[mount] degraded`).
     pub degraded: bool,
+    /// Let other users in (also `[mount] allow_other`); the mount helper's `-o allow_other`.
+    pub allow_other: bool,
 }
 
 /// What a path is, as far as mounting on it goes.
@@ -164,7 +166,9 @@ fn check_mountpoint(opts: &MountOptions) -> Result<(), Failure> {
 
 /// `tierfs mount`.
 pub fn mount(opts: &MountOptions) -> Result<(), Failure> {
-    let config = MountConfig::load(&opts.config).map_err(|e| Failure::usage(e.to_string()))?;
+    let mut config =
+        MountConfig::load(&opts.config).map_err(|e| Failure::usage(e.to_string()))?;
+    config.mount.allow_other |= opts.allow_other;
     config
         .prepare_tier_dirs_degraded(opts.degraded || config.mount.degraded)
         .map_err(|e| Failure::usage(e.to_string()))?;
@@ -213,6 +217,9 @@ fn spawn_background(opts: &MountOptions, config: &MountConfig) -> Result<(), Fai
     }
     if opts.degraded {
         cmd.arg("--degraded");
+    }
+    if opts.allow_other {
+        cmd.arg("--allow-other");
     }
     let child_fd = write_end.as_raw_fd();
     cmd.env(READY_FD_ENV, child_fd.to_string())

@@ -10,11 +10,20 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// `tierfs --version`: the crate version and the commit it was built from (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("TIERFS_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "tierfs",
-    version,
+    version = VERSION,
     about = "Pool node-local NVMe and a parallel file system into one bandwidth-aware tier for DeepSpeed swap files",
+    long_about = "Pool node-local NVMe and a parallel file system into one bandwidth-aware tier for DeepSpeed swap files.\n\ntierfs is a FUSE file system over tier folders: a node's NVMe drives and a folder on the cluster's parallel file system (Lustre, GPFS, VAST, NFS). Each tier gets a share of every file in proportion to its bandwidth, measured or given in the config, so all tiers work at once. Mount it once per node before training and set DeepSpeed ZeRO-Infinity's nvme_path to the mountpoint; unmodified DeepSpeed then swaps through every tier.",
     after_help = "Examples:\n  tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo\n  tierfs ds-config /tmp/tierfs-demo --ranks 4 > ds-offload.json\n  tierfs stat /tmp/tierfs-demo --watch 1\n  tierfs record /tmp/tierfs-demo --out run.jsonl --interval 1\n  tierfs plot run.jsonl --out run.png\n  tierfs unmount /tmp/tierfs-demo\n\nExit status: 0 ok, 2 bad usage or config, 1 runtime failure.\nEvery mount serves its stats under MOUNTPOINT/.tierfs/ (tiers, files, config, stats.json, metrics)."
 )]
 pub struct Cli {
@@ -194,6 +203,16 @@ pub enum Cmd {
         #[arg(long)]
         force: bool,
     },
+    /// Print the manual page, or write one page per command into a folder.
+    #[command(
+        after_help = "Examples:\n  tierfs man | man -l -                              # read it now\n  tierfs man --dir ~/.local/share/man/man1           # install for yourself, then: man tierfs\n  sudo tierfs man --dir /usr/local/share/man/man1    # install for everyone\n\nThe pages are made from the same definitions as --help, so they match this binary.\ntierfs.1 lists every command and covers the mount helper (mount -t fuse.tierfs,\nfstab), the environment and the exit status; --dir adds tierfs-COMMAND.1 pages."
+    )]
+    Man {
+        /// Write tierfs.1 and tierfs-COMMAND.1 for every command into DIR (created if
+        /// missing) instead of printing tierfs.1.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Print a shell completion script.
     #[command(
         after_help = "Examples:\n  tierfs completions bash > ~/.local/share/bash-completion/completions/tierfs\n  tierfs completions zsh > ~/.zfunc/_tierfs     # with fpath+=(~/.zfunc) before compinit\n  tierfs completions fish > ~/.config/fish/completions/tierfs.fish\n\nThe same scripts are shipped in completions/."
@@ -322,6 +341,24 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             dest,
             force,
         } => crate::export::run_export(&config, &dest, force),
+        Cmd::Man { dir } => match dir {
+            Some(d) => {
+                let files = crate::manpage::write_all(&d)
+                    .map_err(|e| Failure::runtime(format!("{}: {e}", d.display())))?;
+                eprintln!(
+                    "tierfs: wrote {} manual pages into {} (man tierfs)",
+                    files.len(),
+                    d.display()
+                );
+                Ok(())
+            }
+            None => {
+                let mut page = Vec::new();
+                crate::manpage::render_main(&mut page)
+                    .and_then(|()| std::io::stdout().write_all(&page))
+                    .map_err(|e| Failure::runtime(format!("stdout: {e}")))
+            }
+        },
         Cmd::Completions { shell } => {
             print_completions(shell, &mut std::io::stdout());
             Ok(())

@@ -10,7 +10,7 @@
 //!   file's bytes are and how that is persisted.
 //! - [`fs`]: the FUSE-free filesystem core; [`stats`]: the `.tierfs/` files.
 //! - [`fuse`]: the thin `fuser` adapter; [`daemon`]: mount, background, unmount; [`cli`];
-//!   [`mount_helper`]: `mount -t fuse.tierfs` and fstab.
+//!   [`mount_helper`]: `mount -t fuse.tierfs` and fstab; [`manpage`]: `tierfs man`.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod cache;
@@ -26,6 +26,7 @@ pub mod fs;
 pub mod fuse;
 pub mod io;
 pub mod layout;
+pub mod manpage;
 pub mod metrics;
 pub mod monitor;
 pub mod mount_helper;

@@ -50,6 +50,12 @@ fn from_git() -> Option<String> {
         all.extend_from_slice(args);
         git(&all)
     };
+    // A copy of the sources inside some other repository is not a checkout of tierfs.
+    let top = in_repo(&["rev-parse", "--show-toplevel"])?;
+    let canon = |p: &str| std::fs::canonicalize(p).ok();
+    if canon(&top).is_none() || canon(&top) != canon(&dir) {
+        return None;
+    }
     let hash = in_repo(&["rev-parse", "--short=12", "HEAD"])?;
     // Rerun when HEAD moves: HEAD itself (checkout), the branch it names (commit), and
     // packed-refs (a gc that packs the branch). A worktree keeps HEAD in its own git dir

@@ -106,7 +106,7 @@ pub enum Cmd {
     },
     /// Show a mount's per-tier statistics, once or live.
     #[command(
-        after_help = "Examples:\n  tierfs stat /tmp/tierfs-demo                 # per-tier table\n  tierfs stat /tmp/tierfs-demo --json          # the raw stats.json\n  tierfs stat /tmp/tierfs-demo --watch 1       # live, like iostat -x; Ctrl-C to stop\n  tierfs stat /tmp/tierfs-demo --watch 0.5 --count 10\n\nWith --watch: r/s w/s are backing requests per second, rMB/s wMB/s the bytes through\nthe daemon (MB = 10^6), dev_rMB/s dev_wMB/s the tier's block device (passthrough I/O\nshows only there; '-' without a block device), INFL requests in flight, WAIT requests\nwaiting in the tier's admission queue, PT passthrough files open, SHARE the Eq. 1\nshare, ERR errors in the interval."
+        after_help = "Examples:\n  tierfs stat /tmp/tierfs-demo                 # per-tier table\n  tierfs stat /tmp/tierfs-demo --json          # the raw stats.json\n  tierfs stat /tmp/tierfs-demo --watch 1       # live, like iostat -x; Ctrl-C to stop\n  tierfs stat /tmp/tierfs-demo --watch 0.5 --count 10\n  tierfs stat /tmp/tierfs-demo --prom --out /var/lib/node_exporter/tierfs/tierfs-$USER.prom\n\nWith --watch: r/s w/s are backing requests per second, rMB/s wMB/s the bytes through\nthe daemon (MB = 10^6), dev_rMB/s dev_wMB/s the tier's block device (passthrough I/O\nshows only there; '-' without a block device), INFL requests in flight, WAIT requests\nwaiting in the tier's admission queue, PT passthrough files open, SHARE the Eq. 1\nshare, ERR errors in the interval."
     )]
     Stat {
         /// The tierfs mountpoint.
@@ -120,6 +120,18 @@ pub enum Cmd {
         /// With --watch: stop after N intervals.
         #[arg(long, value_name = "N", requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
         count: Option<u64>,
+        /// Print the metrics in the Prometheus text format (the mount's .tierfs/metrics),
+        /// every sample labelled mountpoint="MOUNTPOINT".
+        #[arg(long, conflicts_with_all = ["json", "watch"])]
+        prom: bool,
+        /// With --prom: one more label on every sample, NAME=VALUE (repeatable), e.g.
+        /// --label job=$SLURM_JOB_ID.
+        #[arg(long, value_name = "NAME=VALUE", requires = "prom", value_parser = crate::prom::parse_label)]
+        label: Vec<(String, String)>,
+        /// Write to FILE instead of stdout: a temporary file renamed over FILE, mode 0644
+        /// (for node_exporter's textfile collector).
+        #[arg(long, value_name = "FILE", conflicts_with = "watch")]
+        out: Option<PathBuf>,
         /// Name of the stats folder if the config changed it.
         #[arg(long, default_value = ".tierfs")]
         stats_dir: String,
@@ -300,26 +312,48 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             json,
             watch,
             count,
+            prom,
+            label,
+            out,
             stats_dir,
         } => {
             if let Some(secs) = watch {
                 return run_watch(&mountpoint, &stats_dir, secs, count);
             }
-            let path = mountpoint.join(&stats_dir).join("stats.json");
-            if json {
-                let s = std::fs::read_to_string(&path).map_err(|e| {
+            let read = |name: &str| {
+                let path = mountpoint.join(&stats_dir).join(name);
+                std::fs::read_to_string(&path).map_err(|e| {
                     Failure::runtime(format!(
                         "{}: {e} (is {} a tierfs mount?)",
                         path.display(),
                         mountpoint.display()
                     ))
-                })?;
-                print!("{s}");
-                return Ok(());
+                })
+            };
+            let text = if json {
+                read("stats.json")?
+            } else if prom {
+                let abs = std::path::absolute(&mountpoint).unwrap_or(mountpoint.clone());
+                let mut labels = vec![("mountpoint".to_string(), abs.display().to_string())];
+                if let Some((n, _)) = label.iter().find(|(n, _)| n == "mountpoint") {
+                    return Err(Failure::usage(format!(
+                        "--label {n}=...: every sample already has the label {n}; choose another name"
+                    )));
+                }
+                labels.extend(label);
+                crate::prom::add_labels(&read("metrics")?, &labels)
+                    .map_err(|e| Failure::runtime(format!("{}: {e}", mountpoint.display())))?
+            } else {
+                crate::stats::tiers_table(&read_snapshot(&mountpoint, &stats_dir)?)
+            };
+            match out {
+                Some(p) => crate::prom::write_atomic(&p, text.as_bytes())
+                    .map_err(|e| Failure::runtime(format!("{}: {e}", p.display()))),
+                None => {
+                    print!("{text}");
+                    Ok(())
+                }
             }
-            let snap = read_snapshot(&mountpoint, &stats_dir)?;
-            print!("{}", crate::stats::tiers_table(&snap));
-            Ok(())
         }
         Cmd::DsConfig {
             mountpoint,

@@ -166,8 +166,7 @@ fn check_mountpoint(opts: &MountOptions) -> Result<(), Failure> {
 
 /// `tierfs mount`.
 pub fn mount(opts: &MountOptions) -> Result<(), Failure> {
-    let mut config =
-        MountConfig::load(&opts.config).map_err(|e| Failure::usage(e.to_string()))?;
+    let mut config = MountConfig::load(&opts.config).map_err(|e| Failure::usage(e.to_string()))?;
     config.mount.allow_other |= opts.allow_other;
     config
         .prepare_tier_dirs_degraded(opts.degraded || config.mount.degraded)

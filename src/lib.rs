@@ -10,7 +10,8 @@
 //!   file's bytes are and how that is persisted.
 //! - [`fs`]: the FUSE-free filesystem core; [`stats`]: the `.tierfs/` files.
 //! - [`fuse`]: the thin `fuser` adapter; [`daemon`]: mount, background, unmount; [`cli`];
-//!   [`mount_helper`]: `mount -t fuse.tierfs` and fstab; [`manpage`]: `tierfs man`.
+//!   [`mount_helper`]: `mount -t fuse.tierfs` and fstab; [`manpage`]: `tierfs man`;
+//!   [`prom`]: `tierfs stat --prom` for node_exporter.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod cache;
@@ -33,6 +34,7 @@ pub mod mount_helper;
 pub mod placement;
 pub mod plot;
 pub mod probe;
+pub mod prom;
 pub mod sched;
 pub mod stats;
 pub mod sys;

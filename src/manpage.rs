@@ -115,8 +115,7 @@ fn extra_sections() -> Roff {
             ),
             Block::Item(
                 "LOCAL_WORLD_SIZE, SLURM_NTASKS_PER_NODE".into(),
-                "Read by tierfs ds-config for the ranks per node when --ranks is not given."
-                    .into(),
+                "Read by tierfs ds-config for the ranks per node when --ranks is not given.".into(),
             ),
         ],
     );
@@ -283,7 +282,10 @@ mod tests {
         let mut b = Vec::new();
         render_main(&mut b).unwrap();
         let page = plain(&b);
-        assert!(page.starts_with(".ie") || page.contains(".TH tierfs 1"), "{page}");
+        assert!(
+            page.starts_with(".ie") || page.contains(".TH tierfs 1"),
+            "{page}"
+        );
         assert!(page.contains(".TH tierfs 1"));
         let cmd = command();
         let mut n = 0;
@@ -294,14 +296,20 @@ mod tests {
         }
         assert!(n >= 12, "only {n} commands");
         assert!(!page.contains("tierfs-help(1)"));
-        for needle in [HELPER_NAME, FS_TYPE]
-            .iter()
-            .chain(&["TIERFS_LOG", "TIERFS_LOG_FILE", "allow_other", "degraded", "EXIT STATUS"])
-        {
+        for needle in [HELPER_NAME, FS_TYPE].iter().chain(&[
+            "TIERFS_LOG",
+            "TIERFS_LOG_FILE",
+            "allow_other",
+            "degraded",
+            "EXIT STATUS",
+        ]) {
             assert!(page.contains(needle), "tierfs.1 does not say {needle}");
         }
         for (name, _, _) in OPTIONS {
-            assert!(page.contains(&format!("\\fB{name}\\fR")), "option {name} missing");
+            assert!(
+                page.contains(&format!("\\fB{name}\\fR")),
+                "option {name} missing"
+            );
         }
         assert!(page.contains(crate::cli::VERSION), "no version in the page");
     }
@@ -315,7 +323,10 @@ mod tests {
         for sub in cmd.get_subcommands() {
             let p = d.path().join(format!("man1/tierfs-{}.1", sub.get_name()));
             let page = plain(&std::fs::read(&p).unwrap());
-            assert!(page.contains(&format!(".TH tierfs-{} 1", sub.get_name())), "{page}");
+            assert!(
+                page.contains(&format!(".TH tierfs-{} 1", sub.get_name())),
+                "{page}"
+            );
             for a in sub.get_arguments().filter(|a| !a.is_hide_set()) {
                 if let Some(long) = a.get_long() {
                     assert!(

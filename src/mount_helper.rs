@@ -43,41 +43,157 @@ pub enum Treatment {
 
 /// Every option the helper knows, what it does with it, and why. Anything else is refused.
 pub const OPTIONS: &[(&str, Treatment, &str)] = &[
-    ("allow_other", Treatment::Own, "let other users in (tierfs mount --allow-other)"),
-    ("degraded", Treatment::Own, "mount without a missing tier other than the first (--degraded)"),
-    ("force", Treatment::Own, "clear a dead mount left at the mountpoint (--force)"),
-    ("reprobe", Treatment::Own, "measure the tiers' bandwidth again (--reprobe)"),
+    (
+        "allow_other",
+        Treatment::Own,
+        "let other users in (tierfs mount --allow-other)",
+    ),
+    (
+        "degraded",
+        Treatment::Own,
+        "mount without a missing tier other than the first (--degraded)",
+    ),
+    (
+        "force",
+        Treatment::Own,
+        "clear a dead mount left at the mountpoint (--force)",
+    ),
+    (
+        "reprobe",
+        Treatment::Own,
+        "measure the tiers' bandwidth again (--reprobe)",
+    ),
     ("rw", Treatment::NoEffect, "tierfs mounts are read-write"),
     ("defaults", Treatment::NoEffect, "fstab's placeholder"),
     ("auto", Treatment::NoEffect, "read by mount -a"),
     ("noauto", Treatment::NoEffect, "read by mount -a"),
-    ("user", Treatment::NoEffect, "read by mount(8) (who may mount)"),
-    ("nouser", Treatment::NoEffect, "read by mount(8) (who may mount)"),
-    ("users", Treatment::NoEffect, "read by mount(8) (who may mount)"),
-    ("owner", Treatment::NoEffect, "read by mount(8) (who may mount)"),
-    ("group", Treatment::NoEffect, "read by mount(8) (who may mount)"),
-    ("_netdev", Treatment::NoEffect, "read by the init system (mount after the network)"),
-    ("nofail", Treatment::NoEffect, "read by mount -a and the init system"),
-    ("nosuid", Treatment::NoEffect, "tierfs mounts are always nosuid"),
-    ("nodev", Treatment::NoEffect, "tierfs mounts are always nodev"),
-    ("suid", Treatment::NoEffect, "added by mount.fuse3; tierfs mounts stay nosuid"),
-    ("dev", Treatment::NoEffect, "added by mount.fuse3; tierfs mounts stay nodev"),
+    (
+        "user",
+        Treatment::NoEffect,
+        "read by mount(8) (who may mount)",
+    ),
+    (
+        "nouser",
+        Treatment::NoEffect,
+        "read by mount(8) (who may mount)",
+    ),
+    (
+        "users",
+        Treatment::NoEffect,
+        "read by mount(8) (who may mount)",
+    ),
+    (
+        "owner",
+        Treatment::NoEffect,
+        "read by mount(8) (who may mount)",
+    ),
+    (
+        "group",
+        Treatment::NoEffect,
+        "read by mount(8) (who may mount)",
+    ),
+    (
+        "_netdev",
+        Treatment::NoEffect,
+        "read by the init system (mount after the network)",
+    ),
+    (
+        "nofail",
+        Treatment::NoEffect,
+        "read by mount -a and the init system",
+    ),
+    (
+        "nosuid",
+        Treatment::NoEffect,
+        "tierfs mounts are always nosuid",
+    ),
+    (
+        "nodev",
+        Treatment::NoEffect,
+        "tierfs mounts are always nodev",
+    ),
+    (
+        "suid",
+        Treatment::NoEffect,
+        "added by mount.fuse3; tierfs mounts stay nosuid",
+    ),
+    (
+        "dev",
+        Treatment::NoEffect,
+        "added by mount.fuse3; tierfs mounts stay nodev",
+    ),
     ("exec", Treatment::NoEffect, "tierfs mounts allow exec"),
     ("async", Treatment::NoEffect, "the default"),
-    ("default_permissions", Treatment::NoEffect, "tierfs always lets the kernel check permissions"),
-    ("atime", Treatment::NoEffect, "tierfs keeps the tiers' own access times"),
-    ("noatime", Treatment::NoEffect, "tierfs keeps the tiers' own access times"),
-    ("relatime", Treatment::NoEffect, "tierfs keeps the tiers' own access times"),
-    ("strictatime", Treatment::NoEffect, "tierfs keeps the tiers' own access times"),
-    ("nodiratime", Treatment::NoEffect, "tierfs keeps the tiers' own access times"),
-    ("diratime", Treatment::NoEffect, "tierfs keeps the tiers' own access times"),
-    ("lazytime", Treatment::NoEffect, "tierfs keeps the tiers' own access times"),
-    ("nolazytime", Treatment::NoEffect, "tierfs keeps the tiers' own access times"),
-    ("noexec", Treatment::NotApplied, "tierfs mounts allow exec; mount(8) adds noexec for `user` fstab lines"),
-    ("sync", Treatment::NotApplied, "writes reach the tiers when acknowledged, unless a [cache] holds them"),
-    ("dirsync", Treatment::NotApplied, "folder changes reach the tiers when acknowledged"),
-    ("ro", Treatment::Refused, "tierfs has no read-only mount; remove `ro` (or use `tierfs export` for a read-only copy)"),
-    ("allow_root", Treatment::Refused, "tierfs has no allow_root; use allow_other"),
+    (
+        "default_permissions",
+        Treatment::NoEffect,
+        "tierfs always lets the kernel check permissions",
+    ),
+    (
+        "atime",
+        Treatment::NoEffect,
+        "tierfs keeps the tiers' own access times",
+    ),
+    (
+        "noatime",
+        Treatment::NoEffect,
+        "tierfs keeps the tiers' own access times",
+    ),
+    (
+        "relatime",
+        Treatment::NoEffect,
+        "tierfs keeps the tiers' own access times",
+    ),
+    (
+        "strictatime",
+        Treatment::NoEffect,
+        "tierfs keeps the tiers' own access times",
+    ),
+    (
+        "nodiratime",
+        Treatment::NoEffect,
+        "tierfs keeps the tiers' own access times",
+    ),
+    (
+        "diratime",
+        Treatment::NoEffect,
+        "tierfs keeps the tiers' own access times",
+    ),
+    (
+        "lazytime",
+        Treatment::NoEffect,
+        "tierfs keeps the tiers' own access times",
+    ),
+    (
+        "nolazytime",
+        Treatment::NoEffect,
+        "tierfs keeps the tiers' own access times",
+    ),
+    (
+        "noexec",
+        Treatment::NotApplied,
+        "tierfs mounts allow exec; mount(8) adds noexec for `user` fstab lines",
+    ),
+    (
+        "sync",
+        Treatment::NotApplied,
+        "writes reach the tiers when acknowledged, unless a [cache] holds them",
+    ),
+    (
+        "dirsync",
+        Treatment::NotApplied,
+        "folder changes reach the tiers when acknowledged",
+    ),
+    (
+        "ro",
+        Treatment::Refused,
+        "tierfs has no read-only mount; remove `ro` (or use `tierfs export` for a read-only copy)",
+    ),
+    (
+        "allow_root",
+        Treatment::Refused,
+        "tierfs has no allow_root; use allow_other",
+    ),
 ];
 
 /// How to treat an option (`name` or `name=value`); None: unknown.
@@ -427,8 +543,14 @@ mod tests {
         let cmds = ["mount", "stat"];
         let cfg = tempfile::NamedTempFile::new().unwrap();
         let cfg = cfg.path().to_str().unwrap();
-        assert!(is_helper_call(&os(&["/sbin/mount.fuse.tierfs", "c", "m"]), &cmds));
-        assert!(is_helper_call(&os(&["tierfs", cfg, "/m", "-o", "rw"]), &cmds));
+        assert!(is_helper_call(
+            &os(&["/sbin/mount.fuse.tierfs", "c", "m"]),
+            &cmds
+        ));
+        assert!(is_helper_call(
+            &os(&["tierfs", cfg, "/m", "-o", "rw"]),
+            &cmds
+        ));
         assert!(!is_helper_call(&os(&["tierfs", "mount", "/m"]), &cmds));
         assert!(!is_helper_call(&os(&["tierfs", "mnt", "/m"]), &cmds));
         assert!(!is_helper_call(&os(&["tierfs", "--help"]), &cmds));

@@ -275,6 +275,19 @@ fn spawn_background(opts: &MountOptions, config: &MountConfig) -> Result<(), Fai
     )))
 }
 
+/// The mount's source in /proc/self/mountinfo: the config file, as an fstab line names it,
+/// so `mount -a` sees the line is mounted. A path that mount options cannot carry (a comma,
+/// white space) is shown as plain "tierfs".
+fn mount_source(config: &Path) -> String {
+    let abs = std::path::absolute(config).unwrap_or_else(|_| config.to_path_buf());
+    match abs.to_str() {
+        Some(s) if !s.contains(|c: char| c == ',' || c == '\\' || c.is_whitespace()) => {
+            s.to_string()
+        }
+        _ => "tierfs".to_string(),
+    }
+}
+
 /// Where a background daemon logs when the config names no file.
 pub fn default_log_path(config: &MountConfig) -> PathBuf {
     config.mount.log_file.clone().unwrap_or_else(|| {
@@ -463,12 +476,19 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
     );
     let mut fuse_config = fuser::Config::default();
     fuse_config.mount_options = vec![
-        fuser::MountOption::FSName("tierfs".into()),
+        fuser::MountOption::FSName(mount_source(&config.source)),
         fuser::MountOption::Subtype("tierfs".into()),
         fuser::MountOption::DefaultPermissions,
         fuser::MountOption::NoDev,
         fuser::MountOption::NoSuid,
     ];
+    if crate::sys::euid() == 0 {
+        // fuser mounts as root with the type "fuse" and keeps Subtype for fusermount3, so
+        // the kernel gets the subtype as an option: the type reads fuse.tierfs either way.
+        fuse_config
+            .mount_options
+            .push(fuser::MountOption::CUSTOM("subtype=tierfs".into()));
+    }
     if config.mount.allow_other {
         fuse_config.acl = fuser::SessionACL::All;
     }

@@ -24,7 +24,7 @@ pub const VERSION: &str = concat!(
     version = VERSION,
     about = "Pool node-local NVMe and a parallel file system into one bandwidth-aware tier for DeepSpeed swap files",
     long_about = "Pool node-local NVMe and a parallel file system into one bandwidth-aware tier for DeepSpeed swap files.\n\ntierfs is a FUSE file system over tier folders: a node's NVMe drives and a folder on the cluster's parallel file system (Lustre, GPFS, VAST, NFS). Each tier gets a share of every file in proportion to its bandwidth, measured or given in the config, so all tiers work at once. Mount it once per node before training and set DeepSpeed ZeRO-Infinity's nvme_path to the mountpoint; unmodified DeepSpeed then swaps through every tier.",
-    after_help = "Examples:\n  tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo\n  tierfs ds-config /tmp/tierfs-demo --ranks 4 > ds-offload.json\n  tierfs stat /tmp/tierfs-demo --watch 1\n  tierfs record /tmp/tierfs-demo --out run.jsonl --interval 1\n  tierfs plot run.jsonl --out run.png\n  tierfs unmount /tmp/tierfs-demo\n\nExit status: 0 ok, 2 bad usage or config, 1 runtime failure.\nEvery mount serves its stats under MOUNTPOINT/.tierfs/ (tiers, files, config, stats.json, metrics)."
+    after_help = "Examples:\n  tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo-$USER\n  tierfs ds-config /tmp/tierfs-demo-$USER --ranks 4 > ds-offload.json\n  tierfs stat /tmp/tierfs-demo-$USER --watch 1\n  tierfs record /tmp/tierfs-demo-$USER --out run.jsonl --interval 1\n  tierfs plot run.jsonl --out run.png\n  tierfs unmount /tmp/tierfs-demo-$USER\n\nExit status: 0 ok, 2 bad usage or config, 1 runtime failure.\nEvery mount serves its stats under MOUNTPOINT/.tierfs/ (tiers, files, config, stats.json, metrics)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -35,7 +35,7 @@ pub struct Cli {
 pub enum Cmd {
     /// Mount the tiers of a config at MOUNTPOINT; returns once the mount answers.
     #[command(
-        after_help = "Examples:\n  mkdir -p /tmp/tierfs-demo && tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo\n  tierfs mount --force --config node.toml /local/tierfs     # after a job died: clear the dead mount\n  tierfs mount --foreground --config node.toml /local/tierfs  # stay attached (batch job steps)\n  mount -t fuse.tierfs -o allow_other node.toml /local/tierfs   # through mount(8) (see man tierfs)\n\nThe daemon goes to the background once the mount answers; it logs to the config's\nlog_file or <first tier>/.tierfs-meta/daemon.log. A second daemon on the same tier\nfolders is refused."
+        after_help = "Examples:\n  mkdir -p /tmp/tierfs-demo-$USER && tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo-$USER\n  tierfs mount --force --config node.toml /local/tierfs     # after a job died: clear the dead mount\n  tierfs mount --foreground --config node.toml /local/tierfs  # stay attached (batch job steps)\n  mount -t fuse.tierfs -o allow_other node.toml /local/tierfs   # through mount(8) (see man tierfs)\n\nThe daemon goes to the background once the mount answers; it logs to the config's\nlog_file or <first tier>/.tierfs-meta/daemon.log. A second daemon on the same tier\nfolders is refused."
     )]
     Mount {
         /// The TOML config naming the tiers.
@@ -63,7 +63,7 @@ pub enum Cmd {
     },
     /// Unmount and wait until the daemon has exited.
     #[command(
-        after_help = "Example:\n  tierfs unmount /tmp/tierfs-demo\n\nA plain `umount` or `fusermount3 -u` is also safe. A dead mount (daemon killed)\nis cleared with `fusermount3 -uz MOUNTPOINT` or `tierfs mount --force ...`."
+        after_help = "Example:\n  tierfs unmount /tmp/tierfs-demo-$USER\n\nA plain `umount` or `fusermount3 -u` is also safe. A dead mount (daemon killed)\nis cleared with `fusermount3 -uz MOUNTPOINT` or `tierfs mount --force ...`."
     )]
     Unmount {
         /// The tierfs mountpoint.
@@ -106,7 +106,7 @@ pub enum Cmd {
     },
     /// Show a mount's per-tier statistics, once or live.
     #[command(
-        after_help = "Examples:\n  tierfs stat /tmp/tierfs-demo                 # per-tier table\n  tierfs stat /tmp/tierfs-demo --json          # the raw stats.json\n  tierfs stat /tmp/tierfs-demo --watch 1       # live, like iostat -x; Ctrl-C to stop\n  tierfs stat /tmp/tierfs-demo --watch 0.5 --count 10\n  tierfs stat /tmp/tierfs-demo --prom --out /var/lib/node_exporter/tierfs/tierfs-$USER.prom\n\nWith --watch: r/s w/s are backing requests per second, rMB/s wMB/s the bytes through\nthe daemon (MB = 10^6), dev_rMB/s dev_wMB/s the tier's block device (passthrough I/O\nshows only there; '-' without a block device), INFL requests in flight, WAIT requests\nwaiting in the tier's admission queue, PT passthrough files open, SHARE the Eq. 1\nshare, ERR errors in the interval."
+        after_help = "Examples:\n  tierfs stat /tmp/tierfs-demo-$USER                 # per-tier table\n  tierfs stat /tmp/tierfs-demo-$USER --json          # the raw stats.json\n  tierfs stat /tmp/tierfs-demo-$USER --watch 1       # live, like iostat -x; Ctrl-C to stop\n  tierfs stat /tmp/tierfs-demo-$USER --watch 0.5 --count 10\n  tierfs stat /tmp/tierfs-demo-$USER --prom --out /var/lib/node_exporter/tierfs/tierfs-$USER.prom\n\nWith --watch: r/s w/s are backing requests per second, rMB/s wMB/s the bytes through\nthe daemon (MB = 10^6), dev_rMB/s dev_wMB/s the tier's block device (passthrough I/O\nshows only there; '-' without a block device), INFL requests in flight, WAIT requests\nwaiting in the tier's admission queue, PT passthrough files open, SHARE the Eq. 1\nshare, ERR errors in the interval."
     )]
     Stat {
         /// The tierfs mountpoint.

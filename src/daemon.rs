@@ -131,6 +131,8 @@ pub struct MountOptions {
     pub break_lock: bool,
     /// `--scratch` / `--no-scratch`: overrides `[mount] scratch`.
     pub scratch: Option<bool>,
+    /// Let other users in (also `[mount] allow_other`); the mount helper's `-o allow_other`.
+    pub allow_other: bool,
 }
 
 /// What a path is, as far as mounting on it goes.
@@ -415,6 +417,7 @@ pub fn mount(opts: &MountOptions) -> Result<(), Failure> {
     if let Some(scratch) = opts.scratch {
         config.mount.scratch = scratch;
     }
+    config.mount.allow_other |= opts.allow_other;
     config
         .prepare_tier_dirs_degraded(opts.degraded || config.mount.degraded)
         .map_err(|e| Failure::usage(e.to_string()))?;
@@ -480,6 +483,9 @@ fn spawn_background(opts: &MountOptions, config: &MountConfig) -> Result<(), Fai
         }
         None => {}
     }
+    if opts.allow_other {
+        cmd.arg("--allow-other");
+    }
     let child_fd = write_end.as_raw_fd();
     cmd.env(READY_FD_ENV, child_fd.to_string())
         .env("TIERFS_LOG_FILE", &log)
@@ -533,6 +539,19 @@ fn spawn_background(opts: &MountOptions, config: &MountConfig) -> Result<(), Fai
         status.map(|s| s.to_string()).unwrap_or_default(),
         log.display()
     )))
+}
+
+/// The mount's source in /proc/self/mountinfo: the config file, as an fstab line names it,
+/// so `mount -a` sees the line is mounted. A path that mount options cannot carry (a comma,
+/// white space) is shown as plain "tierfs".
+fn mount_source(config: &Path) -> String {
+    let abs = std::path::absolute(config).unwrap_or_else(|_| config.to_path_buf());
+    match abs.to_str() {
+        Some(s) if !s.contains(|c: char| c == ',' || c == '\\' || c.is_whitespace()) => {
+            s.to_string()
+        }
+        _ => "tierfs".to_string(),
+    }
 }
 
 /// Where a background daemon logs when the config names no file.
@@ -736,12 +755,19 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
     );
     let mut fuse_config = fuser::Config::default();
     fuse_config.mount_options = vec![
-        fuser::MountOption::FSName("tierfs".into()),
+        fuser::MountOption::FSName(mount_source(&config.source)),
         fuser::MountOption::Subtype("tierfs".into()),
         fuser::MountOption::DefaultPermissions,
         fuser::MountOption::NoDev,
         fuser::MountOption::NoSuid,
     ];
+    if crate::sys::euid() == 0 {
+        // fuser mounts as root with the type "fuse" and keeps Subtype for fusermount3, so
+        // the kernel gets the subtype as an option: the type reads fuse.tierfs either way.
+        fuse_config
+            .mount_options
+            .push(fuser::MountOption::CUSTOM("subtype=tierfs".into()));
+    }
     if config.mount.allow_other {
         fuse_config.acl = fuser::SessionACL::All;
     }

@@ -10,7 +10,9 @@
 //! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`layout`]: where a
 //!   file's bytes are and how that is persisted.
 //! - [`fs`]: the FUSE-free filesystem core; [`stats`]: the `.tierfs/` files.
-//! - [`fuse`]: the thin `fuser` adapter; [`daemon`]: mount, background, unmount; [`cli`].
+//! - [`fuse`]: the thin `fuser` adapter; [`daemon`]: mount, background, unmount; [`cli`];
+//!   [`mount_helper`]: `mount -t fuse.tierfs` and fstab; [`manpage`]: `tierfs man`;
+//!   [`prom`]: `tierfs stat --prom` for node_exporter.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod cache;
@@ -27,11 +29,14 @@ pub mod fuse;
 pub mod io;
 pub mod layout;
 pub mod lock;
+pub mod manpage;
 pub mod metrics;
 pub mod monitor;
+pub mod mount_helper;
 pub mod placement;
 pub mod plot;
 pub mod probe;
+pub mod prom;
 pub mod sched;
 pub mod stats;
 pub mod sys;

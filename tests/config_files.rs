@@ -117,11 +117,17 @@ fn shipped_demo_is_what_the_readme_expects() {
             )
         })
         .collect();
+    // Per-user folders, so two users can run the demo on one machine at once.
+    let user = tierfs::config::user_name().unwrap();
+    let (nvme, pfs) = (
+        format!("/tmp/tierfs-demo-{user}-nvme"),
+        format!("/tmp/tierfs-demo-{user}-pfs"),
+    );
     assert_eq!(
         tiers,
         [
-            ("nvme", "/tmp/tierfs-demo-nvme", true, Some(2e9)),
-            ("pfs", "/tmp/tierfs-demo-pfs", true, Some(1e9)),
+            ("nvme", nvme.as_str(), true, Some(2e9)),
+            ("pfs", pfs.as_str(), true, Some(1e9)),
         ]
     );
     assert!(c.tiers.iter().all(|t| t.read_bandwidth.is_some()));

@@ -103,7 +103,7 @@ for run in $(seq 1 "$RUNS"); do
   done
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
-echo "| target | write MB/s | vs direct | read MB/s | vs direct | daemon CPU s/GB |"
+echo "| target | write MB/s | of direct's MB/s (higher is faster) | read MB/s | of direct's MB/s | daemon CPU s/GB |"
 echo "|---|---|---|---|---|---|"
 for t in $TARGETS; do
   base=direct; [[ $t == user-* ]] && base=user-direct

@@ -33,5 +33,7 @@ pub mod probe;
 pub mod sched;
 pub mod stats;
 pub mod sys;
+#[cfg(test)]
+mod testutil;
 pub mod tier;
 pub mod units;

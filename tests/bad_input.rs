@@ -440,20 +440,15 @@ fn tier_folder_rows() {
 }
 
 /// Runs `f` with a folder that this process cannot write: a read-only tmpfs as root, a
-/// 0555 folder otherwise. Returns false (after saying why) where neither can be had.
-fn with_read_only_dir(d: &Dir, f: impl FnOnce(&Path)) -> bool {
+/// 0555 folder otherwise.
+fn with_read_only_dir(d: &Dir, f: impl FnOnce(&Path)) {
     let ro = d.p("ro");
     std::fs::create_dir(&ro).unwrap();
     if is_root() {
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "ro,size=1m", "tierfs-ro"])
-            .arg(&ro)
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            eprintln!("SKIP: cannot mount a read-only tmpfs here");
-            return false;
-        }
+        sh(&format!(
+            "mount -t tmpfs -o ro,size=1m tierfs-ro {}",
+            q(&ro)
+        ));
         f(&ro);
         let _ = Command::new("umount").arg(&ro).status();
     } else {
@@ -461,7 +456,6 @@ fn with_read_only_dir(d: &Dir, f: impl FnOnce(&Path)) -> bool {
         f(&ro);
         std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    true
 }
 
 #[test]
@@ -491,23 +485,10 @@ fn unwritable_tier_row() {
 /// advice. Needs root (to mount ramfs) and FUSE (the check is made by the daemon).
 #[test]
 fn tier_without_user_xattrs_row() {
-    if !fuse_available() {
-        return;
-    }
-    if !is_root() {
-        eprintln!("SKIP: T06 needs root to mount a ramfs tier");
-        return;
-    }
+    require!(fuse());
+    require!(root("T06 mounts a ramfs tier"));
     let d = Dir::new();
-    let ok = Command::new("mount")
-        .args(["-t", "ramfs", "tierfs-ramfs"])
-        .arg(d.p("b"))
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("SKIP: cannot mount a ramfs here");
-        return;
-    }
+    sh(&format!("mount -t ramfs tierfs-ramfs {}", q(&d.p("b"))));
     let cfg = d.write(
         "T06.toml",
         &format!("{}[placement]\nlayout = \"stripe\"\n", d.two()),
@@ -660,9 +641,7 @@ fn command_line_rows() {
 /// Rows that need a live mount: a mounted mountpoint, tiers in use.
 #[test]
 fn command_line_rows_with_a_mount() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("whole-file");
     let m = s.mount();
     let other = Setup::two("whole-file");
@@ -750,9 +729,7 @@ fn ioctl_getflags(f: &std::fs::File) -> i32 {
 
 #[test]
 fn operation_rows() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let m = s.mount();
@@ -764,7 +741,7 @@ fn operation_rows() {
             errno_of(std::fs::hard_link(&f, m.path("g"))),
             &[libc::EPERM],
         );
-        if is_root() {
+        if have(is_root(), "O02: mknod of a device node needs root") {
             op_row(
                 "O02",
                 "mknod chr",
@@ -891,7 +868,7 @@ fn operation_rows() {
             &[libc::EINVAL],
         );
         assert_eq!(std::fs::read(m.path("g2")).unwrap(), b"g");
-        if is_root() {
+        if have(is_root(), "O12: a trusted.* xattr needs root") {
             op_row(
                 "O12",
                 "setxattr trusted.x",

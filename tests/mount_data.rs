@@ -43,9 +43,7 @@ fn write_verify_files(m: &Mount<'_>, n: usize, seed: u64) -> u64 {
 const NO_PASSTHROUGH: &str = "passthrough = \"off\"\n";
 
 fn two_tier_direct(layout: &str, extra: &str) {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let mut s = Setup::two(layout);
     s.extra = extra.into();
     let m = s.mount();
@@ -110,9 +108,7 @@ fn odirect_threads_two_tiers_stripe() {
 
 #[test]
 fn odirect_three_tiers_both_layouts() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::new(
             vec![
@@ -155,9 +151,7 @@ fn ds_read(path: &Path, want: &[u8]) {
 }
 
 fn deepspeed_pattern(layout: &str, extra: &str) {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let mut s = Setup::two(layout);
     s.extra = extra.into();
     let m = s.mount();
@@ -247,9 +241,7 @@ fn deepspeed_swap_files_stripe() {
 /// never be short, and never fail with anything but EINVAL.
 #[test]
 fn direct_write_with_1k_tail_is_exact() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let m = s.mount();
@@ -303,9 +295,7 @@ fn direct_write_with_1k_tail_is_exact() {
 /// another process all see the exact size after every request.
 #[test]
 fn size_exact_while_another_handle_writes() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let m = s.mount();
@@ -365,9 +355,7 @@ fn size_exact_while_another_handle_writes() {
 /// Four writer processes (dd with oflag=direct) at once: each writes its own file and a
 /// quarter of one shared file (created by whichever comes first, never truncated).
 fn writer_processes(layout: &str) {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two(layout);
     let m = s.mount();
     let src = s.dir.path().join("src");
@@ -434,9 +422,7 @@ fn concurrent_writer_processes_stripe() {
 /// online estimates move them, to about 45:55 here.)
 #[test]
 fn configured_bandwidths_keep_their_shares_under_traffic() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("stripe");
     let m = s.mount();
     let measured = |m: &Mount<'_>| {

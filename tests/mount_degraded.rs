@@ -107,9 +107,7 @@ fn assert_eio<T: std::fmt::Debug>(r: std::io::Result<T>, what: &str) {
 
 #[test]
 fn degraded_mount_without_a_missing_tier() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let env = Env {
         dir: tempfile::Builder::new()
             .prefix("tierfs-degraded-")

@@ -8,9 +8,7 @@ use std::process::Command;
 
 #[test]
 fn capacity_full_tier_gets_no_new_files() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::new(
             vec![
@@ -122,15 +120,10 @@ impl Drop for Tmpfs {
     }
 }
 
-fn tmpfs_possible() -> bool {
-    if !fuse_available() {
-        return false;
-    }
-    if !is_root() {
-        eprintln!("SKIP: a real ENOSPC needs a small tmpfs tier, and mounting one needs root");
-        return false;
-    }
-    true
+/// What the real-ENOSPC tests need: FUSE, and root to mount a small tmpfs tier.
+fn tmpfs_tier() -> Result<(), String> {
+    fuse()?;
+    root("a real ENOSPC needs a small tmpfs tier, and mounting one needs root")
 }
 
 /// The small tier is a tmpfs of 84 MiB (tierfs keeps 64 MiB of a tier's filesystem back
@@ -139,9 +132,7 @@ fn tmpfs_possible() -> bool {
 /// the file to the other tier and succeeds, and every byte written before is intact.
 #[test]
 fn enospc_mid_write_moves_the_file() {
-    if !tmpfs_possible() {
-        return;
-    }
+    require!(tmpfs_tier());
     let s = Setup::two("whole-file");
     let tmp = Tmpfs::mount(&s.tier_path(0), "84m");
     let m = s.mount();
@@ -231,9 +222,7 @@ fn enospc_mid_write_moves_the_file() {
 /// byte it held, and the writes succeed.
 #[test]
 fn enospc_mid_write_moves_a_striped_file() {
-    if !tmpfs_possible() {
-        return;
-    }
+    require!(tmpfs_tier());
     let s = Setup::two("stripe");
     let tmp = Tmpfs::mount(&s.tier_path(0), "84m");
     let m = s.mount();
@@ -288,9 +277,7 @@ fn enospc_mid_write_moves_a_striped_file() {
 /// the bytes written before are still there.
 #[test]
 fn enospc_everywhere_fails_loudly() {
-    if !tmpfs_possible() {
-        return;
-    }
+    require!(tmpfs_tier());
     let s = Setup::new(
         vec![
             TierSpec::new("small", "2GB/s"),
@@ -340,9 +327,7 @@ fn enospc_everywhere_fails_loudly() {
 /// every byte, memory's included, and the fsync succeeds.
 #[test]
 fn enospc_at_write_back_moves_a_cached_file() {
-    if !tmpfs_possible() {
-        return;
-    }
+    require!(tmpfs_tier());
     let mut s = Setup::two("whole-file");
     s.extra = "[cache]\nsize = \"64MiB\"\nwriteback_delay = 600.0\n".into();
     let tmp = Tmpfs::mount(&s.tier_path(0), "84m");

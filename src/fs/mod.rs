@@ -18,6 +18,7 @@
 //! bytes to a new layout (off a full or failed tier, or to follow the shares).
 
 mod cached;
+mod contain;
 mod relocate;
 mod scan;
 
@@ -427,6 +428,8 @@ pub struct TierFs {
     threads: usize,
     /// Bytes moved by re-layouts (`stats.json`).
     relayout: RelayoutCounters,
+    /// Inodes failed by a panic in a request, and the panic count (`contain`).
+    contain: contain::Containment,
 }
 
 fn name_ok(name: &OsStr) -> Result<()> {
@@ -532,6 +535,7 @@ impl TierFs {
             threads: config.mount.threads,
             engine: crate::engine::choose(config.mount.engine),
             relayout: RelayoutCounters::default(),
+            contain: contain::Containment::default(),
         };
         fs.scan()?;
         Ok(fs)
@@ -2626,6 +2630,10 @@ impl TierFs {
         self.stop_cache();
         let tree = self.tree.read();
         for (ino, n) in &tree.nodes {
+            if self.is_failed(*ino) {
+                // Its state is not trusted: the next mount rebuilds it from the tiers.
+                continue;
+            }
             if let NodeData::File(f) = &n.data {
                 let mut st = f.state.write();
                 if st.migration.is_some() {

@@ -136,6 +136,13 @@ cmd_down() {
         caps "$LOOP" 0 0 || true
         losetup -d "$LOOP" || true
     fi
+    # The loop device lets go of its image a moment after `losetup -d`.
+    local i
+    for i in $(seq 50); do
+        mountpoint -q "$RAM" || break
+        umount "$RAM" 2>/dev/null && break
+        sleep 0.1
+    done
     if mountpoint -q "$RAM"; then umount "$RAM"; fi
     rmdir "$RAM" 2>/dev/null || true
     rmdir "$MNT" 2>/dev/null || true

@@ -8,7 +8,8 @@
 //! half-changed (a layout, a size, a piece table) would otherwise be served as if it were
 //! sound; a failed inode instead answers EIO to every request until the next mount, which
 //! rebuilds it from the tiers. Its data on the tiers is left as it was: at unmount its
-//! re-layout is not committed.
+//! re-layout is not committed. Requests on its folder that name it (unlink, rename) still
+//! run, so the file can be removed or moved aside without a remount.
 //!
 //! Debug builds accept a control command `debug-panic PATH` (see [`crate::control`]) that
 //! makes the next request on PATH's inode panic, so the tests can show all of this through

@@ -136,9 +136,10 @@ cmd_down() {
         caps "$LOOP" 0 0 || true
         losetup -d "$LOOP" || true
     fi
-    # The loop device lets go of its image a moment after `losetup -d`.
+    # The loop device lets go of its image a moment after `losetup -d` (seconds on a busy
+    # machine).
     local i
-    for i in $(seq 50); do
+    for i in $(seq 300); do
         mountpoint -q "$RAM" || break
         umount "$RAM" 2>/dev/null && break
         sleep 0.1

@@ -1155,6 +1155,20 @@ impl MountConfig {
                     Ok(()) => {}
                     // Another tierfs on the same node may have just made it.
                     Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+                    // The same words as check-config's check above.
+                    Err(e)
+                        if matches!(
+                            e.raw_os_error(),
+                            Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS)
+                        ) =>
+                    {
+                        return Err(format!(
+                            "cannot create {}: its parent folder {} is not writable by this \
+                             user: {e}",
+                            dir.display(),
+                            parent.display()
+                        ))
+                    }
                     Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
                 }
             }

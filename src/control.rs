@@ -16,6 +16,10 @@
 //!
 //! Paths are relative to the mount root (a leading `/` means the mount root too); `..`
 //! components are refused so a command can never name anything outside the mount.
+//!
+//! Debug builds only (the tests' builds), for the panic-containment tests: `debug-panic
+//! PATH` makes the next request on PATH panic inside its handler (see `fs::contain`).
+//! Release builds refuse it as an unknown command.
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
@@ -51,11 +55,26 @@ impl OrderHint {
 /// One parsed command. Paths are relative to the mount root; an empty path is the root.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    Order { hint: OrderHint, dir: PathBuf },
-    Step { dir: Option<PathBuf> },
-    Prefetch { path: PathBuf },
-    Drop { path: PathBuf },
-    Flush { path: Option<PathBuf> },
+    Order {
+        hint: OrderHint,
+        dir: PathBuf,
+    },
+    Step {
+        dir: Option<PathBuf>,
+    },
+    Prefetch {
+        path: PathBuf,
+    },
+    Drop {
+        path: PathBuf,
+    },
+    Flush {
+        path: Option<PathBuf>,
+    },
+    /// Debug builds only: the next request on `path` panics (tests of `fs::contain`).
+    DebugPanic {
+        path: PathBuf,
+    },
 }
 
 /// A refused control write: which line and why.
@@ -162,6 +181,9 @@ fn parse_line(line: &str) -> Result<Command, String> {
         "flush" => Ok(Command::Flush {
             path: optional(rest)?,
         }),
+        "debug-panic" if cfg!(debug_assertions) => Ok(Command::DebugPanic {
+            path: required(word, rest)?,
+        }),
         other => Err(format!(
             "unknown command '{}' (order, step, prefetch, drop, flush)",
             other.escape_debug()
@@ -252,6 +274,19 @@ mod tests {
                 },
             ]
         );
+    }
+
+    /// Only the tests' (debug) builds take `debug-panic`; a release build calls it unknown.
+    #[test]
+    fn debug_panic_only_in_debug_builds() {
+        let r = parse("debug-panic a/b\n");
+        if cfg!(debug_assertions) {
+            assert_eq!(r.unwrap(), vec![Command::DebugPanic { path: "a/b".into() }]);
+            assert!(parse("debug-panic /\n").is_err(), "the root");
+            assert!(parse("debug-panic ../x\n").is_err());
+        } else {
+            assert!(r.unwrap_err().reason.contains("unknown command"));
+        }
     }
 
     #[test]

@@ -58,6 +58,9 @@ pub enum Error {
         got: usize,
         want: usize,
     },
+    /// A request on this inode panicked earlier (see `fs::contain`): EIO until remount.
+    #[error("inode {ino} failed after a panic in a request; EIO until the next mount")]
+    Failed { ino: u64 },
     #[error("{0}")]
     Io(#[from] io::Error),
 }
@@ -84,6 +87,7 @@ impl Error {
             Error::NoSpace(_) => libc::ENOSPC,
             Error::Tier { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             Error::ShortRead { .. } => libc::EIO,
+            Error::Failed { .. } => libc::EIO,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
     }

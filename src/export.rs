@@ -1770,10 +1770,10 @@ mod tests {
     #[test]
     fn stripe_pieces_are_checked_and_exported() {
         let (d, cfg, tiers) = setup(2);
-        if !xattrs_work(&tiers[0].data) {
-            eprintln!("SKIP: no user xattrs on the temp file system");
-            return;
-        }
+        crate::testutil::require!(
+            xattrs_work(&tiers[0].data),
+            "no user xattrs on the temp file system"
+        );
         let m = StripeMap::new(4096, vec![0, 1, 0]);
         let layout = FileLayout::Stripe(m.clone());
         let data: Vec<u8> = (0..20000u32).map(|i| (i % 251) as u8 + 1).collect();

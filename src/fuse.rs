@@ -1,4 +1,6 @@
 //! The thin `fuser` adapter: decode a request, call the core, reply. No policy lives here.
+//! Every core call runs inside [`TierFs::contain`], so a panic in a handler is answered EIO
+//! and fails that inode alone (see `fs::contain`).
 //!
 //! What the adapter does own is the kernel negotiation that makes DeepSpeed's I/O reach the
 //! tiers at full size and depth: 1 MiB requests (not 128 KiB pieces), `FUSE_ASYNC_DIO` so
@@ -195,18 +197,25 @@ impl Filesystem for FuseAdapter {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        match self.fs.lookup(parent.0, name) {
+        let r = self.fs.contain("lookup", parent.0, || {
+            let a = self.fs.lookup(parent.0, name)?;
+            self.fs.check_failed(a.ino).map(|()| a)
+        });
+        match r {
             Ok(a) => reply.entry(&TTL, &fattr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.fs.forget(ino.0, nlookup);
+        let _ = self.fs.contain("forget", ino.0, || {
+            self.fs.forget(ino.0, nlookup);
+            Ok(())
+        });
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.fs.getattr(ino.0) {
+        match self.fs.contain("getattr", ino.0, || self.fs.getattr(ino.0)) {
             Ok(a) => reply.attr(&TTL, &fattr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -238,7 +247,10 @@ impl Filesystem for FuseAdapter {
             atime: set_time(atime),
             mtime: set_time(mtime),
         };
-        match self.fs.setattr(ino.0, s) {
+        match self
+            .fs
+            .contain("setattr", ino.0, || self.fs.setattr(ino.0, s))
+        {
             Ok(a) => reply.attr(&TTL, &fattr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -246,7 +258,10 @@ impl Filesystem for FuseAdapter {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         use std::os::unix::ffi::OsStrExt;
-        match self.fs.readlink(ino.0) {
+        match self
+            .fs
+            .contain("readlink", ino.0, || self.fs.readlink(ino.0))
+        {
             Ok(t) => reply.data(t.as_bytes()),
             Err(e) => reply.error(errno(&e)),
         }
@@ -262,7 +277,10 @@ impl Filesystem for FuseAdapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        match self.fs.mknod(parent.0, name, mode & !umask, rdev, ctx(req)) {
+        let r = self.fs.contain("mknod", parent.0, || {
+            self.fs.mknod(parent.0, name, mode & !umask, rdev, ctx(req))
+        });
+        match r {
             Ok(a) => reply.entry(&TTL, &fattr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -277,21 +295,30 @@ impl Filesystem for FuseAdapter {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        match self.fs.mkdir(parent.0, name, mode & !umask, ctx(req)) {
+        let r = self.fs.contain("mkdir", parent.0, || {
+            self.fs.mkdir(parent.0, name, mode & !umask, ctx(req))
+        });
+        match r {
             Ok(a) => reply.entry(&TTL, &fattr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.fs.unlink(parent.0, name) {
+        match self
+            .fs
+            .contain("unlink", parent.0, || self.fs.unlink(parent.0, name))
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.fs.rmdir(parent.0, name) {
+        match self
+            .fs
+            .contain("rmdir", parent.0, || self.fs.rmdir(parent.0, name))
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -305,7 +332,10 @@ impl Filesystem for FuseAdapter {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        match self.fs.symlink(parent.0, link_name, target, ctx(req)) {
+        let r = self.fs.contain("symlink", parent.0, || {
+            self.fs.symlink(parent.0, link_name, target, ctx(req))
+        });
+        match r {
             Ok(a) => reply.entry(&TTL, &fattr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
@@ -321,10 +351,13 @@ impl Filesystem for FuseAdapter {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        match self
-            .fs
-            .rename(parent.0, name, newparent.0, newname, flags.bits())
-        {
+        // Both folders must be sound.
+        let r = self.fs.contain("rename", parent.0, || {
+            self.fs.check_failed(newparent.0)?;
+            self.fs
+                .rename(parent.0, name, newparent.0, newname, flags.bits())
+        });
+        match r {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -333,19 +366,22 @@ impl Filesystem for FuseAdapter {
     fn link(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _newparent: INodeNo,
         _newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        match self.fs.link() {
+        match self.fs.contain("link", ino.0, || self.fs.link()) {
             Ok(a) => reply.entry(&TTL, &fattr(&a), Generation(0)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.open(ino.0, flags.0) {
+        match self
+            .fs
+            .contain("open", ino.0, || self.fs.open(ino.0, flags.0))
+        {
             Ok((fh, info)) => {
                 if let Some(piece) = &info.passthrough {
                     if let Some(id) = self.backing_for(ino.0, fh, piece, |f| reply.open_backing(f))
@@ -362,7 +398,7 @@ impl Filesystem for FuseAdapter {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -372,10 +408,12 @@ impl Filesystem for FuseAdapter {
     ) {
         // The reply borrows the core's buffer, so it is sent from inside the callback.
         let mut reply = Some(reply);
-        let r = self.fs.read_with(fh.0, offset, size, |data| {
-            if let Some(r) = reply.take() {
-                r.data(data);
-            }
+        let r = self.fs.contain("read", ino.0, || {
+            self.fs.read_with(fh.0, offset, size, |data| {
+                if let Some(r) = reply.take() {
+                    r.data(data);
+                }
+            })
         });
         if let (Err(e), Some(r)) = (r, reply) {
             r.error(errno(&e));
@@ -385,7 +423,7 @@ impl Filesystem for FuseAdapter {
     fn write(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -394,7 +432,10 @@ impl Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.fs.write(fh.0, offset, data) {
+        match self
+            .fs
+            .contain("write", ino.0, || self.fs.write(fh.0, offset, data))
+        {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(&e)),
         }
@@ -403,14 +444,14 @@ impl Filesystem for FuseAdapter {
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
         // Writes are on the tier when they are acknowledged; flush only brings the books
         // (a passthrough file's size) up to date before close returns.
-        match self.fs.flush(fh.0) {
+        match self.fs.contain("flush", ino.0, || self.fs.flush(fh.0)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -419,7 +460,7 @@ impl Filesystem for FuseAdapter {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
@@ -427,7 +468,7 @@ impl Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         self.release_backing(fh.0);
-        match self.fs.release(fh.0) {
+        match self.fs.contain("release", ino.0, || self.fs.release(fh.0)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -436,19 +477,22 @@ impl Filesystem for FuseAdapter {
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.fs.fsync(fh.0, datasync) {
+        match self
+            .fs
+            .contain("fsync", ino.0, || self.fs.fsync(fh.0, datasync))
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.fs.opendir(ino.0) {
+        match self.fs.contain("opendir", ino.0, || self.fs.opendir(ino.0)) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
         }
@@ -457,12 +501,15 @@ impl Filesystem for FuseAdapter {
     fn readdir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        match self.fs.readdir(fh.0, offset) {
+        match self
+            .fs
+            .contain("readdir", ino.0, || self.fs.readdir(fh.0, offset))
+        {
             Ok(entries) => {
                 for (i, e) in entries.iter().enumerate().skip(offset as usize) {
                     if reply.add(INodeNo(e.ino), (i + 1) as u64, file_type(e.kind), &e.name) {
@@ -478,13 +525,19 @@ impl Filesystem for FuseAdapter {
     fn releasedir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.fs.releasedir(fh.0);
-        reply.ok();
+        let r = self.fs.contain("releasedir", ino.0, || {
+            self.fs.releasedir(fh.0);
+            Ok(())
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn fsyncdir(
@@ -495,17 +548,22 @@ impl Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        match self.fs.fsyncdir(ino.0) {
+        match self
+            .fs
+            .contain("fsyncdir", ino.0, || self.fs.fsyncdir(ino.0))
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = self.fs.statfs();
-        reply.statfs(
-            s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
-        );
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.contain("statfs", ino.0, || Ok(self.fs.statfs())) {
+            Ok(s) => reply.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.bsize,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn setxattr(
@@ -518,36 +576,50 @@ impl Filesystem for FuseAdapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        match self.fs.setxattr(ino.0, name, value, flags) {
+        match self.fs.contain("setxattr", ino.0, || {
+            self.fs.setxattr(ino.0, name, value, flags)
+        }) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.fs.getxattr(ino.0, name) {
+        match self
+            .fs
+            .contain("getxattr", ino.0, || self.fs.getxattr(ino.0, name))
+        {
             Ok(v) => xattr_reply(reply, &v, size),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.fs.listxattr(ino.0) {
+        match self
+            .fs
+            .contain("listxattr", ino.0, || self.fs.listxattr(ino.0))
+        {
             Ok(v) => xattr_reply(reply, &v, size),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        match self.fs.removexattr(ino.0, name) {
+        match self
+            .fs
+            .contain("removexattr", ino.0, || self.fs.removexattr(ino.0, name))
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
         // Mounted with default_permissions: the kernel checks modes itself.
-        reply.ok();
+        match self.fs.contain("access", ino.0, || Ok(())) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     fn create(
@@ -560,10 +632,11 @@ impl Filesystem for FuseAdapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        match self
-            .fs
-            .create(parent.0, name, mode & !umask, flags, ctx(req))
-        {
+        let r = self.fs.contain("create", parent.0, || {
+            self.fs
+                .create(parent.0, name, mode & !umask, flags, ctx(req))
+        });
+        match r {
             Ok((a, fh, info)) => {
                 if let Some(piece) = &info.passthrough {
                     if let Some(id) = self.backing_for(a.ino, fh, piece, |f| reply.open_backing(f))
@@ -608,14 +681,16 @@ impl Filesystem for FuseAdapter {
     fn fallocate(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        match self.fs.fallocate(fh.0, offset, length, mode) {
+        match self.fs.contain("fallocate", ino.0, || {
+            self.fs.fallocate(fh.0, offset, length, mode)
+        }) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }

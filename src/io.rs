@@ -342,6 +342,33 @@ pub fn dir_accepts_direct_io_of(dir: &Path, len: usize) -> bool {
     r.is_ok()
 }
 
+/// Pieces that refuse writing, for the engines' conformance tests (`crate::engine`).
+#[cfg(test)]
+impl Piece {
+    /// `path` opened read-only, as [`Piece::open`] leaves a file whose tier refused writing:
+    /// with `refusal` a write fails with that errno before it is tried; with `None` it
+    /// reaches the kernel, which refuses it (EBADF), as a write through a descriptor whose
+    /// file system can no longer take it would be refused.
+    pub(crate) fn read_only(path: &Path, direct: bool, refusal: Option<i32>) -> io::Result<Piece> {
+        let file = OpenOptions::new().read(true).open(path)?;
+        let direct = if direct {
+            OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECT)
+                .open(path)
+                .ok()
+        } else {
+            None
+        };
+        Ok(Piece {
+            file,
+            direct_ok: AtomicBool::new(direct.is_some()),
+            direct,
+            read_only: refusal,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

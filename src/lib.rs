@@ -40,5 +40,7 @@ pub mod prom;
 pub mod sched;
 pub mod stats;
 pub mod sys;
+#[cfg(test)]
+mod testutil;
 pub mod tier;
 pub mod units;

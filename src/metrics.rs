@@ -61,6 +61,14 @@ pub const PASSTHROUGH_ENABLED: Metric = gauge(
     "tierfs_passthrough_enabled",
     "1 while kernel passthrough is offered for whole files, else 0.",
 );
+pub const REQUEST_PANICS: Metric = counter(
+    "tierfs_request_panics_total",
+    "Requests whose handler panicked since mount; each was answered EIO and its inode failed.",
+);
+pub const FAILED_INODES: Metric = gauge(
+    "tierfs_failed_inodes",
+    "Inodes that answer EIO until the next mount, after a request on them panicked.",
+);
 
 // Per tier.
 pub const TIER_READ_BYTES: Metric = counter(
@@ -218,6 +226,8 @@ pub const ALL: &[Metric] = &[
     UPTIME,
     FILES,
     PASSTHROUGH_ENABLED,
+    REQUEST_PANICS,
+    FAILED_INODES,
     TIER_READ_BYTES,
     TIER_WRITTEN_BYTES,
     TIER_READ_REQUESTS,
@@ -363,6 +373,8 @@ pub fn render(s: &Snapshot) -> String {
             n if n == UPTIME.name => vec![(vec![], Float(s.uptime_s))],
             n if n == FILES.name => vec![(vec![], Int(s.files.len() as u64))],
             n if n == PASSTHROUGH_ENABLED.name => vec![(vec![], flag(s.passthrough))],
+            n if n == REQUEST_PANICS.name => vec![(vec![], Int(s.request_panics))],
+            n if n == FAILED_INODES.name => vec![(vec![], Int(s.failed_inodes))],
             n if n == TIER_READ_BYTES.name => per_tier(s, |t| Some(Int(t.bytes_read))),
             n if n == TIER_WRITTEN_BYTES.name => per_tier(s, |t| Some(Int(t.bytes_written))),
             n if n == TIER_READ_REQUESTS.name => per_tier(s, |t| Some(Int(t.reads))),
@@ -483,6 +495,8 @@ pub(crate) mod tests {
                 tiers: vec!["nvme".into()],
             }],
             relayout: Default::default(),
+            request_panics: 0,
+            failed_inodes: 0,
         }
     }
 

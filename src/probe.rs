@@ -863,21 +863,55 @@ mod tests {
         assert!(e.contains("not a directory"), "{e}");
     }
 
+    /// Sets or clears a folder's immutable flag (`chattr +i`; root, on ext4, xfs, btrfs or
+    /// tmpfs).
+    fn set_immutable(dir: &Path, on: bool) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        const FS_IOC_GETFLAGS: libc::c_ulong = 0x8008_6601;
+        const FS_IOC_SETFLAGS: libc::c_ulong = 0x4008_6602;
+        const FS_IMMUTABLE_FL: libc::c_long = 0x10;
+        let f = std::fs::File::open(dir)?;
+        let mut flags: libc::c_long = 0;
+        // SAFETY: FS_IOC_GETFLAGS writes at most one long into `flags`.
+        if unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_GETFLAGS as _, &mut flags) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if on {
+            flags |= FS_IMMUTABLE_FL;
+        } else {
+            flags &= !FS_IMMUTABLE_FL;
+        }
+        // SAFETY: FS_IOC_SETFLAGS reads one long from `flags`.
+        if unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_SETFLAGS as _, &flags) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     #[test]
     fn unwritable_dir_names_the_failure() {
-        // Root ignores permission bits; skip the check there.
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            return;
-        }
         use std::os::unix::fs::PermissionsExt;
         let d = tempfile::tempdir().unwrap();
         let ro = d.path().join("ro");
         std::fs::create_dir(&ro).unwrap();
-        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o500)).unwrap();
+        // Root ignores permission bits, not an immutable folder.
+        let root = crate::sys::euid() == 0;
+        if root {
+            set_immutable(&ro, true).expect("chattr +i on a temp folder (as root)");
+        } else {
+            std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o500)).unwrap();
+        }
         let e = probe_dir(&ro, &small()).unwrap_err().to_string();
+        if root {
+            set_immutable(&ro, false).unwrap();
+        }
         assert!(e.contains("cannot create test file"), "{e}");
-        assert!(e.contains("Permission denied"), "{e}");
+        let why = if root {
+            "Operation not permitted"
+        } else {
+            "Permission denied"
+        };
+        assert!(e.contains(why), "{e}");
     }
 
     #[test]

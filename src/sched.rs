@@ -123,78 +123,127 @@ impl Drop for Slot<'_> {
 
 #[cfg(test)]
 mod tests {
+    //! Every test runs under [`within`]: a scheduling bug (a lost wake-up, a slot never
+    //! given back) fails the test after a few seconds instead of hanging the suite.
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
+
+    /// Runs `f` on a thread of its own and fails if it has not finished in `secs` (a hung
+    /// body is left behind; the test binary exits anyway). A panic in `f` is passed on.
+    fn within(secs: u64, f: impl FnOnce() + Send + 'static) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let body = std::thread::spawn(move || {
+            f();
+            let _ = tx.send(());
+        });
+        match rx.recv_timeout(Duration::from_secs(secs)) {
+            Ok(()) => body.join().unwrap(),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                // `f` panicked before it could say it was done.
+                if let Err(p) = body.join() {
+                    std::panic::resume_unwind(p);
+                }
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                panic!("did not finish in {secs} s: a request waits for a slot forever")
+            }
+        }
+    }
+
+    /// Waits until `cond` holds; panics with `what` after 5 s.
+    fn wait_until(what: &str, cond: impl Fn() -> bool) {
+        let end = Instant::now() + Duration::from_secs(5);
+        while !cond() {
+            assert!(Instant::now() < end, "timed out waiting until {what}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    #[test]
+    fn within_fails_a_hang_instead_of_hanging() {
+        let r = std::panic::catch_unwind(|| {
+            within(1, || {
+                let q = TierQueue::new(1, false);
+                let _held = q.acquire(Class::DemandRead, 0);
+                // Never granted: the only slot is held by this thread.
+                let _never = q.acquire(Class::DemandRead, 1);
+            })
+        });
+        let msg = r.expect_err("a hang must fail");
+        let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("did not finish in 1 s"), "{msg}");
+    }
 
     #[test]
     fn never_more_than_limit_in_flight() {
-        let q = Arc::new(TierQueue::new(3, false));
-        let now = Arc::new(AtomicUsize::new(0));
-        let peak = Arc::new(AtomicUsize::new(0));
-        let threads: Vec<_> = (0..12)
-            .map(|i| {
-                let (q, now, peak) = (q.clone(), now.clone(), peak.clone());
-                std::thread::spawn(move || {
-                    for _ in 0..20 {
-                        let _s = q.acquire(Class::DemandWrite, i);
-                        let n = now.fetch_add(1, Ordering::SeqCst) + 1;
-                        peak.fetch_max(n, Ordering::SeqCst);
-                        std::thread::yield_now();
-                        now.fetch_sub(1, Ordering::SeqCst);
-                    }
+        within(30, || {
+            let q = Arc::new(TierQueue::new(3, false));
+            let now = Arc::new(AtomicUsize::new(0));
+            let peak = Arc::new(AtomicUsize::new(0));
+            let threads: Vec<_> = (0..12)
+                .map(|i| {
+                    let (q, now, peak) = (q.clone(), now.clone(), peak.clone());
+                    std::thread::spawn(move || {
+                        for _ in 0..20 {
+                            let _s = q.acquire(Class::DemandWrite, i);
+                            let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                            peak.fetch_max(n, Ordering::SeqCst);
+                            std::thread::yield_now();
+                            now.fetch_sub(1, Ordering::SeqCst);
+                        }
+                    })
                 })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        assert!(peak.load(Ordering::SeqCst) <= 3);
-        assert_eq!(q.stats().granted[Class::DemandWrite as usize], 240);
-        assert_eq!(q.stats().in_flight, 0);
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            assert!(peak.load(Ordering::SeqCst) <= 3);
+            assert_eq!(q.stats().granted[Class::DemandWrite as usize], 240);
+            assert_eq!(q.stats().in_flight, 0);
+        });
     }
 
     #[test]
     fn higher_class_goes_first() {
-        let q = Arc::new(TierQueue::new(1, false));
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let held = q.acquire(Class::DemandRead, 0);
-        let spawn = |class: Class| {
-            let (q, order) = (q.clone(), order.clone());
-            std::thread::spawn(move || {
-                let _s = q.acquire(class, 1);
-                order.lock().push(class);
-            })
-        };
-        let wb = spawn(Class::WriteBack);
-        while q.stats().waiting < 1 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let rd = spawn(Class::DemandRead);
-        while q.stats().waiting < 2 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        drop(held);
-        wb.join().unwrap();
-        rd.join().unwrap();
-        assert_eq!(*order.lock(), vec![Class::DemandRead, Class::WriteBack]);
+        within(30, || {
+            let q = Arc::new(TierQueue::new(1, false));
+            let order = Arc::new(Mutex::new(Vec::new()));
+            let held = q.acquire(Class::DemandRead, 0);
+            let spawn = |class: Class| {
+                let (q, order) = (q.clone(), order.clone());
+                std::thread::spawn(move || {
+                    let _s = q.acquire(class, 1);
+                    order.lock().push(class);
+                })
+            };
+            let wb = spawn(Class::WriteBack);
+            wait_until("the write-back waits", || q.stats().waiting >= 1);
+            let rd = spawn(Class::DemandRead);
+            wait_until("both wait", || q.stats().waiting >= 2);
+            drop(held);
+            wb.join().unwrap();
+            rd.join().unwrap();
+            assert_eq!(*order.lock(), vec![Class::DemandRead, Class::WriteBack]);
+        });
     }
 
     #[test]
     fn exclusive_serves_one_file_at_a_time() {
-        let q = TierQueue::new(8, true);
-        let a1 = q.acquire(Class::DemandWrite, 1);
-        let a2 = q.acquire(Class::DemandWrite, 1);
-        assert_eq!(q.stats().in_flight, 2);
-        std::thread::scope(|s| {
-            let h = s.spawn(|| {
-                let _b = q.acquire(Class::DemandWrite, 2);
-                q.stats().in_flight
-            });
-            while q.stats().waiting < 1 {
-                std::thread::sleep(Duration::from_millis(1));
-            }
+        within(30, || {
+            let q = Arc::new(TierQueue::new(8, true));
+            let a1 = q.acquire(Class::DemandWrite, 1);
+            let a2 = q.acquire(Class::DemandWrite, 1);
+            assert_eq!(q.stats().in_flight, 2);
+            let h = {
+                let q = q.clone();
+                std::thread::spawn(move || {
+                    let _b = q.acquire(Class::DemandWrite, 2);
+                    q.stats().in_flight
+                })
+            };
+            wait_until("file 2 waits", || q.stats().waiting >= 1);
             drop(a1);
             assert_eq!(
                 q.stats().waiting,

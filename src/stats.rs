@@ -150,6 +150,12 @@ pub struct Snapshot {
     pub cache: Option<CacheStats>,
     #[serde(default)]
     pub relayout: RelayoutStats,
+    /// Requests whose handler panicked since mount (each answered EIO; `fs::contain`).
+    #[serde(default)]
+    pub request_panics: u64,
+    /// Inodes that answer EIO until the next mount after such a panic.
+    #[serde(default)]
+    pub failed_inodes: u64,
 }
 
 /// The cache's totals in `stats.json`, in bytes unless named otherwise.
@@ -270,6 +276,8 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
                 eager_copied_bytes: g(&r.eager_copied_bytes),
             }
         },
+        request_panics: fs.request_panics(),
+        failed_inodes: fs.failed_inodes(),
     }
 }
 

@@ -108,7 +108,7 @@ fn write_buffered(path: &Path, data: &[u8]) -> std::io::Result<()> {
 /// Writes files under `dir` until the mount dies (or `stop`): every other one fsynced.
 fn writer(root: &Path, dir: &str, how: How, seed0: u64, log: &Log) {
     if std::fs::create_dir_all(root.join(dir)).is_err() {
-        return;
+        return; // not a skip: the mount died before the first file
     }
     let sizes = [
         MIB + 4096,
@@ -119,7 +119,7 @@ fn writer(root: &Path, dir: &str, how: How, seed0: u64, log: &Log) {
     ];
     for n in 0.. {
         if log.stop.load(Ordering::Relaxed) {
-            return;
+            return; // not a skip: stopped
         }
         let job = Job {
             rel: format!("{dir}/f{n}"),
@@ -135,7 +135,7 @@ fn writer(root: &Path, dir: &str, how: How, seed0: u64, log: &Log) {
             How::Buffered => write_buffered(&path, &data),
         };
         if r.is_err() {
-            return;
+            return; // not a skip: the mount died mid-write
         }
         log.completed.lock().unwrap().push(job.clone());
         if n % 2 == 0 {
@@ -144,7 +144,7 @@ fn writer(root: &Path, dir: &str, how: How, seed0: u64, log: &Log) {
                 .open(&path)
                 .and_then(|f| f.sync_all());
             if synced.is_err() {
-                return;
+                return; // not a skip: the mount died at fsync
             }
             log.fsynced.lock().unwrap().push(job);
         }
@@ -207,9 +207,7 @@ fn check_partial(job: &Job, got: &[u8]) {
 
 #[test]
 fn kill_9_mid_write_then_force_mount_recovers_every_synced_byte() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let mut s = Setup::two("stripe");
     // (layout, fsynced files to wait for before the kill, extra delay)
     let rounds = [

@@ -51,9 +51,7 @@ impl Drop for Cleanup {
 
 #[test]
 fn demo_comment_commands_work_as_written_for_two_users_at_once() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let cmds = comment_commands();
     assert!(
         cmds.iter().any(|c| c.contains(" mount --config ")),

@@ -3,7 +3,7 @@
 //! every block read back must carry its checksum (fio's exit status 0, `error` and
 //! `total_err` 0 in its JSON for every job, and the whole size written and verified).
 //!
-//! Needs fio (CI installs it; `apt-get install fio`); without it the test prints SKIP.
+//! Needs fio (CI installs it; `apt-get install fio`); without it the test skips (`require!`).
 //! `FIO_VERIFY_SIZE` sets the size per job (default `64M`).
 mod common;
 use common::*;
@@ -80,13 +80,8 @@ fn run_fio(dir: &std::path::Path, engine: &str, layout: &str) {
 
 #[test]
 fn fio_crc32c_verify_libaio_and_io_uring_both_layouts() {
-    if !fuse_available() {
-        return;
-    }
-    if which("fio").is_none() {
-        eprintln!("SKIP: fio is not installed (apt-get install fio)");
-        return;
-    }
+    require!(fuse());
+    require!(tool("fio", "apt-get install fio"));
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let m = s.mount();

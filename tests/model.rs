@@ -37,7 +37,7 @@
 //!
 //! Each test prints `model[CONFIG]: N ops in C cases, M mismatches (seed S)` to stderr,
 //! uncaptured, and the last one to finish adds the total. Needs FUSE; where it is missing
-//! the tests print the harness's SKIP line and pass.
+//! the tests skip (`require!`), and fail under `TIERFS_REQUIRE_ALL=1`.
 
 mod common;
 
@@ -316,11 +316,38 @@ struct Spec {
     stripe_unit: &'static str,
     /// Lines added to the config's `[mount]` section.
     mount: &'static str,
+    /// Kernel passthrough must serve some of the opens (checked where the kernel offers
+    /// it, and always under TIERFS_REQUIRE_ALL=1), so the configuration tests it at all.
+    passthrough: bool,
+}
+
+/// Per configuration: passthrough opens seen through all its mounts, and whether any mount
+/// offered passthrough (stats.json, read just before each unmount).
+static PASSTHROUGH: std::sync::Mutex<BTreeMap<&'static str, (u64, bool)>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+/// Adds a mount's passthrough figures to its configuration's totals.
+fn count_passthrough(name: &'static str, setup: &Setup) {
+    let Ok(text) = std::fs::read_to_string(setup.mountpoint().join(".tierfs/stats.json")) else {
+        return; // not a skip: the mount is gone; the comparison reports that
+    };
+    let st: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let opens: u64 = st["tiers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["passthrough_opens"].as_u64().unwrap())
+        .sum();
+    let mut all = PASSTHROUGH.lock().unwrap();
+    let e = all.entry(name).or_default();
+    e.0 += opens;
+    e.1 |= st["passthrough"].as_bool().unwrap();
 }
 
 /// A live mount of `setup` with `spec`'s stripe unit; unmounted on drop.
 struct Mounted<'a> {
     setup: &'a Setup,
+    spec: &'static str,
     up: bool,
 }
 
@@ -346,7 +373,11 @@ fn mount<'a>(setup: &'a Setup, spec: &Spec) -> Result<Mounted<'a>, String> {
             std::fs::read_to_string(setup.log_path()).unwrap_or_default()
         ));
     }
-    Ok(Mounted { setup, up: true })
+    Ok(Mounted {
+        setup,
+        spec: spec.name,
+        up: true,
+    })
 }
 
 /// `tierfs unmount`, retried while the mount is busy: another test thread's fork, between
@@ -375,6 +406,7 @@ fn unmount_retrying(setup: &Setup) -> Result<(), String> {
 impl Mounted<'_> {
     fn unmount(mut self) -> Result<(), String> {
         self.up = false;
+        count_passthrough(self.spec, self.setup);
         unmount_retrying(self.setup)
     }
 }
@@ -432,7 +464,7 @@ fn same<T: PartialEq + std::fmt::Debug>(what: &str, m: Res<T>, r: Res<T>) -> Res
 
 fn diff_bytes(got: &[u8], want: &[u8]) -> Option<String> {
     if got == want {
-        return None;
+        return None; // not a skip: no difference
     }
     let first = got
         .iter()
@@ -906,9 +938,7 @@ static TOTAL_MISMATCHES: AtomicU64 = AtomicU64::new(0);
 static FINISHED: AtomicU64 = AtomicU64::new(0);
 
 fn run(spec: Spec) {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let cases = env_num("TIERFS_MODEL_CASES", 6) as u32;
     let max_ops = env_num("TIERFS_MODEL_OPS", 60).max(1) as usize;
     let seed = env_num(
@@ -942,6 +972,24 @@ fn run(spec: Spec) {
     if FINISHED.fetch_add(1, Ordering::Relaxed) + 1 == TESTS {
         let _ = writeln!(err, "model: {total} ops, {total_mm} mismatches");
     }
+    if spec.passthrough && result.is_ok() {
+        let (opens, offered) = PASSTHROUGH
+            .lock()
+            .unwrap()
+            .get(spec.name)
+            .copied()
+            .unwrap_or_default();
+        if have(
+            offered,
+            "kernel passthrough is not offered here (root and Linux >= 6.9)",
+        ) {
+            assert!(
+                opens > 0,
+                "model[{}]: no open was served by kernel passthrough in {cases} cases",
+                spec.name
+            );
+        }
+    }
     match result {
         Ok(()) => {}
         Err(TestError::Fail(why, ops)) => panic!(
@@ -961,6 +1009,7 @@ fn model_mount_whole_file_2_tiers() {
         tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
         stripe_unit: "1MiB",
         mount: "",
+        passthrough: true,
     });
 }
 
@@ -972,6 +1021,7 @@ fn model_mount_whole_file_2_tiers_no_passthrough() {
         tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
         stripe_unit: "1MiB",
         mount: "passthrough = \"off\"\n",
+        passthrough: false,
     });
 }
 
@@ -983,6 +1033,7 @@ fn model_mount_stripe_64k_2_tiers() {
         tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
         stripe_unit: "64KiB",
         mount: "",
+        passthrough: false,
     });
 }
 
@@ -994,6 +1045,7 @@ fn model_mount_stripe_64k_3_tiers() {
         tiers: &[("nvme0", "3GB/s"), ("nvme1", "2GB/s"), ("pfs", "1GB/s")],
         stripe_unit: "64KiB",
         mount: "engine = \"psync\"\n",
+        passthrough: false,
     });
 }
 
@@ -1005,6 +1057,7 @@ fn model_mount_stripe_1m_2_tiers() {
         tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
         stripe_unit: "1MiB",
         mount: "",
+        passthrough: false,
     });
 }
 
@@ -1019,6 +1072,7 @@ fn model_mount_whole_file_2_tiers_cache() {
         stripe_unit: "1MiB",
         mount: "passthrough = \"direct\"\n[cache]\nsize = \"16MiB\"\nwriteback_delay = 0.05\n\
                 max_file = \"2MiB\"\nprefetch = 1\n",
+        passthrough: false,
     });
 }
 
@@ -1030,6 +1084,7 @@ fn model_mount_stripe_64k_2_tiers_cache() {
         tiers: &[("fast", "2GB/s"), ("slow", "1GB/s")],
         stripe_unit: "64KiB",
         mount: "[cache]\nsize = \"16MiB\"\nwriteback_delay = 5.0\nmax_file = \"4MiB\"\n",
+        passthrough: false,
     });
 }
 
@@ -1041,9 +1096,7 @@ fn model_mount_stripe_64k_2_tiers_cache() {
 /// opens with the daemon (only `"direct"` passes them through).
 #[test]
 fn bug_passthrough_ignores_fcntl_clearing_o_direct() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["stripe", "whole-file"] {
         let s = Setup::two(layout);
         let m = s.mount();
@@ -1077,9 +1130,7 @@ fn bug_passthrough_ignores_fcntl_clearing_o_direct() {
 /// other see this. Fixed in ced2394.
 #[test]
 fn bug_fstat_of_removed_open_folder_is_enoent() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("stripe");
     let m = s.mount();
     std::fs::create_dir(m.path("d")).unwrap();

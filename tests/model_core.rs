@@ -351,7 +351,7 @@ impl Model {
     fn write(&mut self, id: u64, off: u64, data: &[u8]) {
         let v = self.data.get_mut(&id).unwrap();
         if data.is_empty() {
-            return; // POSIX: a zero-length write changes nothing, not even the size
+            return; // not a skip: POSIX: a zero-length write changes nothing, not even the size
         }
         let end = off as usize + data.len();
         if v.len() < end {
@@ -627,7 +627,7 @@ fn show<T: std::fmt::Debug>(r: &MRes<T>) -> String {
 
 fn diff_bytes(got: &[u8], want: &[u8]) -> Option<String> {
     if got == want {
-        return None;
+        return None; // not a skip: no difference
     }
     let first = got
         .iter()

@@ -179,9 +179,7 @@ fn bad_configs_exit_2_naming_the_key() {
 
 #[test]
 fn runtime_failures_exit_1_and_tiers_in_use() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("whole-file");
     let m = s.mount();
     std::fs::write(m.path("f"), b"still here").unwrap();
@@ -249,9 +247,7 @@ fn runtime_failures_exit_1_and_tiers_in_use() {
 /// alone made about one remount in twenty fail with "in use".)
 #[test]
 fn remount_right_after_unmount_finds_the_tiers_free() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("whole-file");
     for i in 0..10u64 {
         let m = s.mount();
@@ -294,9 +290,7 @@ fn statfs_errno(p: &Path) -> i32 {
 
 #[test]
 fn dead_mount_is_detected_and_cleared_with_force() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("stripe");
     let m = s.mount();
     std::fs::create_dir(m.path("d")).unwrap();
@@ -362,9 +356,7 @@ fn dead_mount_is_detected_and_cleared_with_force() {
 
 #[test]
 fn stats_files_and_tierfs_stat() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("whole-file");
     let m = s.mount();
     for i in 0..9u64 {
@@ -510,25 +502,17 @@ impl Drop for Unmounter {
 #[test]
 fn non_root_user_mounts_through_fusermount3() {
     const USER: &str = "tierfs-test";
-    if !fuse_available() {
-        return;
-    }
-    if !is_root() {
-        eprintln!("SKIP: the non-root mount test runs as root, switching to user {USER}");
-        return;
-    }
-    let Some((uid, gid)) = user_ids(USER) else {
-        eprintln!("SKIP: no user {USER} (create it with `useradd -m {USER}`)");
-        return;
-    };
-    if which("fusermount3").is_none() {
-        eprintln!("SKIP: fusermount3 is not installed (apt-get install fuse3)");
-        return;
-    }
-    if which("setpriv").is_none() && which("runuser").is_none() {
-        eprintln!("SKIP: neither setpriv nor runuser is installed (util-linux)");
-        return;
-    }
+    require!(fuse());
+    require!(root(&format!(
+        "the non-root mount test runs as root, switching to user {USER}"
+    )));
+    require!(user(USER));
+    let (uid, gid) = user_ids(USER).unwrap();
+    require!(tool("fusermount3", "apt-get install fuse3"));
+    require!(
+        which("setpriv").is_some() || which("runuser").is_some(),
+        "neither setpriv nor runuser is installed (util-linux)"
+    );
     let s = Setup::two("whole-file");
     s.write_config();
     // The user runs its own copy of the binary (the build folder may not be reachable).
@@ -600,9 +584,7 @@ fn non_root_user_mounts_through_fusermount3() {
 /// Supervisor restart loops do exactly this; every round here must come back at once.
 #[test]
 fn bug_mount_force_right_after_kill9_says_no_mountpoint() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     /// A failed round leaves a dead mount: detach it.
     struct Detach(std::path::PathBuf);
     impl Drop for Detach {
@@ -665,9 +647,7 @@ fn bug_mount_force_right_after_kill9_says_no_mountpoint() {
 /// the same). Names are now escaped (`\xNN`, `\\`), one line per file.
 #[test]
 fn bug_stats_files_show_names_raw() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     use std::os::unix::ffi::OsStrExt;
     let s = Setup::two("whole-file");
     let m = s.mount();
@@ -694,9 +674,7 @@ fn bug_stats_files_show_names_raw() {
 /// 1 MiB of daemon log. The log now gets an excerpt and how many bytes it left out.
 #[test]
 fn bug_rejected_control_write_is_logged_whole() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("whole-file");
     let m = s.mount();
     let before = std::fs::metadata(s.log_path()).unwrap().len();

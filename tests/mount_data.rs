@@ -41,32 +41,78 @@ fn write_verify_files(m: &Mount<'_>, n: usize, seed: u64) -> u64 {
 
 /// Config lines that keep every file's I/O in the daemon (no kernel passthrough).
 const NO_PASSTHROUGH: &str = "passthrough = \"off\"\n";
+/// Config lines that give whole files, O_DIRECT opens included, to kernel passthrough.
+const PASSTHROUGH_DIRECT: &str = "passthrough = \"direct\"\n";
 
-fn two_tier_direct(layout: &str, extra: &str) {
-    if !fuse_available() {
-        return;
+/// Who did a mount's file I/O, by stats.json: passthrough opens per tier, and the backing
+/// reads and writes the daemon itself issued.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Io {
+    /// The daemon only: no passthrough open (passthrough off, striped files, or O_DIRECT
+    /// opens under `auto`).
+    Daemon,
+    /// The kernel only: every open in passthrough, and no READ or WRITE reached the daemon.
+    Kernel,
+    /// Both: some opens in passthrough, the rest through the daemon.
+    Both,
+}
+
+/// Asserts who did the I/O of `m` (see [`Io`]); `opens`: how many opens the test made.
+/// Passthrough needs root and Linux >= 6.9: where it is not offered the kernel cases skip.
+fn assert_io(m: &Mount<'_>, want: Io, opens: u64, what: &str) {
+    let st = m.stats_json();
+    let tiers = st["tiers"].as_array().unwrap();
+    let sum = |k: &str| -> u64 { tiers.iter().map(|t| t[k].as_u64().unwrap()).sum() };
+    let pt_opens = sum("passthrough_opens");
+    let daemon = [
+        sum("reads"),
+        sum("writes"),
+        sum("bytes_read"),
+        sum("bytes_written"),
+    ];
+    eprintln!(
+        "{what}: {pt_opens} passthrough opens of {opens}; through the daemon: \
+         {} reads, {} writes, {} bytes read, {} written",
+        daemon[0], daemon[1], daemon[2], daemon[3]
+    );
+    match want {
+        Io::Daemon => {
+            assert_eq!(pt_opens, 0, "{what}: files were opened in passthrough");
+            assert!(daemon[3] > 0, "{what}: the daemon wrote nothing");
+        }
+        Io::Kernel | Io::Both
+            if !have(
+                st["passthrough"].as_bool().unwrap(),
+                "kernel passthrough is not offered here (root and Linux >= 6.9)",
+            ) => {}
+        Io::Kernel | Io::Both => {
+            if want == Io::Kernel {
+                assert_eq!(pt_opens, opens, "{what}: opens not in passthrough");
+                assert_eq!(
+                    daemon, [0; 4],
+                    "{what}: reads, writes and bytes that reached the daemon"
+                );
+            } else {
+                assert!(pt_opens > 0, "{what}: no open in passthrough");
+                assert!(pt_opens < opens, "{what}: every open in passthrough");
+                assert!(daemon[3] > 0, "{what}: the daemon wrote nothing");
+            }
+        }
     }
+}
+
+fn two_tier_direct(layout: &str, extra: &str, io: Io) {
+    require!(fuse());
     let mut s = Setup::two(layout);
     s.extra = extra.into();
     let m = s.mount();
     let total = write_verify_files(&m, 24, 100);
     let used = assert_split(&m, 0.60..=0.73, layout);
     assert_eq!(used.iter().sum::<u64>(), total, "{layout}: bytes in all");
+    // Each file opened twice: written, then read.
+    assert_io(&m, io, 48, &format!("{layout} {extra:?}"));
     // Every file is listed with its layout.
     let st = m.stats_json();
-    let pt_opens: u64 = st["tiers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["passthrough_opens"].as_u64())
-        .sum();
-    eprintln!("{layout} {extra:?}: {pt_opens} kernel passthrough opens");
-    if extra == NO_PASSTHROUGH {
-        assert_eq!(
-            pt_opens, 0,
-            "passthrough is off, yet files were opened in passthrough"
-        );
-    }
     let files = st["files"].as_array().unwrap();
     assert_eq!(files.len(), 24);
     for f in files {
@@ -92,27 +138,32 @@ fn two_tier_direct(layout: &str, extra: &str) {
     m.unmount();
 }
 
+/// Whole files, the default `passthrough = "auto"`: O_DIRECT opens stay with the daemon.
 #[test]
 fn odirect_threads_two_tiers_whole_file() {
-    two_tier_direct("whole-file", "");
+    two_tier_direct("whole-file", "", Io::Daemon);
+}
+
+/// Whole files with `passthrough = "direct"`: the kernel does every read and write.
+#[test]
+fn odirect_threads_two_tiers_whole_file_passthrough() {
+    two_tier_direct("whole-file", PASSTHROUGH_DIRECT, Io::Kernel);
 }
 
 /// Whole files with kernel passthrough off: the same I/O through the daemon's data path.
 #[test]
 fn odirect_threads_two_tiers_whole_file_no_passthrough() {
-    two_tier_direct("whole-file", NO_PASSTHROUGH);
+    two_tier_direct("whole-file", NO_PASSTHROUGH, Io::Daemon);
 }
 
 #[test]
 fn odirect_threads_two_tiers_stripe() {
-    two_tier_direct("stripe", "");
+    two_tier_direct("stripe", "", Io::Daemon);
 }
 
 #[test]
 fn odirect_three_tiers_both_layouts() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::new(
             vec![
@@ -154,10 +205,8 @@ fn ds_read(path: &Path, want: &[u8]) {
     assert!(back == want, "{}: data differs", path.display());
 }
 
-fn deepspeed_pattern(layout: &str, extra: &str) {
-    if !fuse_available() {
-        return;
-    }
+fn deepspeed_pattern(layout: &str, extra: &str, io: Io) {
+    require!(fuse());
     let mut s = Setup::two(layout);
     s.extra = extra.into();
     let m = s.mount();
@@ -188,6 +237,7 @@ fn deepspeed_pattern(layout: &str, extra: &str) {
     let params: Vec<(String, usize)> = (0..4)
         .map(|p| (format!("{par}/{p}_param.tensor.swp"), MIB + 2048 * (p + 1)))
         .collect();
+    let mut opens = 0;
     for step in 0..3u64 {
         if step > 0 {
             // Start-up: the parameter folder is unlinked file by file and re-created.
@@ -200,6 +250,8 @@ fn deepspeed_pattern(layout: &str, extra: &str) {
         for (i, (name, size)) in params.iter().chain(&files).enumerate() {
             let data = pattern(*size, 1000 * step + i as u64);
             ds_write(&m.path(name), &data);
+            // The body's O_DIRECT open, the tail's buffered one, the read's open.
+            opens += 2 + u64::from(size % 4096 != 0);
             // The size is exact as soon as the writes return.
             assert_eq!(
                 std::fs::metadata(m.path(name)).unwrap().len(),
@@ -222,22 +274,31 @@ fn deepspeed_pattern(layout: &str, extra: &str) {
     let real: Vec<u64> = (0..2).map(|i| s.backing_bytes(i)).collect();
     assert_eq!(used, real, "{layout}: stats.json vs backing files");
     assert!(used[0] > 0 && used[1] > 0, "{layout}: {used:?}");
+    assert_io(&m, io, opens, &format!("{layout} {extra:?}"));
     m.unmount();
 }
 
+/// The default `passthrough = "auto"`: the buffered tail writes go through the kernel, the
+/// O_DIRECT body and reads through the daemon.
 #[test]
 fn deepspeed_swap_files_whole_file() {
-    deepspeed_pattern("whole-file", "");
+    deepspeed_pattern("whole-file", "", Io::Both);
+}
+
+/// `passthrough = "direct"` (the fast path for DeepSpeed): the kernel does all of it.
+#[test]
+fn deepspeed_swap_files_whole_file_passthrough() {
+    deepspeed_pattern("whole-file", PASSTHROUGH_DIRECT, Io::Kernel);
 }
 
 #[test]
 fn deepspeed_swap_files_whole_file_no_passthrough() {
-    deepspeed_pattern("whole-file", NO_PASSTHROUGH);
+    deepspeed_pattern("whole-file", NO_PASSTHROUGH, Io::Daemon);
 }
 
 #[test]
 fn deepspeed_swap_files_stripe() {
-    deepspeed_pattern("stripe", "");
+    deepspeed_pattern("stripe", "", Io::Daemon);
 }
 
 /// DeepSpeed pads tensors only to 1 KiB x threads, so its direct writes can have a 1 KiB-
@@ -247,9 +308,7 @@ fn deepspeed_swap_files_stripe() {
 /// never be short, and never fail with anything but EINVAL.
 #[test]
 fn direct_write_with_1k_tail_is_exact() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let m = s.mount();
@@ -303,9 +362,7 @@ fn direct_write_with_1k_tail_is_exact() {
 /// another process all see the exact size after every request.
 #[test]
 fn size_exact_while_another_handle_writes() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let m = s.mount();
@@ -365,9 +422,7 @@ fn size_exact_while_another_handle_writes() {
 /// Four writer processes (dd with oflag=direct) at once: each writes its own file and a
 /// quarter of one shared file (created by whichever comes first, never truncated).
 fn writer_processes(layout: &str) {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two(layout);
     let m = s.mount();
     let src = s.dir.path().join("src");
@@ -434,9 +489,7 @@ fn concurrent_writer_processes_stripe() {
 /// online estimates move them, to about 45:55 here.)
 #[test]
 fn configured_bandwidths_keep_their_shares_under_traffic() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("stripe");
     let m = s.mount();
     let measured = |m: &Mount<'_>| {

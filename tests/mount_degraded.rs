@@ -107,9 +107,7 @@ fn assert_eio<T: std::fmt::Debug>(r: std::io::Result<T>, what: &str) {
 
 #[test]
 fn degraded_mount_without_a_missing_tier() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let env = Env {
         dir: tempfile::Builder::new()
             .prefix("tierfs-degraded-")
@@ -261,9 +259,7 @@ fn degraded_mount_without_a_missing_tier() {
 /// clean. A rename that needs the missing tier must answer EIO, as the file case does.
 #[test]
 fn bug_folder_rename_in_a_degraded_mount_splits_striped_files() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let env = Env {
         dir: tempfile::Builder::new()
             .prefix("tierfs-degraded-rename-")

@@ -6,9 +6,7 @@ use common::*;
 
 #[test]
 fn capacity_full_tier_gets_no_new_files() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::new(
             vec![
@@ -79,9 +77,7 @@ fn capacity_full_tier_gets_no_new_files() {
 /// ENOSPC does.
 #[test]
 fn bug_capacity_is_checked_only_when_a_file_is_created() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for (layout, size) in [("whole-file", 50 * MIB), ("stripe", 100_000_000)] {
         let s = Setup::new(
             vec![
@@ -120,9 +116,7 @@ fn bug_capacity_is_checked_only_when_a_file_is_created() {
 /// why. The ENOSPC is now logged with each tier's account, naming the reserve.
 #[test]
 fn bug_free_reserve_refuses_files_without_saying_why() {
-    if !tmpfs_possible() {
-        return;
-    }
+    require!(tmpfs_tier());
     let s = Setup::new(vec![TierSpec::new("small", "2GB/s")], "whole-file");
     let _tmp = Tmpfs::mount(&s.tier_path(0), "48m");
     let m = s.mount();
@@ -143,9 +137,7 @@ fn bug_free_reserve_refuses_files_without_saying_why() {
 /// the file to the other tier and succeeds, and every byte written before is intact.
 #[test]
 fn enospc_mid_write_moves_the_file() {
-    if !tmpfs_possible() {
-        return;
-    }
+    require!(tmpfs_tier());
     let s = Setup::two("whole-file");
     let tmp = Tmpfs::mount(&s.tier_path(0), "84m");
     let m = s.mount();
@@ -235,9 +227,7 @@ fn enospc_mid_write_moves_the_file() {
 /// byte it held, and the writes succeed.
 #[test]
 fn enospc_mid_write_moves_a_striped_file() {
-    if !tmpfs_possible() {
-        return;
-    }
+    require!(tmpfs_tier());
     let s = Setup::two("stripe");
     let tmp = Tmpfs::mount(&s.tier_path(0), "84m");
     let m = s.mount();
@@ -292,9 +282,7 @@ fn enospc_mid_write_moves_a_striped_file() {
 /// the bytes written before are still there.
 #[test]
 fn enospc_everywhere_fails_loudly() {
-    if !tmpfs_possible() {
-        return;
-    }
+    require!(tmpfs_tier());
     let s = Setup::new(
         vec![
             TierSpec::new("small", "2GB/s"),
@@ -344,9 +332,7 @@ fn enospc_everywhere_fails_loudly() {
 /// every byte, memory's included, and the fsync succeeds.
 #[test]
 fn enospc_at_write_back_moves_a_cached_file() {
-    if !tmpfs_possible() {
-        return;
-    }
+    require!(tmpfs_tier());
     let mut s = Setup::two("whole-file");
     s.extra = "[cache]\nsize = \"64MiB\"\nwriteback_delay = 600.0\n".into();
     let tmp = Tmpfs::mount(&s.tier_path(0), "84m");

@@ -68,9 +68,7 @@ fn wait_daemon_gone(pid: u32) {
 
 #[test]
 fn helper_mounts_with_the_options_mount_passes() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("stripe");
     // The second tier's folder sits under a missing parent (a PFS not mounted): only
     // -o degraded lets the mount go ahead.
@@ -172,9 +170,7 @@ fn helper_refuses_what_it_cannot_honour_and_fakes_with_f() {
 
 #[test]
 fn tierfs_config_mountpoint_form_mounts_as_mount_fuse_runs_it() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("whole-file");
     let cfg = s.write_config();
     // What mount.fuse3 runs for `-o allow_other` (it adds dev and suid).
@@ -244,7 +240,7 @@ impl SystemLinks {
         let p = Path::new(p);
         if std::fs::symlink_metadata(p).is_ok() {
             if !Self::is_test_leftover(p) {
-                return false;
+                return false; // not a skip: the caller decides (require! or assert!)
             }
             std::fs::remove_file(p).unwrap();
         }
@@ -270,13 +266,10 @@ impl Drop for SystemLinks {
 
 #[test]
 fn mount_8_and_fstab_mount_tierfs_by_both_helper_routes() {
-    if !fuse_available() {
-        return;
-    }
-    if !is_root() {
-        eprintln!("SKIP: mount -t fuse.tierfs through mount(8) needs root (/sbin, fstab)");
-        return;
-    }
+    require!(fuse());
+    require!(root(
+        "mount -t fuse.tierfs through mount(8) needs /sbin and fstab"
+    ));
     let s = Setup::two("stripe");
     let cfg = s.write_config();
     let mut links = SystemLinks::lock();
@@ -336,16 +329,14 @@ fn mount_8_and_fstab_mount_tierfs_by_both_helper_routes() {
     // 3. Without /sbin/mount.fuse.tierfs, mount(8) runs fuse3's /sbin/mount.fuse, which runs
     //    `tierfs CONFIG MOUNTPOINT -o ...` from the PATH.
     links.remove(SBIN_HELPER);
-    if !Path::new("/sbin/mount.fuse").exists() {
-        eprintln!(
-            "SKIP: the mount.fuse route needs fuse3's /sbin/mount.fuse (apt-get install fuse3)"
-        );
-        return;
-    }
-    if !links.install(LOCAL_BIN) {
-        eprintln!("SKIP: the mount.fuse route: {LOCAL_BIN} is an installed tierfs, not this build");
-        return;
-    }
+    require!(
+        Path::new("/sbin/mount.fuse").exists(),
+        "the mount.fuse route needs fuse3's /sbin/mount.fuse (apt-get install fuse3)"
+    );
+    require!(
+        links.install(LOCAL_BIN),
+        "the mount.fuse route: {LOCAL_BIN} is an installed tierfs, not this build"
+    );
     let o = Command::new("mount")
         .args(["-t", "fuse.tierfs", "-o", "allow_other"])
         .arg(&cfg)

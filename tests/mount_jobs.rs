@@ -18,23 +18,10 @@ use std::process::{Command, Output, Stdio};
 
 const USER: &str = "tierfs-test";
 
-/// Prints SKIP and returns true, or fails where every test must run (TIERFS_REQUIRE_ALL=1).
-fn skip(why: &str) -> bool {
-    if std::env::var("TIERFS_REQUIRE_ALL").as_deref() == Ok("1") {
-        panic!("cannot run here and TIERFS_REQUIRE_ALL=1: {why}");
-    }
-    eprintln!("SKIP: {why}");
-    true
-}
-
-fn root_with_fuse() -> bool {
-    if !Path::new("/dev/fuse").exists() {
-        return !skip("/dev/fuse is missing");
-    }
-    if !is_root() {
-        return !skip("needs root");
-    }
-    true
+/// FUSE and root: these tests kill, signal and unmount other users' daemons.
+fn root_with_fuse() -> Result<(), String> {
+    fuse()?;
+    root("ends other users' daemons and mounts")
 }
 
 fn text(o: &Output) -> String {
@@ -71,17 +58,10 @@ fn scratch_setup() -> Setup {
 
 #[test]
 fn root_unmounts_an_ordinary_users_mount() {
-    if !root_with_fuse() {
-        return;
-    }
-    let Some((uid, gid)) = user_ids(USER) else {
-        skip(&format!("no user {USER} (useradd -m {USER})"));
-        return;
-    };
-    if which("fusermount3").is_none() {
-        skip("fusermount3 is not installed (apt-get install fuse3)");
-        return;
-    }
+    require!(root_with_fuse());
+    require!(user(USER));
+    require!(tool("fusermount3", "apt-get install fuse3"));
+    let (uid, gid) = user_ids(USER).unwrap();
     let s = Setup::two("whole-file");
     s.write_config();
     let bin = s.dir.path().join("tierfs");
@@ -178,9 +158,7 @@ fn unsafe_kill(pid: u32, sig: i32) {
 /// same signal and die a moment later), and exits.
 #[test]
 fn term_makes_the_daemon_unmount_itself_even_while_busy() {
-    if !root_with_fuse() {
-        return;
-    }
+    require!(root_with_fuse());
     let s = Setup::two("whole-file");
     let m = s.mount();
     std::fs::write(m.path("kept"), b"kept").unwrap();
@@ -225,9 +203,7 @@ fn term_makes_the_daemon_unmount_itself_even_while_busy() {
 /// mountpoint; what the user put next to a tier's data/ is kept (and with it that folder).
 #[test]
 fn scratch_mode_removes_the_tier_folders_and_the_mountpoint() {
-    if !root_with_fuse() {
-        return;
-    }
+    require!(root_with_fuse());
     // Ended by SIGTERM, with the daemon in the foreground as a job step runs it.
     let s = scratch_setup();
     let cfg = s.write_config();
@@ -307,9 +283,7 @@ fn scratch_mode_removes_the_tier_folders_and_the_mountpoint() {
 /// the same steps show the write-back (the check can see one).
 #[test]
 fn scratch_unmount_writes_no_dirty_cache_back() {
-    if !root_with_fuse() {
-        return;
-    }
+    require!(root_with_fuse());
     let piece_after_unmount = |scratch: bool| -> u64 {
         let mut s = Setup::new(vec![TierSpec::new("only", "1GB/s")], "whole-file");
         s.extra = format!(
@@ -347,9 +321,7 @@ fn scratch_unmount_writes_no_dirty_cache_back() {
 /// of a killed mount that was not scratch, and plain folders are left alone.
 #[test]
 fn the_next_mount_removes_what_a_killed_scratch_daemon_left() {
-    if !root_with_fuse() {
-        return;
-    }
+    require!(root_with_fuse());
     let base = tempfile::Builder::new()
         .prefix("tierfs-jobs-")
         .tempdir_in("/tmp")
@@ -523,9 +495,7 @@ fn job_id_variables_in_paths_work_in_check_config_and_mount() {
         "{}",
         text(&o)
     );
-    if !root_with_fuse() {
-        return;
-    }
+    require!(root_with_fuse());
     let mp = d.path().join("mnt");
     std::fs::create_dir(&mp).unwrap();
     let o = run(&[

@@ -18,9 +18,7 @@ fn write_file(p: &Path, data: &[u8]) {
 
 #[test]
 fn mkdir_rmdir_and_notempty() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("whole-file");
     let m = s.mount();
     fs::create_dir_all(m.path("a/b/c")).unwrap();
@@ -86,9 +84,7 @@ fn files_on_both_tiers(s: &Setup, m: &Mount<'_>, dir: &str, prefix: &str) -> (St
 
 #[test]
 fn rename_files_and_folders_across_tiers() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("whole-file");
     let m = s.mount();
     fs::create_dir_all(m.path("d1")).unwrap();
@@ -196,9 +192,7 @@ fn rename_files_and_folders_across_tiers() {
 /// over a whole file (and the other way) leaves no piece behind on any tier.
 #[test]
 fn rename_between_layouts_after_remount() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let mut s = Setup::two("whole-file");
     let (w0, w1) = {
         let m = s.mount();
@@ -242,9 +236,7 @@ fn limbo_bytes(s: &Setup) -> u64 {
 
 #[test]
 fn unlink_while_open_keeps_data_until_close() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let m = s.mount();
@@ -290,9 +282,7 @@ fn unlink_while_open_keeps_data_until_close() {
 
 #[test]
 fn truncate_otrunc_append() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let m = s.mount();
@@ -360,9 +350,7 @@ fn truncate_otrunc_append() {
 
 #[test]
 fn fallocate_and_fsync() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let m = s.mount();
@@ -445,9 +433,7 @@ fn fallocate_and_fsync() {
 
 #[test]
 fn chmod_chown_utimens() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let m = s.mount();
@@ -473,8 +459,7 @@ fn chmod_chown_utimens() {
         assert_eq!((md.mtime(), md.mtime_nsec()), (1_500_000_000, 123_456_789));
         set_times(&m.path("d"), (1_100_000_000, 0), (1_200_000_000, 0)).unwrap();
         assert_eq!(fs::metadata(m.path("d")).unwrap().mtime(), 1_200_000_000);
-        if !is_root() {
-            eprintln!("SKIP: chown needs root");
+        if !have(is_root(), "chown needs root") {
             m.unmount();
             continue;
         }
@@ -503,9 +488,7 @@ fn chmod_chown_utimens() {
 
 #[test]
 fn symlinks_and_readlink() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("stripe");
     let m = s.mount();
     fs::create_dir(m.path("d")).unwrap();
@@ -550,9 +533,7 @@ fn symlinks_and_readlink() {
 
 #[test]
 fn user_xattrs() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let m = s.mount();
@@ -611,9 +592,7 @@ fn user_xattrs() {
 
 #[test]
 fn hard_link_is_eperm() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("whole-file");
     let m = s.mount();
     fs::write(m.path("f"), b"data").unwrap();
@@ -626,9 +605,7 @@ fn hard_link_is_eperm() {
 
 #[test]
 fn statfs_is_the_sum_of_the_tiers() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::new(
         vec![
             TierSpec::new("fast", "2GB/s").capacity("64MiB"),
@@ -689,15 +666,11 @@ fn make_tree(root: &Path) {
 
 #[test]
 fn cp_tar_rsync_round_trip() {
-    if !fuse_available() {
-        return;
-    }
-    let rsync = which("rsync").is_some();
-    if !rsync {
-        eprintln!(
-            "SKIP: rsync is not installed; the rsync round trip is skipped (apt-get install rsync)"
-        );
-    }
+    require!(fuse());
+    let rsync = have(
+        which("rsync").is_some(),
+        "rsync is not installed; the rsync round trip is left out (apt-get install rsync)",
+    );
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let m = s.mount();
@@ -760,9 +733,7 @@ fn cp_tar_rsync_round_trip() {
 /// bytes (striped holes and truncated-up tails included), symlinks, modes, owners, times
 /// and user xattrs; placement carries on afterwards.
 fn remount_keeps_everything(layout: &str) {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two(layout);
     let (before, files_before, used_before) = {
         let m = s.mount();
@@ -802,7 +773,7 @@ fn remount_keeps_everything(layout: &str) {
         set_xattr(&m.path("a/b/c/holey"), "user.hole", b"yes").unwrap();
         set_xattr(&m.path("a"), "user.dir", b"d").unwrap();
         set_times(&m.path("a/f2"), (1_000_000_000, 0), (1_234_567_890, 42)).unwrap();
-        if is_root() {
+        if have(is_root(), "chown of a file across the remount needs root") {
             std::os::unix::fs::chown(m.path("a/f3"), Some(1000), Some(1000)).unwrap();
         }
         let holey = fs::read(m.path("a/b/c/holey")).unwrap();
@@ -885,9 +856,7 @@ fn remount_keeps_everything_stripe() {
 /// `rsync -a` left a stale backup. Now such a write stamps the primary piece.
 #[test]
 fn bug_stripe_write_to_a_non_first_tier_piece_leaves_mtime() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("stripe");
     let pattern_ = tierfs::placement::stripe_pattern(&[2.0 / 3.0, 1.0 / 3.0], &[true, true]);
     let slow = pattern_.iter().position(|t| *t != pattern_[0]).unwrap();
@@ -934,9 +903,7 @@ fn bug_stripe_write_to_a_non_first_tier_piece_leaves_mtime() {
 /// bytes held in memory.
 #[test]
 fn bug_st_blocks_counts_only_the_first_piece() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for cache in [false, true] {
         let mut s = Setup::two("stripe");
         if cache {

@@ -11,7 +11,7 @@
 //!   followed by the daemon; `..` and `/` in names never reach the core's tier paths.
 //!
 //! Runs as root (CI) and acts as the user `tierfs-test` (see .ci/run) with setpriv/runuser;
-//! prints SKIP where /dev/fuse, root, the user or fusermount3 is missing.
+//! skip (`require!`) where /dev/fuse, root, the user or fusermount3 is missing.
 mod common;
 use common::*;
 use std::ffi::OsStr;
@@ -29,24 +29,22 @@ fn text(o: &Output) -> String {
     )
 }
 
-/// The user's (uid, gid) when this test can act as them; None after saying why not.
-fn test_user() -> Option<(u32, u32)> {
-    if !fuse_available() {
-        return None;
-    }
-    if !is_root() {
-        eprintln!("SKIP: the security tests run as root, acting as user {USER}");
-        return None;
-    }
-    let Some(ids) = user_ids(USER) else {
-        eprintln!("SKIP: no user {USER} (create it with `useradd -m {USER}`; .ci/run does)");
-        return None;
-    };
+/// What acting as the test user needs: FUSE, root, the user, and setpriv or runuser.
+fn as_test_user() -> Result<(), String> {
+    fuse()?;
+    root(&format!(
+        "the security tests run as root, acting as user {USER}"
+    ))?;
+    user(USER)?;
     if which("setpriv").is_none() && which("runuser").is_none() {
-        eprintln!("SKIP: neither setpriv nor runuser is installed (util-linux)");
-        return None;
+        return Err("neither setpriv nor runuser is installed (util-linux)".into());
     }
-    Some(ids)
+    Ok(())
+}
+
+/// The test user's (uid, gid); call after `require!(as_test_user())`.
+fn test_user() -> (u32, u32) {
+    user_ids(USER).expect("the test user")
 }
 
 /// `cmd` as the user must fail with `why` ("Permission denied" = EACCES, "Operation not
@@ -87,9 +85,7 @@ impl Drop for Unmounter {
 /// A root mount without allow_other: the user cannot even look.
 #[test]
 fn root_mount_is_private_by_default() {
-    if test_user().is_none() {
-        return;
-    }
+    require!(as_test_user());
     let s = Setup::two("whole-file");
     let m = s.mount();
     std::fs::write(m.path("f"), b"root's").unwrap();
@@ -117,13 +113,9 @@ fn root_mount_is_private_by_default() {
 /// A user's own mount (through fusermount3) without allow_other: root gets EACCES too.
 #[test]
 fn user_mount_is_private_to_its_owner() {
-    let Some((uid, gid)) = test_user() else {
-        return;
-    };
-    if which("fusermount3").is_none() {
-        eprintln!("SKIP: fusermount3 is not installed (apt-get install fuse3)");
-        return;
-    }
+    require!(as_test_user());
+    let (uid, gid) = test_user();
+    require!(tool("fusermount3", "apt-get install fuse3"));
     let s = Setup::two("whole-file");
     s.write_config();
     let bin = s.dir.path().join("tierfs");
@@ -167,9 +159,8 @@ fn user_mount_is_private_to_its_owner() {
 /// allow_other + default_permissions: permission bits and ownership hold for other users.
 #[test]
 fn allow_other_enforces_modes_and_owners() {
-    let Some((uid, gid)) = test_user() else {
-        return;
-    };
+    require!(as_test_user());
+    let (uid, gid) = test_user();
     for layout in ["whole-file", "stripe"] {
         let mut s = Setup::two(layout);
         s.extra = "allow_other = true\n".into();
@@ -343,13 +334,8 @@ fn lchown(p: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
 
 #[test]
 fn operations_on_a_symlink_name_never_touch_its_target() {
-    if !fuse_available() {
-        return;
-    }
-    if !is_root() {
-        eprintln!("SKIP: needs root (a root daemon is the one that must not follow)");
-        return;
-    }
+    require!(fuse());
+    require!(root("a root daemon is the one that must not follow"));
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let v = Victim::new(&s);
@@ -415,13 +401,8 @@ fn plant(p: &Path, to: &Path) {
 /// to follow it (ELOOP or another error) and never changes what it points to.
 #[test]
 fn symlinks_planted_in_a_tier_are_not_followed() {
-    if !fuse_available() {
-        return;
-    }
-    if !is_root() {
-        eprintln!("SKIP: needs root (a root daemon is the one that must not follow)");
-        return;
-    }
+    require!(fuse());
+    require!(root("a root daemon is the one that must not follow"));
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let v = Victim::new(&s);

@@ -4,9 +4,7 @@ use common::*;
 
 #[test]
 fn direct_write_read_back_and_shares() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         let s = Setup::two(layout);
         let m = s.mount();

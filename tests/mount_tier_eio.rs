@@ -3,7 +3,7 @@
 //! that touch it get EIO (never zeros, never a short write), files on the healthy tier keep
 //! working, new files go to the healthy tier, the stats and the log say what happened, and
 //! the bytes read back whole once the tier answers again.
-//! Needs /dev/fuse and root (two FUSE mounts); says SKIP otherwise.
+//! Needs /dev/fuse and root (two FUSE mounts); skips (`require!`) otherwise.
 mod common;
 use common::*;
 use std::os::unix::fs::FileExt;
@@ -65,15 +65,10 @@ impl Drop for FaultFs {
     }
 }
 
-fn usable() -> bool {
-    if !fuse_available() {
-        return false;
-    }
-    if !is_root() {
-        eprintln!("SKIP: needs root (the fault-injecting tier is a second FUSE mount)");
-        return false;
-    }
-    true
+/// FUSE, and root: the fault-injecting tier is a second FUSE mount.
+fn usable() -> Result<(), String> {
+    fuse()?;
+    root("the fault-injecting tier is a second FUSE mount")
 }
 
 fn assert_eio<T: std::fmt::Debug>(r: std::io::Result<T>, what: &str) {
@@ -93,9 +88,7 @@ fn tier_stats(m: &Mount<'_>, i: usize) -> serde_json::Value {
 /// the old files is still there.
 #[test]
 fn eio_tier_whole_files() {
-    if !usable() {
-        return;
-    }
+    require!(usable());
     let mut s = Setup::two("whole-file");
     s.extra = "passthrough = \"off\"\n".into();
     let ff = FaultFs::start(
@@ -206,9 +199,7 @@ fn eio_tier_whole_files() {
 /// files are laid out on the healthy tier alone.
 #[test]
 fn eio_tier_striped_files() {
-    if !usable() {
-        return;
-    }
+    require!(usable());
     let s = Setup::two("stripe");
     let ff = FaultFs::start(
         &s.dir.path().join("slow-src"),

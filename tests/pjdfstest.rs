@@ -5,7 +5,7 @@
 //!
 //! The binary is `$PJDFSTEST` or `/opt/pjdfstest/bin/pjdfstest` (CI:
 //! `cargo install pjdfstest --locked --root /opt/pjdfstest`, with `libacl1-dev`); it needs
-//! root and the users `nobody` and `tests`. Without any of these the test prints SKIP.
+//! root and the users `nobody` and `tests`. Without any of these the test skips (`require!`).
 mod common;
 use common::*;
 
@@ -189,26 +189,22 @@ fn expected_list_parses() {
 
 #[test]
 fn pjdfstest_fails_exactly_the_listed_tests() {
-    if !fuse_available() {
-        return;
-    }
-    let Some(bin) = pjdfstest_bin() else {
-        eprintln!(
-            "SKIP: pjdfstest is not installed (set PJDFSTEST or \
-             cargo install pjdfstest --locked --root /opt/pjdfstest)"
-        );
-        return;
-    };
-    if !is_root() {
-        eprintln!("SKIP: pjdfstest needs root (it switches users and makes device nodes)");
-        return;
-    }
-    for u in ["nobody", "tests"] {
-        if !user_exists(u) {
-            eprintln!("SKIP: user {u} is missing (useradd -U {u})");
-            return;
-        }
-    }
+    require!(fuse());
+    require!(
+        pjdfstest_bin().is_some(),
+        "pjdfstest is not installed (set PJDFSTEST or \
+         cargo install pjdfstest --locked --root /opt/pjdfstest)"
+    );
+    let bin = pjdfstest_bin().unwrap();
+    require!(root("pjdfstest switches users and makes device nodes"));
+    require!(
+        user_exists("nobody"),
+        "user nobody is missing (useradd -U nobody)"
+    );
+    require!(
+        user_exists("tests"),
+        "user tests is missing (useradd -U tests)"
+    );
     for layout in ["whole-file", "stripe"] {
         run_layout(&bin, layout);
     }

@@ -12,6 +12,9 @@
 //! `TIERFS_PROBE_BS` (bytes, default 1 MiB; one that is no multiple of 512, such as 1000000,
 //! forces the buffered + fsync fallback) size the probe.
 
+mod common;
+use common::*;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -21,12 +24,8 @@ use tierfs::probe::{probe_cached, probe_dir, render_table, ProbeOptions};
 fn probe_dev_shm_with_or_without_o_direct() {
     // tmpfs accepts O_DIRECT only on newer kernels; either way the probe must work.
     let shm = Path::new("/dev/shm");
-    if !shm.is_dir() {
-        return;
-    }
-    let Ok(d) = tempfile::tempdir_in(shm) else {
-        return;
-    };
+    require!(shm.is_dir(), "/dev/shm is missing on this machine");
+    let d = tempfile::tempdir_in(shm).expect("a temp folder in /dev/shm");
     let opts = ProbeOptions {
         file_size: 4 << 20,
         min_time: Duration::from_millis(50),
@@ -40,14 +39,15 @@ fn probe_dev_shm_with_or_without_o_direct() {
     assert_eq!(table.lines().count(), 2, "{table}");
 }
 
-/// Probes a real tier when `TIERFS_PROBE_DIR` names one (e.g. a tierbed tier); prints SKIP
-/// otherwise, so the default test run stays fast.
+/// Probes a real tier when `TIERFS_PROBE_DIR` names one (e.g. a tierbed tier; CI sets it);
+/// skips otherwise, so the default test run stays fast.
 #[test]
 fn probe_real_tier() {
-    let Ok(dir) = std::env::var("TIERFS_PROBE_DIR") else {
-        eprintln!("SKIP: set TIERFS_PROBE_DIR (and TIERFS_PROBE_EXPECT=READ,WRITE in MB/s) to probe a real tier");
-        return;
-    };
+    let dir = std::env::var("TIERFS_PROBE_DIR").unwrap_or_default();
+    require!(
+        !dir.is_empty(),
+        "set TIERFS_PROBE_DIR (and TIERFS_PROBE_EXPECT=READ,WRITE in MB/s) to probe a real tier"
+    );
     let env_num = |k: &str, default: f64| {
         std::env::var(k)
             .ok()
@@ -72,18 +72,22 @@ fn probe_real_tier() {
         "{}",
         render_table(&[("tier".into(), dir.clone(), r.clone())])
     );
-    if let Ok(expect) = std::env::var("TIERFS_PROBE_EXPECT") {
+    let expect = std::env::var("TIERFS_PROBE_EXPECT").unwrap_or_default();
+    if have(
+        !expect.is_empty(),
+        "set TIERFS_PROBE_EXPECT=READ,WRITE (MB/s) to check the measurement against the caps",
+    ) {
         let (er, ew) = expect.split_once(',').expect("READ,WRITE");
         let (er, ew): (f64, f64) = (er.parse().unwrap(), ew.parse().unwrap());
         let off = |got: f64, want: f64| (got / 1e6 - want).abs() / want;
         assert!(
             off(r.read_bps, er) <= 0.10,
-            "read {:.1} MB/s",
+            "read {:.1} MB/s, want {er} MB/s within 10 %",
             r.read_bps / 1e6
         );
         assert!(
             off(r.write_bps, ew) <= 0.10,
-            "write {:.1} MB/s",
+            "write {:.1} MB/s, want {ew} MB/s within 10 %",
             r.write_bps / 1e6
         );
     }

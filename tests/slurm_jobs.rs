@@ -38,15 +38,6 @@ use std::time::{Duration, Instant};
 
 const USER: &str = "tierfs-test";
 
-/// Prints SKIP and returns true, or fails where every test must run (TIERFS_REQUIRE_ALL=1).
-fn skip(why: &str) -> bool {
-    if std::env::var("TIERFS_REQUIRE_ALL").as_deref() == Ok("1") {
-        panic!("cannot run here and TIERFS_REQUIRE_ALL=1: {why}");
-    }
-    eprintln!("SKIP: {why}");
-    true
-}
-
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -451,10 +442,7 @@ fn tools_missing() -> Option<String> {
 
 #[test]
 fn job_template_under_slurm() {
-    if let Some(why) = tools_missing() {
-        skip(&why);
-        return;
-    }
+    require!(tools_missing().map_or(Ok(()), Err));
     let (uid, gid) = user_ids(USER).unwrap();
     let dir = tempfile::Builder::new()
         .prefix("tierfs-slurm-")

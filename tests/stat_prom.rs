@@ -8,9 +8,7 @@ use std::process::Command;
 
 #[test]
 fn stat_prom_labels_every_sample_and_writes_the_file_whole() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("stripe");
     let m = s.mount();
     std::fs::write(m.path("a.bin"), pattern(3 << 20, 1)).unwrap();

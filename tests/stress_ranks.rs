@@ -8,8 +8,8 @@
 //!   never changes after its first write. Every fourth file is instead replaced by
 //!   rename: the new contents go to `<name>.new`, renamed over the old name.
 //! - Concurrent stats must always see the exact size (never a torn or partial one; never
-//!   ENOENT during a rename-over), and concurrent whole-file reads return exactly that many
-//!   bytes.
+//!   ENOENT during a rename-over: any error fails the rank), and concurrent whole-file reads
+//!   return exactly that many bytes.
 //! - At the end each rank checks every file's bytes; then the parent unmounts, runs
 //!   `tierfs fsck`, mounts again and checks every file of every rank once more.
 //!
@@ -19,9 +19,9 @@
 //!
 //!     STRESS_RANKS_FILES=1000 STRESS_RANKS_ROUNDS=5 cargo test --release --test stress_ranks -- --nocapture
 //!
-//! One deviation is tolerated and counted, not failed: a stat or open of a name that a
-//! rename is replacing at that moment may fail with ENOENT (reported as a tierfs bug: on a
-//! local filesystem a rename-over is atomic and the name is never missing).
+//! A rename-over is atomic, as on a local filesystem: a stat or open of a name that a rename
+//! is replacing at that moment never fails with ENOENT (it did before replaced files waited
+//! in limbo; `bug_rename_over_existing_name_is_not_atomic_for_stat_and_open` below).
 mod common;
 use common::*;
 
@@ -107,7 +107,6 @@ fn child(root: &Path, rank: usize) {
     let done = AtomicBool::new(false);
     let stats = AtomicU64::new(0);
     let reads = AtomicU64::new(0);
-    let enoent = AtomicU64::new(0);
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut i = 0;
@@ -119,10 +118,6 @@ fn child(root: &Path, rank: usize) {
                         assert_eq!(m.len(), want, "{}: size seen by stat", p.display());
                         stats.fetch_add(1, Ordering::Relaxed);
                     }
-                    // The same known deviation as for reads below, for stat.
-                    Err(e) if errno(&e) == libc::ENOENT && (i % n) % 4 == 0 => {
-                        enoent.fetch_add(1, Ordering::Relaxed);
-                    }
                     Err(e) => panic!("stat {} during rewrites: {e}", p.display()),
                 }
                 if i % 3 == 0 {
@@ -130,12 +125,6 @@ fn child(root: &Path, rank: usize) {
                         Ok(got) => {
                             assert_eq!(got.len() as u64, want, "{}: bytes read", p.display());
                             reads.fetch_add(1, Ordering::Relaxed);
-                        }
-                        // Known deviation (reported): the path walk finds the old inode,
-                        // a rename replaces it, and tierfs then answers ENOENT for the old
-                        // inode's OPEN (a local filesystem opens the replaced inode).
-                        Err(e) if errno(&e) == libc::ENOENT && (i % n) % 4 == 0 => {
-                            enoent.fetch_add(1, Ordering::Relaxed);
                         }
                         Err(e) => panic!("read {} during rewrites: {e}", p.display()),
                     }
@@ -160,12 +149,10 @@ fn child(root: &Path, rank: usize) {
     }
     println!(
         "STRESS rank {rank}: {n} files created in {:.1} s, {rounds} rewrites each, \
-         {} stats and {} reads alongside ({} ENOENT stats/opens racing a rename-over), \
-         all checked in {:.1} s",
+         {} stats and {} reads alongside, all checked in {:.1} s",
         created.as_secs_f64(),
         stats.load(Ordering::Relaxed),
         reads.load(Ordering::Relaxed),
-        enoent.load(Ordering::Relaxed),
         t.elapsed().as_secs_f64()
     );
 }
@@ -173,11 +160,10 @@ fn child(root: &Path, rank: usize) {
 /// The child role: does nothing unless started by `eight_ranks_rewrite_stat_read_rename`.
 #[test]
 fn stress_child_role() {
-    let Ok(rank) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let root = PathBuf::from(std::env::var(DIR_ENV).expect("STRESS_RANKS_DIR"));
-    child(&root, rank.parse().unwrap());
+    if let Ok(rank) = std::env::var(CHILD_ENV) {
+        let root = PathBuf::from(std::env::var(DIR_ENV).expect("STRESS_RANKS_DIR"));
+        child(&root, rank.parse().unwrap());
+    }
 }
 
 fn run_ranks(layout: &str) {
@@ -260,9 +246,8 @@ fn run_ranks(layout: &str) {
 
 #[test]
 fn eight_ranks_rewrite_stat_read_rename() {
-    if std::env::var_os(CHILD_ENV).is_some() || !fuse_available() {
-        return;
-    }
+    // (A rank process runs only `stress_child_role`, with `--exact`.)
+    require!(fuse());
     for layout in ["whole-file", "stripe"] {
         run_ranks(layout);
     }
@@ -274,9 +259,7 @@ fn eight_ranks_rewrite_stat_read_rename() {
 /// that name fails with ENOENT now and then (here: hundreds of times in 5 s; 0 on ext4).
 #[test]
 fn bug_rename_over_existing_name_is_not_atomic_for_stat_and_open() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("whole-file");
     let m = s.mount();
     let p = m.path("f");

@@ -114,9 +114,7 @@ fn exposition_validator_catches_mistakes() {
 
 #[test]
 fn ds_config_metrics_watch_record_plot() {
-    if !fuse_available() {
-        return;
-    }
+    require!(fuse());
     let s = Setup::two("whole-file");
     let m = s.mount();
     let mp = m.root();

@@ -1,6 +1,7 @@
 //! The `.tierfs/control` command parser (`control::parse`) on any text: never a panic, an
 //! error names a line of the input, and no accepted command names a path outside the mount
-//! (no `..`, no root, no NUL; `prefetch` and `drop` name something below the root).
+//! (no `..`, no root, no NUL; `prefetch`, `drop` and `debug-panic` name something below
+//! the root).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -29,7 +30,9 @@ fuzz_target!(|data: &[u8]| {
                             inside(d);
                         }
                     }
-                    Command::Prefetch { path } | Command::Drop { path } => {
+                    Command::Prefetch { path }
+                    | Command::Drop { path }
+                    | Command::DebugPanic { path } => {
                         inside(path);
                         assert!(!path.as_os_str().is_empty(), "{c:?} names the root");
                     }

@@ -741,9 +741,16 @@ impl TierFs {
                     Some(ino)
                 }
                 Command::Flush { path: Some(p) } => Some(self.resolve(p)?.1),
+                Command::DebugPanic { path } => Some(self.resolve(path)?.1),
                 _ => None,
             };
             plan.push((cmd, target));
+        }
+        // Not a cache hint: armed with or without a cache.
+        for (cmd, target) in &plan {
+            if let (Command::DebugPanic { .. }, Some(ino)) = (cmd, target) {
+                self.arm_panic(*ino);
+            }
         }
         let Some(c) = &self.cache else {
             return Ok(());
@@ -770,6 +777,7 @@ impl TierFs {
                     }
                 }
                 Command::Flush { path: None } => self.flush_cache()?,
+                Command::DebugPanic { .. } => {}
             }
         }
         Ok(())

@@ -18,6 +18,7 @@
 //! bytes to a new layout (off a full or failed tier, or to follow the shares).
 
 mod cached;
+mod contain;
 mod relocate;
 mod scan;
 
@@ -439,6 +440,8 @@ pub struct TierFs {
     /// `[mount] scratch`: the data is thrown away at unmount, so [`TierFs::shutdown`]
     /// writes nothing back.
     scratch: bool,
+    /// Inodes failed by a panic in a request, and the panic count (`contain`).
+    contain: contain::Containment,
 }
 
 fn name_ok(name: &OsStr) -> Result<()> {
@@ -547,6 +550,7 @@ impl TierFs {
             relayout: RelayoutCounters::default(),
             shut: Mutex::new(None),
             scratch: config.mount.scratch,
+            contain: contain::Containment::default(),
         };
         fs.scan()?;
         Ok(fs)
@@ -2822,6 +2826,10 @@ impl TierFs {
         self.stop_cache();
         let tree = self.tree.read();
         for (ino, n) in &tree.nodes {
+            if self.is_failed(*ino) {
+                // Its state is not trusted: the next mount rebuilds it from the tiers.
+                continue;
+            }
             if let NodeData::File(f) = &n.data {
                 let mut st = f.state.write();
                 if st.migration.is_some() && !f.gone.load(Ordering::Relaxed) {

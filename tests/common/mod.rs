@@ -1,8 +1,11 @@
 //! Shared harness for tests that really mount tierfs: temp tier folders, a config, the
 //! `tierfs` binary in the background, and an unmount on drop.
 //!
-//! Mount tests need /dev/fuse (and fusermount3 when not root). Where it is missing they
-//! print why and return early; CI runs as root with /dev/fuse, so there they run.
+//! Skipping: [`require!`] (and [`have`], for a part of a test) is the only way a test may
+//! skip. Where something a test needs is missing (/dev/fuse, root, fio, a user...) it prints
+//! `SKIP: <test>: <reason>` and the test returns; with `TIERFS_REQUIRE_ALL=1` (CI sets it)
+//! it panics instead, so a CI run that passes ran everything. `tools/check-skips.sh` fails
+//! on any other early return or SKIP line in the tests.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -14,19 +17,84 @@ pub fn tierfs_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_tierfs"))
 }
 
-/// Whether this machine can mount FUSE; prints the reason when it cannot.
-pub fn fuse_available() -> bool {
+/// Whether `TIERFS_REQUIRE_ALL=1`: nothing may be skipped.
+pub fn require_all() -> bool {
+    std::env::var_os("TIERFS_REQUIRE_ALL").is_some_and(|v| v == "1")
+}
+
+/// The one skip: true when `ok`; otherwise prints `SKIP: <test>: <why>` and returns false,
+/// or panics under `TIERFS_REQUIRE_ALL=1`. `require!` returns from the test on false; use
+/// `have` directly only to leave out one part of a test (`if have(..) { .. }`).
+#[track_caller]
+pub fn have(ok: bool, why: &str) -> bool {
+    if ok {
+        return true;
+    }
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("?");
+    if require_all() {
+        panic!("{test}: {why} (TIERFS_REQUIRE_ALL=1: nothing may be skipped)");
+    }
+    eprintln!("SKIP: {test}: {why}");
+    false
+}
+
+/// Returns from the calling test (after `SKIP: <test>: <reason>`, or a panic under
+/// `TIERFS_REQUIRE_ALL=1`) unless a prerequisite holds:
+///
+/// - `require!(fuse())`: a check returning `Result<(), String>` (the reason);
+/// - `require!(cond, "reason {}", args)`: a condition and the reason it is needed.
+macro_rules! require {
+    ($check:expr) => {
+        if let Err(why) = $check {
+            $crate::common::have(false, &why);
+            return;
+        }
+    };
+    ($cond:expr, $($why:tt)+) => {
+        if !$crate::common::have($cond, &format!($($why)+)) {
+            return;
+        }
+    };
+}
+pub(crate) use require;
+
+/// Whether this machine can mount FUSE: /dev/fuse, and fusermount3 when not root.
+pub fn fuse() -> Result<(), String> {
     if !Path::new("/dev/fuse").exists() {
-        eprintln!("SKIP: /dev/fuse is missing on this machine; mount tests need FUSE");
-        return false;
+        return Err("/dev/fuse is missing on this machine; mount tests need FUSE".into());
     }
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root && which("fusermount3").is_none() {
-        eprintln!("SKIP: not root and fusermount3 is not installed (apt-get install fuse3)");
-        return false;
+    if !is_root() && which("fusermount3").is_none() {
+        return Err("not root and fusermount3 is not installed (apt-get install fuse3)".into());
     }
-    true
+    Ok(())
+}
+
+/// Root, which `what` needs.
+pub fn root(what: &str) -> Result<(), String> {
+    if is_root() {
+        Ok(())
+    } else {
+        Err(format!("needs root ({what})"))
+    }
+}
+
+/// A program on PATH (`hint`: how to install it).
+pub fn tool(prog: &str, hint: &str) -> Result<(), String> {
+    match which(prog) {
+        Some(_) => Ok(()),
+        None => Err(format!("{prog} is not installed ({hint})")),
+    }
+}
+
+/// A user account (`.ci/run` creates the test users).
+pub fn user(name: &str) -> Result<(), String> {
+    match user_ids(name) {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "no user {name} (.ci/run creates it: useradd -m {name})"
+        )),
+    }
 }
 
 pub fn which(prog: &str) -> Option<PathBuf> {
@@ -956,13 +1024,8 @@ impl Drop for Tmpfs {
     }
 }
 
-pub fn tmpfs_possible() -> bool {
-    if !fuse_available() {
-        return false;
-    }
-    if !is_root() {
-        eprintln!("SKIP: a real ENOSPC needs a small tmpfs tier, and mounting one needs root");
-        return false;
-    }
-    true
+/// A small tmpfs mounted as a tier (a real ENOSPC): FUSE and root.
+pub fn tmpfs_tier() -> Result<(), String> {
+    fuse()?;
+    root("a real ENOSPC needs a small tmpfs tier, and mounting one needs root")
 }

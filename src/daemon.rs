@@ -12,7 +12,6 @@
 
 use crate::config::MountConfig;
 use crate::fs::TierFs;
-use crate::fuse::FuseAdapter;
 use crate::probe::{self, ProbeOptions};
 use crate::tier::{BandwidthSource, Tier};
 use std::io::{BufRead, BufReader, Write};
@@ -455,36 +454,28 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
         TierFs::new(config, tiers)
             .map_err(|e| Failure::runtime(format!("cannot load the tiers: {e}")))?,
     );
-    let mut fuse_config = fuser::Config::default();
-    fuse_config.mount_options = vec![
-        fuser::MountOption::FSName("tierfs".into()),
-        fuser::MountOption::Subtype("tierfs".into()),
-        fuser::MountOption::DefaultPermissions,
-        fuser::MountOption::NoDev,
-        fuser::MountOption::NoSuid,
-    ];
-    if config.mount.allow_other {
-        fuse_config.acl = fuser::SessionACL::All;
-    }
-    fuse_config.n_threads = Some(config.mount.threads);
-    fuse_config.clone_fd = true;
-    let session = fuser::Session::new(FuseAdapter::new(fs.clone()), &opts.mountpoint, &fuse_config)
-        .map_err(|e| {
-            let hint = if e.kind() == std::io::ErrorKind::NotFound
-                || e.raw_os_error() == Some(libc::EPERM)
-            {
-                " (as a non-root user tierfs needs fusermount3: `apt-get install fuse3`)"
-            } else {
-                ""
-            };
-            Failure::runtime(format!(
-                "cannot mount at {}: {e}{hint}",
-                opts.mountpoint.display()
-            ))
-        })?;
-    let bg = session
-        .spawn()
-        .map_err(|e| Failure::runtime(format!("cannot start the FUSE session: {e}")))?;
+    // TIERFS_TRANSPORT overrides `[mount] transport` (the test suite runs on both).
+    let transport = match std::env::var("TIERFS_TRANSPORT").as_deref() {
+        Ok("auto") => crate::config::Transport::Auto,
+        Ok("uring") => crate::config::Transport::Uring,
+        Ok("dev") => crate::config::Transport::Dev,
+        Ok(other) => {
+            return Err(Failure::usage(format!(
+                "TIERFS_TRANSPORT={other:?} is not one of auto, uring, dev"
+            )))
+        }
+        Err(_) => config.mount.transport,
+    };
+    let session = crate::fuse::Session::start(
+        fs.clone(),
+        &opts.mountpoint,
+        &crate::fuse::SessionOptions {
+            allow_other: config.mount.allow_other,
+            threads: config.mount.threads,
+            transport,
+        },
+    )
+    .map_err(Failure::runtime)?;
     // The mount must answer before we say it is ready.
     let probe_path = opts.mountpoint.join(&config.mount.stats_dir).join("config");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -528,20 +519,22 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
     loop {
         if STOP.load(Ordering::SeqCst) {
             log::info!("signal received: unmounting {}", opts.mountpoint.display());
-            if let Err(e) = bg.umount_and_join() {
+            if let Err(e) = session.unmount() {
                 log::warn!("unmount: {e}");
+            }
+            // Files still open keep being served; the connection ends with the last one.
+            while !session.finished() {
+                std::thread::sleep(Duration::from_millis(50));
             }
             break;
         }
-        if bg.guard.is_finished() {
+        if session.finished() {
             log::info!("{} was unmounted", opts.mountpoint.display());
-            if let Err(e) = bg.join() {
-                log::warn!("FUSE session ended with: {e}");
-            }
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    session.join();
     fs.shutdown();
     log::info!("daemon exiting");
     Ok(())

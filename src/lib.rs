@@ -9,7 +9,9 @@
 //! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`layout`]: where a
 //!   file's bytes are and how that is persisted.
 //! - [`fs`]: the FUSE-free filesystem core; [`stats`]: the `.tierfs/` files.
-//! - [`fuse`]: the thin `fuser` adapter; [`daemon`]: mount, background, unmount; [`cli`].
+//! - [`fuse`]: the kernel side: mounting, the FUSE protocol, its /dev/fuse and io_uring
+//!   transports and the one dispatcher into the core; [`daemon`]: mount, background,
+//!   unmount; [`cli`].
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod cache;
@@ -30,6 +32,7 @@ pub mod monitor;
 pub mod placement;
 pub mod plot;
 pub mod probe;
+pub mod reqstats;
 pub mod sched;
 pub mod stats;
 pub mod sys;

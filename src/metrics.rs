@@ -483,6 +483,7 @@ pub(crate) mod tests {
                 tiers: vec!["nvme".into()],
             }],
             relayout: Default::default(),
+            fuse: Default::default(),
         }
     }
 

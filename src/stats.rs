@@ -120,6 +120,23 @@ pub struct Snapshot {
     pub cache: Option<CacheStats>,
     #[serde(default)]
     pub relayout: RelayoutStats,
+    /// What the kernel asked of the daemon.
+    #[serde(default)]
+    pub fuse: FuseStats,
+}
+
+/// The FUSE connection in `stats.json`: the transport and the requests it carried (requests
+/// served by kernel passthrough never reach the daemon and are not counted).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FuseStats {
+    /// "uring" (FUSE over io_uring) or "dev" (/dev/fuse).
+    pub transport: String,
+    pub requests_ring: u64,
+    pub requests_dev: u64,
+    /// Requests by opcode name, those seen at least once.
+    pub requests: std::collections::BTreeMap<String, u64>,
+    /// Request handlers that panicked (each answered EIO).
+    pub panics: u64,
 }
 
 /// The cache's totals in `stats.json`, in bytes unless named otherwise.
@@ -227,6 +244,21 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
                 evictions: get(&k.evictions),
             }
         }),
+        fuse: {
+            let r = fs.requests();
+            let (ring, dev) = r.by_transport();
+            FuseStats {
+                transport: r.transport().to_string(),
+                requests_ring: ring,
+                requests_dev: dev,
+                requests: r
+                    .nonzero()
+                    .into_iter()
+                    .map(|(op, n)| (crate::fuse::abi::op::name(op).to_string(), n))
+                    .collect(),
+                panics: r.panics(),
+            }
+        },
         relayout: {
             let r = fs.relayout_counters();
             let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);

@@ -427,6 +427,8 @@ pub struct TierFs {
     threads: usize,
     /// Bytes moved by re-layouts (`stats.json`).
     relayout: RelayoutCounters,
+    /// What the kernel asked of us, counted by the FUSE layer (`stats.json`).
+    requests: Arc<crate::reqstats::RequestStats>,
 }
 
 fn name_ok(name: &OsStr) -> Result<()> {
@@ -532,6 +534,7 @@ impl TierFs {
             threads: config.mount.threads,
             engine: crate::engine::choose(config.mount.engine),
             relayout: RelayoutCounters::default(),
+            requests: Arc::default(),
         };
         fs.scan()?;
         Ok(fs)
@@ -551,6 +554,38 @@ impl TierFs {
 
     pub fn config_text(&self) -> &str {
         &self.config_text
+    }
+
+    /// The FUSE request counters (the FUSE layer counts, the stats files show).
+    pub fn requests(&self) -> &Arc<crate::reqstats::RequestStats> {
+        &self.requests
+    }
+
+    /// Clears set-user-ID, and set-group-ID where the group may execute, as a write,
+    /// truncate or `O_TRUNC` open by a caller without CAP_FSETID must
+    /// (`FUSE_HANDLE_KILLPRIV_V2` leaves this to us; the daemon itself has CAP_FSETID as
+    /// root, so the tier would not do it). Nothing happens when neither bit is set.
+    pub fn kill_suidgid(&self, ino: u64) -> Result<()> {
+        let mode = self.getattr(ino)?;
+        if mode.kind != Kind::File {
+            return Ok(());
+        }
+        let perm = mode.perm as u32;
+        let mut new = perm & !libc::S_ISUID;
+        if perm & libc::S_IXGRP != 0 {
+            new &= !libc::S_ISGID;
+        }
+        if new == perm {
+            return Ok(());
+        }
+        self.setattr(
+            ino,
+            SetAttr {
+                mode: Some(new),
+                ..SetAttr::default()
+            },
+        )
+        .map(|_| ())
     }
 
     pub fn started(&self) -> SystemTime {
@@ -1908,30 +1943,40 @@ impl TierFs {
         size: u32,
         reply: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
+        READ_BUF.with(|b| {
+            let mut b = b.borrow_mut();
+            b.resize((size as usize).div_ceil(crate::io::ALIGN) * crate::io::ALIGN);
+            let n = self.read_into(fh, off, &mut b[..size as usize])?;
+            Ok(reply(&b[..n]))
+        })
+    }
+
+    /// Reads up to `buf.len()` bytes at `off` into `buf`; returns how many (fewer only at
+    /// the end of the file). A page-aligned `buf` lets the tier's direct I/O land in it
+    /// with no bounce copy: the FUSE transports pass their reply buffers here.
+    pub fn read_into(&self, fh: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
         match self.handle(fh)? {
             Handle::Virtual(content) => {
                 let start = (off as usize).min(content.len());
-                let end = (start + size as usize).min(content.len());
-                Ok(reply(&content[start..end]))
+                let end = (start + buf.len()).min(content.len());
+                buf[..end - start].copy_from_slice(&content[start..end]);
+                Ok(end - start)
             }
             Handle::Dir(_) => Err(Error::IsDir),
             Handle::Control => Err(Error::Access("the control file is write-only")),
-            Handle::File { node, .. } => READ_BUF.with(|b| {
-                let mut b = b.borrow_mut();
+            Handle::File { node, .. } => {
                 let st = node.state.read();
                 let fsize = node.size();
                 if off >= fsize {
-                    return Ok(reply(&[]));
+                    return Ok(0);
                 }
-                let len = (size as u64).min(fsize - off) as usize;
-                // Read whole aligned blocks when we can, so the tier sees direct I/O.
-                b.resize(len.div_ceil(crate::io::ALIGN) * crate::io::ALIGN);
+                let len = (buf.len() as u64).min(fsize - off) as usize;
                 match &st.cache {
-                    Some(e) => self.cached_read(&node, &st, e, off, &mut b[..len])?,
-                    None => self.read_file(&st, off, &mut b[..len])?,
+                    Some(e) => self.cached_read(&node, &st, e, off, &mut buf[..len])?,
+                    None => self.read_file(&st, off, &mut buf[..len])?,
                 }
-                Ok(reply(&b[..len]))
-            }),
+                Ok(len)
+            }
         }
     }
 

@@ -484,6 +484,7 @@ pub(crate) mod tests {
             }],
             relayout: Default::default(),
             fuse: Default::default(),
+            bounce_bytes: 0,
         }
     }
 

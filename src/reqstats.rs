@@ -60,7 +60,10 @@ impl RequestStats {
 
     /// Requests that arrived through the ring and through /dev/fuse.
     pub fn by_transport(&self) -> (u64, u64) {
-        (self.ring.load(Ordering::Relaxed), self.dev.load(Ordering::Relaxed))
+        (
+            self.ring.load(Ordering::Relaxed),
+            self.dev.load(Ordering::Relaxed),
+        )
     }
 
     /// Counts a request handler that panicked.

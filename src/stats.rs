@@ -123,6 +123,10 @@ pub struct Snapshot {
     /// What the kernel asked of the daemon.
     #[serde(default)]
     pub fuse: FuseStats,
+    /// Bytes copied through a bounce buffer for direct I/O on a tier because the memory was
+    /// not page-aligned (0 when the transport delivers aligned payloads).
+    #[serde(default)]
+    pub bounce_bytes: u64,
 }
 
 /// The FUSE connection in `stats.json`: the transport and the requests it carried (requests
@@ -244,6 +248,7 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
                 evictions: get(&k.evictions),
             }
         }),
+        bounce_bytes: crate::io::bounce_bytes(),
         fuse: {
             let r = fs.requests();
             let (ring, dev) = r.by_transport();

@@ -222,7 +222,10 @@ pub unsafe trait Pod: Copy + Default {
         // SAFETY: Self has no padding (the trait's contract), so all size_of::<Self>()
         // bytes are initialized, and they live as long as &self.
         unsafe {
-            std::slice::from_raw_parts(self as *const Self as *const u8, std::mem::size_of::<Self>())
+            std::slice::from_raw_parts(
+                self as *const Self as *const u8,
+                std::mem::size_of::<Self>(),
+            )
         }
     }
 }
@@ -405,10 +408,12 @@ mod tests {
     #[test]
     fn ioctl_numbers_match_the_kernel_macros() {
         // _IOC(dir, type, nr, size) = dir << 30 | size << 16 | type << 8 | nr
-        let ioc = |dir: u64, nr: u64, size: u64| (dir << 30 | size << 16 | 229 << 8 | nr) as u64;
-        assert_eq!(DEV_IOC_CLONE as u64, ioc(2, 0, 4));
-        assert_eq!(DEV_IOC_BACKING_OPEN as u64, ioc(1, 1, 16));
-        assert_eq!(DEV_IOC_BACKING_CLOSE as u64, ioc(1, 2, 4));
+        let ioc = |dir: libc::c_ulong, nr: libc::c_ulong, size: libc::c_ulong| {
+            dir << 30 | size << 16 | 229 << 8 | nr
+        };
+        assert_eq!(DEV_IOC_CLONE, ioc(2, 0, 4));
+        assert_eq!(DEV_IOC_BACKING_OPEN, ioc(1, 1, 16));
+        assert_eq!(DEV_IOC_BACKING_CLOSE, ioc(1, 2, 4));
     }
 
     #[test]

@@ -98,7 +98,16 @@ pub fn serve(fd: RawFd, disp: &Dispatcher) -> io::Result<End> {
             log::warn!("a FUSE request of {n} bytes is shorter than its header; ignored");
             continue;
         };
-        serve_one(fd, disp, &h, &head[..n.min(HEAD)], &mut payload, n, &mut scratch, &mut out);
+        serve_one(
+            fd,
+            disp,
+            &h,
+            &head[..n.min(HEAD)],
+            &mut payload,
+            n,
+            &mut scratch,
+            &mut out,
+        );
     }
 }
 

@@ -190,6 +190,12 @@ impl Dispatcher {
         }
     }
 
+    /// Whether to ask for FUSE over io_uring at INIT (decided before INIT: once the kernel
+    /// agrees, every request waits until the ring is registered).
+    pub fn set_want_uring(&self, want: bool) {
+        self.want_uring.store(want, Ordering::Relaxed);
+    }
+
     pub fn fs(&self) -> &Arc<TierFs> {
         &self.fs
     }
@@ -306,7 +312,12 @@ impl Dispatcher {
     /// Runs a handler; a panic in it becomes EIO for this request, a log line naming the
     /// operation and inode and a count, and the daemon keeps serving. (parking_lot locks do
     /// not poison, so the rest of the mount stays usable.)
-    fn contain<T>(&self, opcode: u32, ino: u64, f: impl FnOnce() -> Result<T, i32>) -> Result<T, i32> {
+    fn contain<T>(
+        &self,
+        opcode: u32,
+        ino: u64,
+        f: impl FnOnce() -> Result<T, i32>,
+    ) -> Result<T, i32> {
         match catch_unwind(AssertUnwindSafe(f)) {
             Ok(r) => r,
             Err(p) => {
@@ -332,7 +343,9 @@ impl Dispatcher {
         match &req.op {
             Op::Init(_) => return Err(libc::EPROTO),
             Op::Destroy => {}
-            Op::Lookup { name } => out.extend_from_slice(entry_out(&fs.lookup(ino, name).map_err(e)?).bytes()),
+            Op::Lookup { name } => {
+                out.extend_from_slice(entry_out(&fs.lookup(ino, name).map_err(e)?).bytes())
+            }
             Op::Forget { nlookup } => {
                 fs.forget(ino, *nlookup);
                 return Ok(Reply::None);
@@ -372,8 +385,11 @@ impl Dispatcher {
                 entry_out(&fs.symlink(ino, name, Path::new(target), ctx).map_err(e)?).bytes(),
             ),
             Op::Mknod { name, arg } => out.extend_from_slice(
-                entry_out(&fs.mknod(ino, name, arg.mode & !arg.umask, arg.rdev, ctx).map_err(e)?)
-                    .bytes(),
+                entry_out(
+                    &fs.mknod(ino, name, arg.mode & !arg.umask, arg.rdev, ctx)
+                        .map_err(e)?,
+                )
+                .bytes(),
             ),
             Op::Mkdir { name, arg } => out.extend_from_slice(
                 entry_out(&fs.mkdir(ino, name, arg.mode & !arg.umask, ctx).map_err(e)?).bytes(),
@@ -400,7 +416,13 @@ impl Dispatcher {
                     fs.kill_suidgid(ino).map_err(e)?;
                 }
                 let n = fs.write(arg.fh, arg.offset, data).map_err(e)?;
-                out.extend_from_slice(abi::WriteOut { size: n, padding: 0 }.bytes());
+                out.extend_from_slice(
+                    abi::WriteOut {
+                        size: n,
+                        padding: 0,
+                    }
+                    .bytes(),
+                );
             }
             Op::Statfs => {
                 let s = fs.statfs();
@@ -427,7 +449,9 @@ impl Dispatcher {
             Op::Setxattr { name, value, flags } => {
                 fs.setxattr(ino, name, value, *flags as i32).map_err(e)?
             }
-            Op::Getxattr { name, size } => xattr_reply(&fs.getxattr(ino, name).map_err(e)?, *size, out)?,
+            Op::Getxattr { name, size } => {
+                xattr_reply(&fs.getxattr(ino, name).map_err(e)?, *size, out)?
+            }
             Op::Listxattr { size } => xattr_reply(&fs.listxattr(ino).map_err(e)?, *size, out)?,
             Op::Removexattr { name } => fs.removexattr(ino, name).map_err(e)?,
             // Writes are on the tier when acknowledged; flush only brings the books (a
@@ -565,7 +589,14 @@ fn xattr_reply(v: &[u8], size: u32, out: &mut Vec<u8>) -> Result<(), i32> {
 }
 
 /// Appends one directory entry if it fits in `max` bytes; false when it does not.
-fn push_dirent(out: &mut Vec<u8>, max: usize, ino: u64, off: u64, kind: Kind, name: &OsStr) -> bool {
+fn push_dirent(
+    out: &mut Vec<u8>,
+    max: usize,
+    ino: u64,
+    off: u64,
+    kind: Kind,
+    name: &OsStr,
+) -> bool {
     let name = name.as_bytes();
     let len = (std::mem::size_of::<abi::DirentHead>() + name.len()).next_multiple_of(8);
     if out.len() + len > max {
@@ -606,7 +637,14 @@ mod tests {
         assert!(push_dirent(&mut out, 64, 5, 1, Kind::File, OsStr::new("a")));
         assert_eq!(out.len(), 32);
         assert_eq!(out.len() % 8, 0);
-        assert!(push_dirent(&mut out, 64, 6, 2, Kind::Dir, OsStr::new("abcdefgh")));
+        assert!(push_dirent(
+            &mut out,
+            64,
+            6,
+            2,
+            Kind::Dir,
+            OsStr::new("abcdefgh")
+        ));
         assert_eq!(out.len(), 64);
         assert!(!push_dirent(&mut out, 64, 7, 3, Kind::Dir, OsStr::new("x")));
         let h = abi::DirentHead::read(&out[32..]).unwrap();

@@ -125,10 +125,16 @@ fn mount_fusermount(spec: &MountSpec) -> io::Result<OwnedFd> {
         })?;
     drop(theirs);
     if !out.status.success() {
-        return Err(io::Error::other(format!(
-            "fusermount3 failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
+        let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        // fusermount3 opens /dev/fuse with the user's own rights (the device's mode is the
+        // administrator's word on who may use FUSE), so no helper can get past it.
+        let hint = if err.contains("failed to open /dev/fuse") {
+            "; /dev/fuse does not let this user read and write it (container images often \
+             make it 0600): an administrator must make it 0666, the kernel's default"
+        } else {
+            ""
+        };
+        return Err(io::Error::other(format!("fusermount3 failed: {err}{hint}")));
     }
     receive_fd(&ours)
 }

@@ -310,8 +310,10 @@ mod tests {
         };
         let m = message(op::RENAME2, ren.bytes(), b"a\0b\0");
         let (_, r) = Request::decode_contiguous(&m).unwrap();
-        assert!(matches!(r.op, Op::Rename { name, newdir: 77, newname, flags: 1 }
-            if name == "a" && newname == "b"));
+        assert!(
+            matches!(r.op, Op::Rename { name, newdir: 77, newname, flags: 1 }
+            if name == "a" && newname == "b")
+        );
 
         let x = abi::SetxattrIn { size: 3, flags: 0 };
         let m = message(op::SETXATTR, x.bytes(), b"user.k\0v\0w");

@@ -56,7 +56,13 @@ impl EntryMem {
 }
 
 /// The 128-byte SQE of a FUSE ring command.
-fn command(fd: RawFd, cmd_op: u32, req: UringCmdReq, tag: u64, iov: Option<u64>) -> squeue::Entry128 {
+fn command(
+    fd: RawFd,
+    cmd_op: u32,
+    req: UringCmdReq,
+    tag: u64,
+    iov: Option<u64>,
+) -> squeue::Entry128 {
     let mut area = [0u8; 80];
     area.copy_from_slice(req.bytes());
     let mut c = opcode::UringCmd80::new(types::Fd(fd), cmd_op).cmd(area);
@@ -162,7 +168,13 @@ impl Worker {
                 commit_id,
                 ..UringCmdReq::default()
             };
-            let sqe = command(self.fd, abi::URING_CMD_COMMIT_AND_FETCH, req, TAG_COMMIT, None);
+            let sqe = command(
+                self.fd,
+                abi::URING_CMD_COMMIT_AND_FETCH,
+                req,
+                TAG_COMMIT,
+                None,
+            );
             // SAFETY: the command names no memory of its own; the entry's buffers it refers
             // to (by registration) live in self.mem for the worker's life.
             unsafe {
@@ -179,8 +191,9 @@ impl Worker {
     fn answer(&mut self, disp: &Dispatcher, out: &mut Vec<u8>) -> u64 {
         let hdr = &self.mem.header;
         let h = InHeader::read(&hdr[..]).unwrap_or_default();
-        let ent = UringEntInOut::read(&hdr[abi::URING_IN_OUT_HEADER_SZ + abi::URING_OP_IN_OUT_SZ..])
-            .unwrap_or_default();
+        let ent =
+            UringEntInOut::read(&hdr[abi::URING_IN_OUT_HEADER_SZ + abi::URING_OP_IN_OUT_SZ..])
+                .unwrap_or_default();
         let op_off = abi::URING_IN_OUT_HEADER_SZ;
         let op_len = abi::op_in_len(h.opcode).min(abi::URING_OP_IN_OUT_SZ);
         let mut op_buf = [0u8; abi::URING_OP_IN_OUT_SZ];
@@ -322,8 +335,14 @@ mod tests {
         let b: [u8; 128] = unsafe { std::mem::transmute(sqe) };
         assert_eq!(b[0], io_uring::opcode::UringCmd80::CODE);
         assert_eq!(i32::from_ne_bytes(b[4..8].try_into().unwrap()), 7);
-        assert_eq!(u32::from_ne_bytes(b[8..12].try_into().unwrap()), abi::URING_CMD_REGISTER);
-        assert_eq!(u64::from_ne_bytes(b[16..24].try_into().unwrap()), iov.as_ptr() as u64);
+        assert_eq!(
+            u32::from_ne_bytes(b[8..12].try_into().unwrap()),
+            abi::URING_CMD_REGISTER
+        );
+        assert_eq!(
+            u64::from_ne_bytes(b[16..24].try_into().unwrap()),
+            iov.as_ptr() as u64
+        );
         assert_eq!(u32::from_ne_bytes(b[24..28].try_into().unwrap()), 2);
         // The command area starts at byte 48: flags, commit_id, qid.
         assert_eq!(u16::from_ne_bytes(b[64..66].try_into().unwrap()), 3);

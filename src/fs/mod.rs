@@ -564,11 +564,12 @@ impl TierFs {
     /// Clears set-user-ID, and set-group-ID where the group may execute, as a write,
     /// truncate or `O_TRUNC` open by a caller without CAP_FSETID must
     /// (`FUSE_HANDLE_KILLPRIV_V2` leaves this to us; the daemon itself has CAP_FSETID as
-    /// root, so the tier would not do it). Nothing happens when neither bit is set.
-    pub fn kill_suidgid(&self, ino: u64) -> Result<()> {
+    /// root, so the tier would not do it). Nothing happens when neither bit is set; the
+    /// answer says whether the mode changed.
+    pub fn kill_suidgid(&self, ino: u64) -> Result<bool> {
         let mode = self.getattr(ino)?;
         if mode.kind != Kind::File {
-            return Ok(());
+            return Ok(false);
         }
         let perm = mode.perm as u32;
         let mut new = perm & !libc::S_ISUID;
@@ -576,7 +577,7 @@ impl TierFs {
             new &= !libc::S_ISGID;
         }
         if new == perm {
-            return Ok(());
+            return Ok(false);
         }
         self.setattr(
             ino,
@@ -585,7 +586,7 @@ impl TierFs {
                 ..SetAttr::default()
             },
         )
-        .map(|_| ())
+        .map(|_| true)
     }
 
     pub fn started(&self) -> SystemTime {
@@ -747,6 +748,18 @@ impl TierFs {
             && (self.passthrough_mode != crate::config::Passthrough::Direct || !t.small_direct_io)
         {
             return None;
+        }
+        // The kernel writes a passthrough file with the daemon's credentials, which keep
+        // set-user-ID and set-group-ID where a user's write must clear them: such files are
+        // written through the daemon (FUSE_HANDLE_KILLPRIV_V2 then clears the bits).
+        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+            use std::os::unix::fs::PermissionsExt;
+            let setid = piece.file().metadata().map_or(true, |m| {
+                m.permissions().mode() & (libc::S_ISUID | libc::S_ISGID) != 0
+            });
+            if setid {
+                return None;
+            }
         }
         Some(piece)
     }

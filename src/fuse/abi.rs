@@ -184,6 +184,8 @@ pub const WRITE_KILL_SUIDGID: u32 = 1 << 2;
 pub const OPEN_KILL_SUIDGID: u32 = 1 << 0;
 /// `fuse_fsync_in.fsync_flags`.
 pub const FSYNC_FDATASYNC: u32 = 1 << 0;
+/// `fuse_notify_code::FUSE_NOTIFY_INVAL_INODE`, sent as the out header's `error`.
+pub const NOTIFY_INVAL_INODE: i32 = 2;
 /// A resent request's unique id has this bit set.
 pub const UNIQUE_RESEND: u64 = 1 << 63;
 
@@ -322,6 +324,7 @@ pod! {
     pub struct FallocateIn {
         pub fh: u64, pub offset: u64, pub length: u64, pub mode: u32, pub padding: u32,
     } = 32;
+    pub struct NotifyInvalInodeOut { pub ino: u64, pub off: i64, pub len: i64 } = 24;
     pub struct DirentHead { pub ino: u64, pub off: u64, pub namelen: u32, pub typ: u32 } = 24;
     pub struct BackingMap { pub fd: i32, pub flags: u32, pub padding: u64 } = 16;
     /// The fixed part of a ring entry's header area (`struct fuse_uring_ent_in_out`).

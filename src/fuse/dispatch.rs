@@ -404,16 +404,18 @@ impl Dispatcher {
             } => fs.rename(ino, name, *newdir, newname, *flags).map_err(e)?,
             Op::Link { .. } => out.extend_from_slice(entry_out(&fs.link().map_err(e)?).bytes()),
             Op::Open(o) => {
-                if o.open_flags & abi::OPEN_KILL_SUIDGID != 0 {
-                    fs.kill_suidgid(ino).map_err(e)?;
+                if o.open_flags & abi::OPEN_KILL_SUIDGID != 0 && fs.kill_suidgid(ino).map_err(e)? {
+                    self.invalidate_attr(ino);
                 }
                 let (fh, info) = fs.open(ino, o.flags as i32).map_err(e)?;
                 out.extend_from_slice(self.open_out(ino, fh, &info).bytes());
             }
             Op::Read(_) => return Err(libc::EPROTO),
             Op::Write { arg, data } => {
-                if arg.write_flags & abi::WRITE_KILL_SUIDGID != 0 {
-                    fs.kill_suidgid(ino).map_err(e)?;
+                if arg.write_flags & abi::WRITE_KILL_SUIDGID != 0
+                    && fs.kill_suidgid(ino).map_err(e)?
+                {
+                    self.invalidate_attr(ino);
                 }
                 let n = fs.write(arg.fh, arg.offset, data).map_err(e)?;
                 out.extend_from_slice(
@@ -497,6 +499,32 @@ impl Dispatcher {
             Op::Unsupported => return Err(libc::ENOSYS),
         }
         Ok(Reply::Ok)
+    }
+
+    /// Tells the kernel to drop its cached attributes of `ino` (after a change no reply
+    /// carries, such as set-user-ID cleared by a write): a notification on /dev/fuse.
+    fn invalidate_attr(&self, ino: u64) {
+        let body = abi::NotifyInvalInodeOut {
+            ino,
+            // Negative: attributes only, no page cache.
+            off: -1,
+            len: 0,
+        };
+        let h = abi::OutHeader {
+            len: (std::mem::size_of::<abi::OutHeader>() + std::mem::size_of_val(&body)) as u32,
+            error: abi::NOTIFY_INVAL_INODE,
+            unique: 0,
+        };
+        let mut msg = h.bytes().to_vec();
+        msg.extend_from_slice(body.bytes());
+        // SAFETY: writes our own initialized buffer to the /dev/fuse descriptor.
+        let n = unsafe { libc::write(self.dev, msg.as_ptr() as *const libc::c_void, msg.len()) };
+        if n < 0 {
+            log::debug!(
+                "invalidating the attributes of inode {ino}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
     }
 
     /// The OPEN/CREATE reply, registering the backing file when the core offers passthrough.

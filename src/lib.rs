@@ -27,6 +27,7 @@ pub mod fs;
 pub mod fuse;
 pub mod io;
 pub mod layout;
+pub mod ledger;
 pub mod metrics;
 pub mod monitor;
 pub mod placement;

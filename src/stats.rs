@@ -127,6 +127,77 @@ pub struct Snapshot {
     /// not page-aligned (0 when the transport delivers aligned payloads).
     #[serde(default)]
     pub bounce_bytes: u64,
+    /// The daemon's CPU and the bytes it moved.
+    #[serde(default)]
+    pub cpu: CpuStats,
+}
+
+/// The daemon's CPU ledger in `stats.json` ([`crate::ledger`]).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CpuStats {
+    /// The whole daemon's CPU (user + system) since it started, in seconds.
+    pub total_s: f64,
+    /// Bytes the daemon moved: the sum over the classes.
+    pub bytes: u64,
+    /// `total_s` per 10^9 `bytes` (0 before any byte).
+    pub s_per_gb: f64,
+    /// Per class: `demand` (FUSE requests; bytes: READ and WRITE payloads), `prefetch`,
+    /// `write-back`, `migration`.
+    pub classes: std::collections::BTreeMap<String, ClassCpu>,
+    /// CPU no class claims (the estimator, probes, the stats files).
+    pub other_s: f64,
+    /// Bytes the tiers' devices moved since mount, all tiers (passthrough I/O, which the
+    /// daemon never sees, is only here); absent where the devices cannot be read.
+    pub device_bytes: Option<u64>,
+}
+
+/// One class of the CPU ledger.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClassCpu {
+    pub cpu_s: f64,
+    pub bytes: u64,
+    pub s_per_gb: f64,
+}
+
+fn per_gb(s: f64, bytes: u64) -> f64 {
+    if bytes == 0 {
+        0.0
+    } else {
+        s / (bytes as f64 / 1e9)
+    }
+}
+
+fn cpu_stats(fs: &TierFs, tiers: &[TierStats]) -> CpuStats {
+    use crate::ledger::{process_cpu_ns, CLASSES};
+    let total_s = process_cpu_ns() as f64 / 1e9;
+    let mut classes = std::collections::BTreeMap::new();
+    let (mut bytes, mut claimed) = (0u64, 0f64);
+    for c in CLASSES {
+        let (ns, b) = fs.ledger().get(c);
+        let cpu_s = ns as f64 / 1e9;
+        bytes += b;
+        claimed += cpu_s;
+        classes.insert(
+            c.name().to_string(),
+            ClassCpu {
+                cpu_s,
+                bytes: b,
+                s_per_gb: per_gb(cpu_s, b),
+            },
+        );
+    }
+    let device_bytes = tiers
+        .iter()
+        .map(|t| Some(t.device_read? + t.device_written?))
+        .sum::<Option<u64>>();
+    CpuStats {
+        total_s,
+        bytes,
+        s_per_gb: per_gb(total_s, bytes),
+        classes,
+        other_s: (total_s - claimed).max(0.0),
+        device_bytes,
+    }
 }
 
 /// The FUSE connection in `stats.json`: the transport and the requests it carried (requests
@@ -162,7 +233,7 @@ pub struct CacheStats {
 /// Takes a consistent-enough snapshot of the counters and the tree.
 pub fn snapshot(fs: &TierFs) -> Snapshot {
     let shares = fs.placer().shares();
-    let tiers = fs
+    let tiers: Vec<TierStats> = fs
         .tiers()
         .iter()
         .map(|t| {
@@ -216,6 +287,7 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
             tiers: layout.tiers().iter().map(|t| names[*t].clone()).collect(),
         })
         .collect();
+    let cpu = cpu_stats(fs, &tiers);
     Snapshot {
         format: 1,
         pid: std::process::id(),
@@ -249,6 +321,7 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
             }
         }),
         bounce_bytes: crate::io::bounce_bytes(),
+        cpu,
         fuse: {
             let r = fs.requests();
             let (ring, dev) = r.by_transport();
@@ -381,6 +454,27 @@ pub fn tiers_table(s: &Snapshot) -> String {
         if !notes.is_empty() {
             let _ = writeln!(out, "  {}: {}", t.name, notes.join("; "));
         }
+    }
+    if s.cpu.bytes > 0 {
+        let _ = writeln!(
+            out,
+            "daemon CPU: {:.2} s for {} moved ({:.3} s/GB; {}); transport {}",
+            s.cpu.total_s,
+            fmt_bytes(s.cpu.bytes),
+            s.cpu.s_per_gb,
+            s.cpu
+                .classes
+                .iter()
+                .filter(|(_, c)| c.bytes > 0)
+                .map(|(n, c)| format!("{n} {:.3} s/GB", c.s_per_gb))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if s.fuse.transport.is_empty() {
+                "?"
+            } else {
+                &s.fuse.transport
+            }
+        );
     }
     let _ = writeln!(
         out,

@@ -429,6 +429,8 @@ pub struct TierFs {
     relayout: RelayoutCounters,
     /// What the kernel asked of us, counted by the FUSE layer (`stats.json`).
     requests: Arc<crate::reqstats::RequestStats>,
+    /// The daemon's CPU per class of work and the bytes it moved (`stats.json` `cpu`).
+    ledger: crate::ledger::CpuLedger,
 }
 
 fn name_ok(name: &OsStr) -> Result<()> {
@@ -535,6 +537,7 @@ impl TierFs {
             engine: crate::engine::choose(config.mount.engine),
             relayout: RelayoutCounters::default(),
             requests: Arc::default(),
+            ledger: crate::ledger::CpuLedger::default(),
         };
         fs.scan()?;
         Ok(fs)
@@ -559,6 +562,11 @@ impl TierFs {
     /// The FUSE request counters (the FUSE layer counts, the stats files show).
     pub fn requests(&self) -> &Arc<crate::reqstats::RequestStats> {
         &self.requests
+    }
+
+    /// The CPU ledger (the FUSE workers and the background threads charge it).
+    pub fn ledger(&self) -> &crate::ledger::CpuLedger {
+        &self.ledger
     }
 
     /// Clears set-user-ID, and set-group-ID where the group may execute, as a write,

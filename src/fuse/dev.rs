@@ -11,6 +11,7 @@ use super::abi::{self, op, InHeader, OutHeader, Pod};
 use super::dispatch::{Dispatcher, Reply, MAX_REQUEST};
 use super::request::Request;
 use crate::io::AlignedBuf;
+use crate::ledger::{Class, Meter};
 use std::io;
 use std::os::fd::RawFd;
 
@@ -84,7 +85,9 @@ pub fn serve(fd: RawFd, disp: &Dispatcher) -> io::Result<End> {
     let mut payload = payload_buffer();
     let mut scratch: Vec<u8> = Vec::with_capacity(4096);
     let mut out: Vec<u8> = Vec::with_capacity(4096);
+    let mut meter = Meter::new(Class::Demand);
     loop {
+        meter.tick(disp.fs().ledger());
         let n = match read_request(fd, &mut head, &mut payload) {
             Ok(n) => n,
             Err(e) => match e.raw_os_error() {

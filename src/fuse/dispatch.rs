@@ -11,6 +11,7 @@ use super::abi::{self, fattr, fopen, init, op, Pod};
 use super::request::{forget_items, Op, Request};
 use crate::error::Error;
 use crate::fs::{Attr, Ctx, Kind, SetAttr, TierFs};
+use crate::ledger::Class;
 use crate::sys::SetTime;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -287,11 +288,15 @@ impl Dispatcher {
     pub fn read(&self, nodeid: u64, arg: &abi::ReadIn, buf: &mut [u8]) -> Result<usize, i32> {
         self.fs.requests().count(op::READ);
         let size = (arg.size as usize).min(buf.len());
-        self.contain(op::READ, nodeid, || {
+        let r = self.contain(op::READ, nodeid, || {
             self.fs
                 .read_into(arg.fh, arg.offset, &mut buf[..size])
                 .map_err(|e| errno(&e))
-        })
+        });
+        if let Ok(n) = r {
+            self.fs.ledger().moved(Class::Demand, n as u64);
+        }
+        r
     }
 
     /// Serves any request but READ (and INIT, which the session answers); a reply body goes
@@ -418,6 +423,7 @@ impl Dispatcher {
                     self.invalidate_attr(ino);
                 }
                 let n = fs.write(arg.fh, arg.offset, data).map_err(e)?;
+                fs.ledger().moved(Class::Demand, n as u64);
                 out.extend_from_slice(
                     abi::WriteOut {
                         size: n,

@@ -18,6 +18,7 @@ use super::abi::{self, op, InHeader, OutHeader, Pod, UringCmdReq, UringEntInOut}
 use super::dispatch::{Dispatcher, Reply};
 use super::request::Request;
 use crate::io::AlignedBuf;
+use crate::ledger::{Class, Meter};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::io;
 use std::os::fd::RawFd;
@@ -144,7 +145,11 @@ impl Worker {
     /// Serves requests until the connection ends.
     pub fn serve(mut self, disp: &Dispatcher) -> io::Result<()> {
         let mut out: Vec<u8> = Vec::with_capacity(4096);
+        let mut meter = Meter::new(Class::Demand);
         loop {
+            // The round's CPU includes the kernel copying the request into the entry,
+            // which happens in this thread's io_uring_enter.
+            meter.tick(disp.fs().ledger());
             match self.ring.submit_and_wait(1) {
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,

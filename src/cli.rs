@@ -50,7 +50,7 @@ pub enum Cmd {
     },
     /// Unmount and wait until the daemon has exited.
     #[command(
-        after_help = "Example:\n  tierfs unmount /tmp/tierfs-demo\n\nA plain `umount` or `fusermount3 -u` is also safe. A dead mount (daemon killed)\nis cleared with `fusermount3 -uz MOUNTPOINT` or `tierfs mount --force ...`."
+        after_help = "Example:\n  tierfs unmount /tmp/tierfs-demo\n\nA plain `umount` or `fusermount3 -u` is also safe. A dead mount (daemon killed)\nis cleared with `fusermount3 -uz MOUNTPOINT` or `tierfs mount --force ...`.\nExits 1 naming the files when the daemon could not write cached data back\n(a plain umount leaves that in the daemon's log)."
     )]
     Unmount {
         /// The tierfs mountpoint.
@@ -85,11 +85,13 @@ pub enum Cmd {
     /// Validate a config and say what mounting it would do.
     #[command(
         name = "check-config",
-        after_help = "Example:\n  tierfs check-config mount-configs/demo.toml\n\nExit status 2 names every problem found (missing folders, bad values)."
+        after_help = "Examples:\n  tierfs check-config mount-configs/demo.toml\n  tierfs check-config node.toml /local/tierfs   # also check the mountpoint against the tiers\n\nExit status 2 names every problem found (missing folders, bad values, a mountpoint\nand a tier folder inside one another)."
     )]
     CheckConfig {
         /// The TOML config to check.
         config: PathBuf,
+        /// Where it would be mounted: checked against the tier folders too.
+        mountpoint: Option<PathBuf>,
     },
     /// Show a mount's per-tier statistics, once or live.
     #[command(
@@ -166,7 +168,7 @@ pub enum Cmd {
     },
     /// Check the tier folders offline: every file's pieces agree; --repair fixes what is safe.
     #[command(
-        after_help = "Examples:\n  tierfs unmount /local/tierfs && tierfs fsck --config node.toml\n  tierfs fsck --config node.toml --repair\n\nReads the tier folders without a daemon (it refuses while a daemon holds them):\nstripe pieces present on every tier of their pattern with one layout, no whole file\non two tiers, no file/folder clash across tiers, folders mirrored on every tier, no\nleftover .tierfs-tmp-* temporaries, layout xattrs that parse and name the config's\ntiers. One line per problem (PROBLEM or REPAIRED, the path, the tier's backing path,\nwhat to do), then a summary. --repair mirrors missing folders, removes leftover\ntemporaries and identical duplicates, creates missing stripe pieces empty (their\nbytes are lost: they read as zeros), and renames conflicting copies to\nNAME.tierfs-conflict-TIER as a mount would; it never deletes other data.\n\nExit status: 0 clean, 1 problems found (also when --repair fixed them all: run it\nagain to confirm), 2 bad usage or config."
+        after_help = "Examples:\n  tierfs unmount /local/tierfs && tierfs fsck --config node.toml\n  tierfs fsck --config node.toml --repair\n\nReads the tier folders without a daemon (it refuses while a daemon holds them):\nstripe pieces present on every tier of their pattern with one layout and file id\n(pieces of one file left at two paths by an interrupted rename are named), no whole file\non two tiers, no file/folder clash across tiers, folders mirrored on every tier, no\nleftover .tierfs-tmp-* temporaries, layout xattrs that parse and name the config's\ntiers. One line per problem (PROBLEM or REPAIRED, the path, the tier's backing path,\nwhat to do), then a summary. --repair moves split pieces back together, mirrors\nmissing folders, removes leftover\ntemporaries and identical duplicates, creates missing stripe pieces empty (their\nbytes are lost: they read as zeros), and renames conflicting copies to\nNAME.tierfs-conflict-TIER as a mount would; it never deletes other data.\n\nExit status: 0 clean, 1 problems found (also when --repair fixed them all: run it\nagain to confirm), 2 bad usage or config."
     )]
     Fsck {
         /// The TOML config naming the tiers.
@@ -257,7 +259,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             size,
             secs,
         } => run_probe(config, dirs, json, fresh, &size, secs),
-        Cmd::CheckConfig { config } => check_config(&config),
+        Cmd::CheckConfig { config, mountpoint } => check_config(&config, mountpoint.as_deref()),
         Cmd::Stat {
             mountpoint,
             json,
@@ -574,10 +576,13 @@ fn run_probe(
     Ok(())
 }
 
-fn check_config(path: &Path) -> Result<(), Failure> {
+fn check_config(path: &Path, mountpoint: Option<&Path>) -> Result<(), Failure> {
     let cfg = MountConfig::load(path).map_err(|e| Failure::usage(e.to_string()))?;
     // The same checks `tierfs mount` makes, without creating anything.
-    let problems = cfg.check_tier_dirs();
+    let mut problems = cfg.check_tier_dirs();
+    if let Some(mp) = mountpoint {
+        problems.extend(cfg.mountpoint_overlaps(mp));
+    }
     for t in &cfg.tiers {
         let state = match std::fs::metadata(&t.path) {
             Ok(m) if m.is_dir() => "exists",

@@ -1072,6 +1072,51 @@ impl MountConfig {
         problems
     }
 
+    /// Why mounting at `mountpoint` would put the mount and a tier folder inside one
+    /// another (every path resolved through symlinks): a tier inside the mountpoint, the
+    /// mountpoint a tier's folder, or the mountpoint inside a tier's folder. The daemon
+    /// would then reach its tier through its own mount (and hang there, with every caller
+    /// stuck in D state until the FUSE connection is aborted), or walk into the mount while
+    /// scanning the tier. One message per tier concerned; tiers not there yet are skipped.
+    pub fn mountpoint_overlaps(&self, mountpoint: &Path) -> Vec<String> {
+        let Some(mp) = resolve_lenient(mountpoint) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for t in &self.tiers {
+            let Some(dir) = resolve_lenient(&t.path) else {
+                continue;
+            };
+            let why = if dir == mp {
+                format!(
+                    "its folder {} is the mountpoint {}; mount on an empty folder outside \
+                     every tier folder",
+                    t.path.display(),
+                    mountpoint.display()
+                )
+            } else if dir.starts_with(&mp) {
+                format!(
+                    "its folder {} is inside the mountpoint {} (the daemon would reach the tier \
+                     through its own mount and hang); put the mountpoint and the tier folders \
+                     side by side",
+                    t.path.display(),
+                    mountpoint.display()
+                )
+            } else if mp.starts_with(&dir) {
+                format!(
+                    "the mountpoint {} is inside its folder {} (the daemon would walk into its \
+                     own mount and hang); choose a mountpoint outside every tier folder",
+                    mountpoint.display(),
+                    t.path.display()
+                )
+            } else {
+                continue;
+            };
+            out.push(self.tier_problem(t, &why).to_string());
+        }
+        out
+    }
+
     fn tier_problem(&self, t: &TierConfig, msg: &str) -> ConfigError {
         ConfigError::Invalid(format!(
             "{}: tier '{}': {msg}",
@@ -1176,6 +1221,16 @@ impl MountConfig {
         }
         out
     }
+}
+
+/// `p` resolved through symlinks; where it does not exist (yet), its parent resolved and
+/// its name; `None` when neither can be.
+fn resolve_lenient(p: &Path) -> Option<PathBuf> {
+    if let Ok(c) = std::fs::canonicalize(p) {
+        return Some(c);
+    }
+    let parent = std::fs::canonicalize(p.parent()?).ok()?;
+    Some(parent.join(p.file_name()?))
 }
 
 /// `access(dir, W_OK | X_OK)`: can this process create files in `dir`?

@@ -74,6 +74,27 @@ impl fmt::Display for ControlError {
 
 impl std::error::Error for ControlError {}
 
+/// The most of a refused control write's reason the daemon log gets: the reason quotes
+/// the bad line, which may be a whole megabyte of garbage.
+pub const LOG_EXCERPT: usize = 200;
+
+/// `text` cut to [`LOG_EXCERPT`] bytes (at a character boundary) for the log, saying how
+/// many bytes were left out.
+pub fn log_excerpt(text: &str) -> String {
+    if text.len() <= LOG_EXCERPT {
+        return text.to_string();
+    }
+    let mut cut = LOG_EXCERPT;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(
+        "{}... ({} more bytes not logged)",
+        &text[..cut],
+        text.len() - cut
+    )
+}
+
 /// Parses a whole control write; any bad line refuses all of it.
 pub fn parse(text: &str) -> Result<Vec<Command>, ControlError> {
     if text.len() > MAX_WRITE {
@@ -189,6 +210,15 @@ fn mount_path(s: &str) -> Result<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_excerpt_cuts_long_reasons_and_says_how_much() {
+        assert_eq!(log_excerpt("short"), "short");
+        let long = "é".repeat(1000);
+        let got = log_excerpt(&long);
+        assert!(got.len() < LOG_EXCERPT + 64, "{}", got.len());
+        assert!(got.ends_with("(1800 more bytes not logged)"), "{got}");
+    }
 
     #[test]
     fn parses_every_command() {

@@ -25,6 +25,57 @@ use std::time::{Duration, Instant};
 /// The environment variable that hands the readiness pipe to the child.
 const READY_FD_ENV: &str = "TIERFS_READY_FD";
 
+/// In the first tier's `.tierfs-meta/`: written by a daemon whose unmount could not put
+/// every byte on the tiers (first line `pid N`, then one line per file), so that `tierfs
+/// unmount`, which waits for that daemon to exit, can say what was lost and fail. Empty
+/// otherwise.
+pub const LOST_REPORT: &str = "unmount-lost";
+
+/// Space kept for the [`LOST_REPORT`] from the mount on: data is lost at unmount mostly
+/// because the tiers are full, and then the report must still fit.
+const LOST_REPORT_ROOM: usize = 64 << 10;
+
+/// Where a daemon on tiers whose first folder is `first_tier` writes its [`LOST_REPORT`].
+pub fn lost_report_path(first_tier: &Path) -> PathBuf {
+    first_tier.join(crate::tier::META_DIR).join(LOST_REPORT)
+}
+
+/// Empties the report of an earlier daemon and allocates room for this one's.
+fn prepare_lost_report(path: &Path) {
+    let r = std::fs::File::create(path).and_then(|f| {
+        crate::sys::fallocate(
+            std::os::fd::AsFd::as_fd(&f),
+            libc::FALLOC_FL_KEEP_SIZE,
+            0,
+            LOST_REPORT_ROOM as u64,
+        )
+    });
+    if let Err(e) = r {
+        log::warn!("cannot prepare {}: {e}", path.display());
+    }
+}
+
+/// Writes the report into the room [`prepare_lost_report`] allocated (cut to fit it).
+fn write_lost_report(path: &Path, lost: &[String]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut text = format!("pid {}\n", std::process::id());
+    for (i, l) in lost.iter().enumerate() {
+        if text.len() + l.len() + 64 > LOST_REPORT_ROOM {
+            text.push_str(&format!("... and {} more (see the log)\n", lost.len() - i));
+            break;
+        }
+        text.push_str(l);
+        text.push('\n');
+    }
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    f.write_all_at(text.as_bytes(), 0)?;
+    f.sync_all()
+}
+
 /// A failure with the process exit code it should give: 2 for what the user must fix in
 /// the command line or config, 1 for everything that went wrong at run time.
 #[derive(Debug)]
@@ -70,7 +121,7 @@ pub struct MountOptions {
 #[derive(Debug, PartialEq, Eq)]
 pub enum MountpointState {
     Usable,
-    /// A FUSE mount whose daemon is gone (ENOTCONN).
+    /// A FUSE mount whose daemon is gone (ENOTCONN, ECONNABORTED).
     Dead,
     Missing,
     NotADirectory,
@@ -78,18 +129,25 @@ pub enum MountpointState {
     Mounted,
 }
 
+/// Whether an errno is what a FUSE mount whose daemon is gone answers: ENOTCONN once the
+/// connection is down, ECONNABORTED to a request that was waiting when it went down (the
+/// first stat right after the daemon was killed).
+pub fn is_dead_mount_errno(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
+}
+
 /// Looks at a would-be mountpoint.
 pub fn mountpoint_state(mp: &Path) -> MountpointState {
     match std::fs::metadata(mp) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => MountpointState::Dead,
+        Err(e) if is_dead_mount_errno(&e) => MountpointState::Dead,
         Err(_) => MountpointState::Missing,
         Ok(m) if !m.is_dir() => MountpointState::NotADirectory,
         Ok(_) => {
             if is_mountpoint(mp) {
                 // stat can answer from the kernel's attribute cache for up to the attribute
                 // TTL after a FUSE daemon died; statfs always asks the daemon.
-                match crate::sys::statvfs(mp).map_err(|e| e.raw_os_error()) {
-                    Err(Some(libc::ENOTCONN | libc::ECONNABORTED)) => MountpointState::Dead,
+                match crate::sys::statvfs(mp) {
+                    Err(e) if is_dead_mount_errno(&e) => MountpointState::Dead,
                     _ => MountpointState::Mounted,
                 }
             } else {
@@ -168,6 +226,10 @@ pub fn mount(opts: &MountOptions) -> Result<(), Failure> {
         .prepare_tier_dirs_degraded(opts.degraded || config.mount.degraded)
         .map_err(|e| Failure::usage(e.to_string()))?;
     check_mountpoint(opts)?;
+    let overlaps = config.mountpoint_overlaps(&opts.mountpoint);
+    if !overlaps.is_empty() {
+        return Err(Failure::usage(overlaps.join("\n")));
+    }
     if opts.foreground || std::env::var_os(READY_FD_ENV).is_some() {
         run_daemon(opts, &config)
     } else {
@@ -450,6 +512,9 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
             if t.direct_io { "yes" } else { "no (buffered)" }
         );
     }
+    // A report of an earlier daemon on these tiers is stale now.
+    let lost_report = lost_report_path(&tiers[0].root);
+    prepare_lost_report(&lost_report);
     let fs = Arc::new(
         TierFs::new(config, tiers)
             .map_err(|e| Failure::runtime(format!("cannot load the tiers: {e}")))?,
@@ -535,7 +600,18 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
         std::thread::sleep(Duration::from_millis(100));
     }
     session.join();
-    fs.shutdown();
+    let lost = fs.shutdown();
+    if !lost.is_empty() {
+        if let Err(e) = write_lost_report(&lost_report, &lost) {
+            log::error!("cannot write {}: {e}", lost_report.display());
+        }
+        return Err(Failure::runtime(format!(
+            "unmounted, but {} file(s) lost data that could not be written back (listed in \
+             {} and above)",
+            lost.len(),
+            lost_report.display()
+        )));
+    }
     log::info!("daemon exiting");
     Ok(())
 }
@@ -567,7 +643,12 @@ pub fn unmount(mp: &Path, stats_dir: &str) -> Result<(), Failure> {
             )))
         }
     }
-    let pid = crate::cli::read_snapshot(mp, stats_dir).ok().map(|s| s.pid);
+    let snap = crate::cli::read_snapshot(mp, stats_dir).ok();
+    let pid = snap.as_ref().map(|s| s.pid);
+    let report = snap
+        .as_ref()
+        .and_then(|s| s.tiers.first())
+        .map(|t| lost_report_path(Path::new(&t.path)));
     let ok = if crate::sys::euid() == 0 {
         let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())
             .map_err(|_| Failure::usage("bad mountpoint"))?;
@@ -600,6 +681,18 @@ pub fn unmount(mp: &Path, stats_dir: &str) -> Result<(), Failure> {
                 )));
             }
             std::thread::sleep(Duration::from_millis(50));
+        }
+        // The daemon says here what its unmount could not write back.
+        if let Some(text) = report.and_then(|r| std::fs::read_to_string(r).ok()) {
+            let mut lines = text.lines();
+            if lines.next() == Some(format!("pid {pid}").as_str()) {
+                let files: Vec<&str> = lines.filter(|l| !l.is_empty()).collect();
+                return Err(Failure::runtime(format!(
+                    "unmounted, but data was lost: the daemon could not write these back \
+                     (see its log):\n  {}",
+                    files.join("\n  ")
+                )));
+            }
         }
     }
     Ok(())

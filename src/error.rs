@@ -36,7 +36,10 @@ pub enum Error {
     Range,
     #[error("unknown file handle")]
     BadHandle,
-    #[error("no tier has space for {0} more bytes")]
+    #[error(
+        "no tier has space for {0} more bytes (each tier keeps FREE_RESERVE of its file \
+         system free and stays within its capacity; the log has each tier's account)"
+    )]
     NoSpace(u64),
     /// A backing filesystem call failed on one tier.
     #[error("tier '{tier}': {op} {path}: {source}")]

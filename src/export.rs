@@ -10,14 +10,15 @@
 //! interrupted move. Where the tiers disagree, both resolve it as the mount would (a folder
 //! wins over a file, a file over a symlink, the first stripe layout in tier order, the newest
 //! whole copy), so what `export` writes is what a mount would show, and `fsck --repair` leaves
-//! the tiers as the next mount would — except that it never deletes anything but a leftover
+//! the tiers as the next mount would (pieces of one striped file found at two paths are
+//! moved back together, by their file id) — except that it never deletes anything but a leftover
 //! temporary or a byte-identical duplicate, never overwrites (a second conflict gets a new
 //! name), and the empty stripe pieces it makes carry the file's layout xattr.
 
 use crate::config::MountConfig;
 use crate::daemon::Failure;
 use crate::fs::TMP_PREFIX;
-use crate::layout::{FileLayout, LAYOUT_XATTR};
+use crate::layout::{conflict_path, FileLayout, LAYOUT_XATTR};
 use crate::sys::{self, SetTime};
 use crate::tier::{DATA_DIR, META_DIR};
 use std::collections::{BTreeMap, BTreeSet};
@@ -185,6 +186,12 @@ pub enum LayoutRead {
     Bad(String, String),
 }
 
+/// The file id in a piece's layout xattr (see `layout::new_file_id`), if it has one.
+fn read_id(path: &Path) -> Option<u64> {
+    let v = sys::lgetxattr(path, OsStr::new(LAYOUT_XATTR)).ok()?;
+    crate::layout::decode_id(&String::from_utf8_lossy(&v))
+}
+
 fn read_layout(path: &Path, ntiers: usize) -> LayoutRead {
     match sys::lgetxattr(path, OsStr::new(LAYOUT_XATTR)) {
         Ok(v) => {
@@ -205,15 +212,23 @@ pub enum Action {
     SetAside { tier: usize },
     /// Remove a whole-file copy that is byte for byte the one kept on `keep`.
     RemoveIdentical { tier: usize, keep: usize },
-    /// Create an empty stripe piece with the file's layout xattr, mode and owner of the
-    /// piece on `like`.
+    /// Create an empty stripe piece with the file's layout xattr (and id), mode and owner
+    /// of the piece on `like`.
     CreatePiece {
         tier: usize,
         layout: FileLayout,
+        id: Option<u64>,
         like: Option<usize>,
     },
-    /// Write the layout xattr of a piece.
-    SetLayout { tier: usize, layout: FileLayout },
+    /// Write the layout xattr (and file id) of a piece.
+    SetLayout {
+        tier: usize,
+        layout: FileLayout,
+        id: Option<u64>,
+    },
+    /// Move the file's piece on `tier` back from `from`, where a rename that did not reach
+    /// every tier left it (the same file id).
+    Rejoin { tier: usize, from: PathBuf },
     /// Create the folder on a tier, mode and owner of the folder on `like`.
     Mkdir { tier: usize, like: Option<usize> },
     /// Remove a leftover temporary file.
@@ -231,6 +246,7 @@ impl Action {
             | Action::SetLayout { tier, .. }
             | Action::Mkdir { tier, .. }
             | Action::RemoveTemp { tier }
+            | Action::Rejoin { tier, .. }
             | Action::MoveToFirst { tier } => *tier,
         }
     }
@@ -240,7 +256,7 @@ impl Action {
         match self {
             Action::SetAside { tier } => format!(
                 "rename it to {} (kept, visible in the mount)",
-                conflict_name(rel, &tiers[*tier].name).display()
+                conflict_path(rel, &tiers[*tier].name, 1).display()
             ),
             Action::RemoveIdentical { keep, .. } => format!(
                 "remove this byte-identical copy (the one on tier '{}' stays)",
@@ -254,6 +270,9 @@ impl Action {
                 format!("set its layout xattr to {:?}", layout.encode())
             }
             Action::Mkdir { .. } => "create the folder".into(),
+            Action::Rejoin { from, .. } => {
+                format!("move the piece back here from /{}", from.display())
+            }
             Action::RemoveTemp { .. } => "remove it".into(),
             Action::MoveToFirst { .. } => {
                 format!("move it to the first tier '{}'", tiers[0].name)
@@ -309,17 +328,12 @@ impl Issue {
     }
 }
 
-/// `NAME.tierfs-conflict-TIER` next to `rel` (what the mount's scan renames a conflict to).
-pub fn conflict_name(rel: &Path, tier_name: &str) -> PathBuf {
-    let mut s = rel.as_os_str().to_os_string();
-    s.push(format!(".tierfs-conflict-{tier_name}"));
-    PathBuf::from(s)
-}
-
 /// A file as the mount presents it.
 #[derive(Debug, Clone)]
 pub struct FileView {
     pub layout: FileLayout,
+    /// A striped file's id (see `layout::new_file_id`), which all its pieces carry.
+    pub id: Option<u64>,
     /// Logical size, derived from the pieces as the mount derives it.
     pub size: u64,
     /// Tiers whose piece belongs to the file (a stripe file may lack some: holes).
@@ -440,6 +454,7 @@ struct PieceRead {
     tier: usize,
     /// The layout xattr as read.
     read: LayoutRead,
+    id: Option<u64>,
     /// The layout the mount takes the piece to have.
     taken: FileLayout,
     len: u64,
@@ -480,28 +495,30 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
         pieces.push(PieceRead {
             tier: t,
             read,
+            id: read_id(&p),
             taken,
             len,
             mtime,
         });
     }
     let stripe = pieces.iter().find_map(|p| match &p.taken {
-        FileLayout::Stripe(m) => Some(m.clone()),
+        FileLayout::Stripe(m) => Some((m.clone(), p.id)),
         _ => None,
     });
-    if let Some(m) = stripe {
+    if let Some((m, id)) = stripe {
         let layout = FileLayout::Stripe(m.clone());
         let mut good = Vec::new();
         let mut size = 0u64;
         for PieceRead {
             tier: t,
             read,
+            id: piece_id,
             taken,
             len,
             ..
         } in &pieces
         {
-            if m.tiers.contains(t) && *taken == layout {
+            if m.tiers.contains(t) && *taken == layout && *piece_id == id {
                 good.push(*t);
                 size = size.max(m.logical_end(*t, *len));
                 continue;
@@ -518,6 +535,7 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
                     Action::SetLayout {
                         tier: *t,
                         layout: layout.clone(),
+                        id,
                     },
                 ));
                 good.push(*t);
@@ -525,6 +543,9 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
             }
             let has = match read {
                 LayoutRead::Absent => "no layout xattr (a whole file)".to_string(),
+                LayoutRead::Valid(_) if *taken == layout => {
+                    format!("the id {:016x} of another file", piece_id.unwrap_or(0))
+                }
                 LayoutRead::Valid(l) => format!("layout {:?}", l.encode()),
                 LayoutRead::Bad(raw, _) => format!("an unusable layout {raw:?}"),
             };
@@ -560,6 +581,7 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
                     Action::CreatePiece {
                         tier: *t,
                         layout: layout.clone(),
+                        id,
                         like,
                     },
                 ));
@@ -581,6 +603,7 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
         }
         let view = FileView {
             layout,
+            id,
             size,
             pieces: good,
         };
@@ -600,6 +623,7 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
                     Action::SetLayout {
                         tier: *t,
                         layout: FileLayout::Whole { tier: *t },
+                        id: None,
                     },
                 ));
             }
@@ -645,6 +669,7 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
     }
     let view = FileView {
         layout: FileLayout::Whole { tier: keep.0 },
+        id: None,
         size: keep.1,
         pieces: vec![keep.0],
     };
@@ -848,6 +873,8 @@ pub fn fsck(
         record(tiers, &mut rep, issue, repair, out)?;
     }
     let mut stack = vec![PathBuf::new()];
+    let mut deferred: Vec<Issue> = Vec::new();
+    let mut incomplete: Vec<(PathBuf, FileView)> = Vec::new();
     while let Some(rel) = stack.pop() {
         let l = list(tiers, &rel);
         for (t, dir, e) in &l.errors {
@@ -905,8 +932,15 @@ pub fn fsck(
                 continue;
             }
             let (item, issues) = resolve(tiers, &child, on, &l.missing);
+            // A missing piece of a file with an id may sit at another path: decided (and
+            // repaired) once every file is known, see `rejoin_issues`.
+            let split_candidate = matches!(&item, Item::File(v) if v.id.is_some());
             for issue in issues {
-                record(tiers, &mut rep, issue, repair, out)?;
+                if split_candidate && matches!(issue.action, Some(Action::CreatePiece { .. })) {
+                    deferred.push(issue);
+                } else {
+                    record(tiers, &mut rep, issue, repair, out)?;
+                }
             }
             match item {
                 Item::Dir(_) => {
@@ -916,13 +950,85 @@ pub fn fsck(
                 Item::File(v) => {
                     rep.files += 1;
                     rep.bytes += v.size;
+                    if split_candidate && v.pieces.len() < v.layout.tiers().len() {
+                        incomplete.push((child, v));
+                    }
                 }
                 Item::Other(_, EntKind::Symlink) => rep.symlinks += 1,
                 Item::Other(..) => rep.others += 1,
             }
         }
     }
+    for issue in rejoin_issues(&incomplete, &mut deferred) {
+        record(tiers, &mut rep, issue, repair, out)?;
+    }
+    for issue in deferred {
+        record(tiers, &mut rep, issue, repair, out)?;
+    }
     Ok(rep)
+}
+
+/// Striped files split over several paths (pieces with one file id, none of the paths
+/// complete: a rename that reached only some tiers): one issue per piece that belongs back
+/// with the rest, as the mount's scan would move it (`layout::plan_rejoin`). The
+/// `CreatePiece` issues the moves make moot are taken out of `deferred`.
+fn rejoin_issues(incomplete: &[(PathBuf, FileView)], deferred: &mut Vec<Issue>) -> Vec<Issue> {
+    let mut by_id: BTreeMap<u64, Vec<&(PathBuf, FileView)>> = BTreeMap::new();
+    for f in incomplete {
+        if let Some(id) = f.1.id {
+            by_id.entry(id).or_default().push(f);
+        }
+    }
+    let mut out = Vec::new();
+    for group in by_id.values_mut().filter(|g| g.len() > 1) {
+        group.sort_by(|a, b| a.0.cmp(&b.0));
+        let FileLayout::Stripe(m) = &group[0].1.layout else {
+            continue;
+        };
+        if group.iter().any(|f| f.1.layout != group[0].1.layout) {
+            continue;
+        }
+        let parts: Vec<crate::layout::Part> = group
+            .iter()
+            .map(|(rel, v)| crate::layout::Part {
+                rel: rel.clone(),
+                tiers: v.pieces.clone(),
+            })
+            .collect();
+        let Some((keep, moves)) = crate::layout::plan_rejoin(m, &parts) else {
+            continue;
+        };
+        let kept = &parts[keep].rel;
+        for (from, t) in &moves {
+            let src = &parts[*from].rel;
+            out.push(Issue::repair(
+                kept,
+                *t,
+                format!(
+                    "stripe piece missing here, but the file's piece on this tier is at /{} \
+                     (it carries this file's id {:016x}: a rename that did not reach every \
+                     tier split the file, and each half reads zeros where the other holds \
+                     the bytes)",
+                    src.display(),
+                    group[0].1.id.unwrap_or(0)
+                ),
+                Action::Rejoin {
+                    tier: *t,
+                    from: src.clone(),
+                },
+            ));
+            deferred.retain(|i| !(i.rel == *kept && i.tier == Some(*t)));
+        }
+        // A half that gives away every piece it has is gone after the moves: no empty
+        // pieces for it.
+        for (p, part) in parts.iter().enumerate() {
+            let given = moves.iter().filter(|(f, _)| *f == p).count();
+            if p != keep && given > 0 && given == part.tiers.len() {
+                deferred.retain(|i| i.rel != part.rel);
+            }
+        }
+    }
+    out
 }
 
 /// Prints one problem (and applies its fix with `repair`).
@@ -959,18 +1065,14 @@ fn record(
     Ok(())
 }
 
-/// Renames `from` to a name derived from `to` that is not taken yet; returns the name.
-fn rename_fresh(from: &Path, to: &Path) -> io::Result<PathBuf> {
+/// Renames `rel` on tier `t` to its first free conflict name (the one the mount's scan
+/// would give it, `layout::conflict_name`); returns the new backing path.
+fn rename_aside(tiers: &[TierDir], t: usize, rel: &Path) -> io::Result<PathBuf> {
     const RENAME_NOREPLACE: u32 = 1;
-    for i in 1..1000 {
-        let target = if i == 1 {
-            to.to_path_buf()
-        } else {
-            let mut s = to.as_os_str().to_os_string();
-            s.push(format!(".{i}"));
-            PathBuf::from(s)
-        };
-        match sys::rename2(from, &target, RENAME_NOREPLACE) {
+    let from = tiers[t].path(rel);
+    for n in 1..1000 {
+        let target = tiers[t].path(&conflict_path(rel, &tiers[t].name, n));
+        match sys::rename2(&from, &target, RENAME_NOREPLACE) {
             Ok(()) => return Ok(target),
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
@@ -978,7 +1080,7 @@ fn rename_fresh(from: &Path, to: &Path) -> io::Result<PathBuf> {
                 if fs::symlink_metadata(&target).is_ok() {
                     continue;
                 }
-                fs::rename(from, &target)?;
+                fs::rename(&from, &target)?;
                 return Ok(target);
             }
             Err(e) => return Err(e),
@@ -994,8 +1096,7 @@ fn apply(tiers: &[TierDir], rel: &Path, a: &Action) -> Result<String, String> {
     let e = |e: io::Error| e.to_string();
     match a {
         Action::SetAside { .. } => {
-            let to = tiers[t].path(&conflict_name(rel, &tiers[t].name));
-            let got = rename_fresh(&p, &to).map_err(e)?;
+            let got = rename_aside(tiers, t, rel).map_err(e)?;
             // A stripe piece set aside on a tier its own pattern does not name would be set
             // aside again by every mount: make it a plain whole file.
             if let LayoutRead::Valid(FileLayout::Stripe(m)) = read_layout(&got, tiers.len()) {
@@ -1012,7 +1113,9 @@ fn apply(tiers: &[TierDir], rel: &Path, a: &Action) -> Result<String, String> {
             fs::remove_file(&p).map_err(e)?;
             Ok("removed the identical copy".into())
         }
-        Action::CreatePiece { layout, like, .. } => {
+        Action::CreatePiece {
+            layout, id, like, ..
+        } => {
             let like_meta = like.and_then(|l| fs::symlink_metadata(tiers[l].path(rel)).ok());
             let mode = like_meta
                 .as_ref()
@@ -1027,7 +1130,8 @@ fn apply(tiers: &[TierDir], rel: &Path, a: &Action) -> Result<String, String> {
                 .map_err(e)?;
             drop(f);
             let r = (|| -> io::Result<()> {
-                sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), layout.encode().as_bytes(), 0)?;
+                let encoded = layout.encode_with_id(*id);
+                sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0)?;
                 fs::set_permissions(&p, fs::Permissions::from_mode(mode))?;
                 if let Some(m) = &like_meta {
                     if sys::euid() == 0 {
@@ -1042,10 +1146,16 @@ fn apply(tiers: &[TierDir], rel: &Path, a: &Action) -> Result<String, String> {
             }
             Ok("created an empty piece with the file's layout".into())
         }
-        Action::SetLayout { layout, .. } => {
-            sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), layout.encode().as_bytes(), 0)
-                .map_err(e)?;
-            Ok(format!("set its layout xattr to {:?}", layout.encode()))
+        Action::SetLayout { layout, id, .. } => {
+            let encoded = layout.encode_with_id(*id);
+            sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0).map_err(e)?;
+            Ok(format!("set its layout xattr to {encoded:?}"))
+        }
+        Action::Rejoin { from, .. } => {
+            const RENAME_NOREPLACE: u32 = 1;
+            let src = tiers[t].path(from);
+            sys::rename2(&src, &p, RENAME_NOREPLACE).map_err(e)?;
+            Ok(format!("moved it back from {}", src.display()))
         }
         Action::Mkdir { like, .. } => {
             fs::create_dir_all(&p).map_err(e)?;
@@ -1365,14 +1475,11 @@ impl Exporter<'_> {
         let Ok(m) = fs::symlink_metadata(&from) else {
             return;
         };
-        let base = conflict_name(rel, &self.tiers[tier].name);
-        let mut name = base.clone();
         let mut i = 1;
+        let mut name = conflict_path(rel, &self.tiers[tier].name, i);
         while taken.contains(name.file_name().unwrap_or_default()) {
             i += 1;
-            let mut s = base.as_os_str().to_os_string();
-            s.push(format!(".{i}"));
-            name = PathBuf::from(s);
+            name = conflict_path(rel, &self.tiers[tier].name, i);
         }
         taken.insert(name.file_name().unwrap_or_default().to_os_string());
         let to = self.dest.join(&name);

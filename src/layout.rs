@@ -11,6 +11,10 @@
 //! A piece with no layout xattr is a whole file on the tier it sits on: that lets a tier
 //! folder filled by hand (or on a filesystem without user xattrs) be mounted as is.
 
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
 /// Name of the xattr that stores a piece's layout. Hidden from users.
 pub const LAYOUT_XATTR: &str = "user.tierfs.layout";
 /// Current on-disk layout format.
@@ -81,6 +85,15 @@ impl FileLayout {
         }
     }
 
+    /// [`FileLayout::encode`] with the file's id (see [`new_file_id`]) for a striped file's
+    /// pieces.
+    pub fn encode_with_id(&self, id: Option<u64>) -> String {
+        match (self, id) {
+            (FileLayout::Stripe(_), Some(id)) => format!("{} id={id:016x}", self.encode()),
+            _ => self.encode(),
+        }
+    }
+
     /// Parses [`FileLayout::encode`]'s output; `ntiers` bounds the tier indices.
     pub fn decode(s: &str, ntiers: usize) -> Result<FileLayout, String> {
         let mut words = s.split_whitespace();
@@ -135,6 +148,125 @@ impl FileLayout {
             other => Err(format!("unknown layout kind {other:?}")),
         }
     }
+}
+
+/// Longest name a directory entry may have.
+pub const NAME_MAX: usize = 255;
+
+/// The name a conflicting copy of `name` from tier `tier` is set aside under (by the
+/// mount's scan and `tierfs fsck --repair` alike, never deleted): `NAME.tierfs-conflict-TIER`,
+/// or `NAME.tierfs-conflict-TIER-N` for the N-th (N > 1) when earlier ones exist. A name too
+/// long for that (over about 200 bytes) is cut and ends in `~` and 16 hex digits of a hash
+/// of the whole name before the suffix, so the conflict name always fits in [`NAME_MAX`]
+/// and two long names that share a beginning still get different ones.
+pub fn conflict_name(name: &OsStr, tier: &str, n: u32) -> OsString {
+    let mut suffix = format!(".tierfs-conflict-{tier}");
+    if n > 1 {
+        suffix.push_str(&format!("-{n}"));
+    }
+    let b = name.as_bytes();
+    let mut out = if b.len() + suffix.len() <= NAME_MAX {
+        b.to_vec()
+    } else {
+        // FNV-1a: stable across builds and versions, unlike std's hasher.
+        let h = b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, x| {
+            (h ^ u64::from(*x)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let tag = format!("~{h:016x}");
+        let mut keep = NAME_MAX
+            .saturating_sub(suffix.len() + tag.len())
+            .min(b.len());
+        // Do not cut a UTF-8 character in two.
+        while keep > 0 && keep < b.len() && b[keep] & 0xC0 == 0x80 {
+            keep -= 1;
+        }
+        let mut v = b[..keep].to_vec();
+        v.extend_from_slice(tag.as_bytes());
+        v
+    };
+    out.extend_from_slice(suffix.as_bytes());
+    OsString::from_vec(out)
+}
+
+/// [`conflict_name`] for the last component of a relative path.
+pub fn conflict_path(rel: &Path, tier: &str, n: u32) -> PathBuf {
+    let name = conflict_name(rel.file_name().unwrap_or_default(), tier, n);
+    match rel.parent() {
+        Some(p) => p.join(name),
+        None => PathBuf::from(name),
+    }
+}
+
+/// A new id for the pieces of a striped file: 64 random bits.
+///
+/// Every piece of a striped file carries the same id in its layout xattr (an `id=` field,
+/// which readers that predate it ignore). The pieces of one file are otherwise found only by
+/// sitting at the same path; a rename that reached some tiers and not others (a crash
+/// between them, or a tier missing at the time) splits a file into two half-files, each
+/// reading zeros where the other holds its bytes. With the id, the mount's scan and `tierfs
+/// fsck` recognise the halves and put them back together ([`plan_rejoin`]).
+pub fn new_file_id() -> u64 {
+    use std::hash::BuildHasher;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    // RandomState is seeded from the OS's random source once per process.
+    std::collections::hash_map::RandomState::new().hash_one((
+        now,
+        SEQ.fetch_add(1, Ordering::Relaxed),
+        std::process::id(),
+    ))
+}
+
+/// The file id in a layout xattr's text, if it has one.
+pub fn decode_id(s: &str) -> Option<u64> {
+    s.split_whitespace()
+        .find_map(|w| w.strip_prefix("id="))
+        .and_then(|v| u64::from_str_radix(v, 16).ok())
+}
+
+/// The pieces of one striped file (one id) found at one path, and the tiers holding them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    pub rel: std::path::PathBuf,
+    pub tiers: Vec<usize>,
+}
+
+/// How a striped file split over several paths goes back together: `parts` are the paths
+/// at which pieces with the file's id were found (in path order). Only parts lacking some
+/// of the layout's pieces count (a complete copy is a file of its own). The file is kept
+/// at the part holding the primary piece (its mode, owner, times and xattrs), or the first
+/// part when none does, and each piece it lacks moves there from the first other part that
+/// has it. Returns the kept part's index and the moves as (part, tier); `None` when there
+/// is nothing to move.
+pub fn plan_rejoin(m: &StripeMap, parts: &[Part]) -> Option<(usize, Vec<(usize, usize)>)> {
+    let incomplete: Vec<usize> = (0..parts.len())
+        .filter(|i| m.tiers.iter().any(|t| !parts[*i].tiers.contains(t)))
+        .collect();
+    if incomplete.len() < 2 {
+        return None;
+    }
+    let primary = m.pattern[0] as usize;
+    let keep = incomplete
+        .iter()
+        .copied()
+        .find(|i| parts[*i].tiers.contains(&primary))
+        .unwrap_or(incomplete[0]);
+    let moves: Vec<(usize, usize)> = m
+        .tiers
+        .iter()
+        .filter(|t| !parts[keep].tiers.contains(t))
+        .filter_map(|t| {
+            incomplete
+                .iter()
+                .find(|i| **i != keep && parts[**i].tiers.contains(t))
+                .map(|i| (*i, *t))
+        })
+        .collect();
+    (!moves.is_empty()).then_some((keep, moves))
 }
 
 /// Stripe arithmetic: logical offset <-> (tier, offset in that tier's piece).
@@ -274,6 +406,70 @@ mod tests {
         assert!(FileLayout::decode("tierfs-layout v1 whole-file tier=5", 3).is_err());
         assert!(FileLayout::decode("junk", 3).is_err());
         assert!(FileLayout::decode("tierfs-layout v1 stripe unit=0 pattern=0", 3).is_err());
+    }
+
+    #[test]
+    fn file_ids_round_trip_and_old_readers_ignore_them() {
+        let l = FileLayout::Stripe(StripeMap::new(1 << 20, vec![0, 1, 0]));
+        let (a, b) = (new_file_id(), new_file_id());
+        assert_ne!(a, b);
+        let s = l.encode_with_id(Some(a));
+        assert_eq!(decode_id(&s), Some(a));
+        assert_eq!(FileLayout::decode(&s, 2).unwrap(), l);
+        assert_eq!(decode_id(&l.encode()), None);
+        let w = FileLayout::Whole { tier: 1 };
+        assert_eq!(w.encode_with_id(Some(a)), w.encode());
+    }
+
+    #[test]
+    fn a_split_file_rejoins_where_its_primary_piece_is() {
+        let m = StripeMap::new(1 << 20, vec![0, 1, 0, 2]);
+        let part = |rel: &str, tiers: &[usize]| Part {
+            rel: rel.into(),
+            tiers: tiers.to_vec(),
+        };
+        // Renamed on tier 0 only: the new name holds the primary piece and keeps the file.
+        let parts = [part("dir/c", &[1, 2]), part("dir2/c", &[0])];
+        assert_eq!(plan_rejoin(&m, &parts), Some((1, vec![(0, 1), (0, 2)])));
+        // Three ways.
+        let parts = [part("a", &[2]), part("b", &[0]), part("c", &[1])];
+        assert_eq!(plan_rejoin(&m, &parts), Some((1, vec![(2, 1), (0, 2)])));
+        // A complete copy with the same id is a file of its own, never a source.
+        let parts = [part("a", &[0, 1, 2]), part("b", &[0, 1])];
+        assert_eq!(plan_rejoin(&m, &parts), None);
+        // Nothing to gain: the other part has only what the kept one has.
+        let parts = [part("a", &[0, 1]), part("b", &[1])];
+        assert_eq!(plan_rejoin(&m, &parts), None);
+        // No primary anywhere: the first part keeps the file.
+        let parts = [part("a", &[1]), part("b", &[2])];
+        assert_eq!(plan_rejoin(&m, &parts), Some((0, vec![(1, 2)])));
+    }
+
+    #[test]
+    fn conflict_names_always_fit() {
+        let c = |n: &[u8], k| conflict_name(OsStr::from_bytes(n), "nvme", k);
+        assert_eq!(c(b"f", 1), OsStr::new("f.tierfs-conflict-nvme"));
+        assert_eq!(c(b"f", 3), OsStr::new("f.tierfs-conflict-nvme-3"));
+        let long = vec![b'a'; 250];
+        let mut other = long.clone();
+        other[249] = b'b';
+        let tier = "t".repeat(32);
+        for n in [1, 2, 999] {
+            let a = conflict_name(OsStr::from_bytes(&long), &tier, n);
+            let b = conflict_name(OsStr::from_bytes(&other), &tier, n);
+            assert!(a.len() <= NAME_MAX && b.len() <= NAME_MAX, "{}", a.len());
+            assert_ne!(a, b, "two long names that differ at the end");
+            assert!(a.as_bytes().starts_with(&long[..150]));
+        }
+        assert_ne!(c(&long, 1), c(&long, 2));
+        // A cut never splits a UTF-8 character.
+        let accents = "é".repeat(125);
+        let got = c(accents.as_bytes(), 1);
+        assert!(got.to_str().is_some(), "{got:?}");
+        assert_eq!(
+            conflict_path(Path::new("d/e/f"), "x", 1),
+            Path::new("d/e/f.tierfs-conflict-x")
+        );
     }
 
     #[test]

@@ -9,6 +9,8 @@ use crate::layout::FileLayout;
 use crate::units::{fmt_bytes, fmt_rate};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::atomic::Ordering;
 
 /// One tier's figures in `stats.json`.
@@ -76,9 +78,37 @@ pub struct TierStats {
     pub est_write_bps: Option<f64>,
 }
 
+/// A path as the stats files show it: one line, one way to read it back. A file name
+/// may hold any byte but `/` and NUL, so bytes that are not UTF-8, control characters
+/// (a newline would split a line of `.tierfs/files`) and the backslash itself are written
+/// `\xNN` (and `\\`); everything else as it is. Two different names never look the
+/// same (U+FFFD replacement would make them).
+pub fn escape_path(p: &Path) -> String {
+    let mut out = String::new();
+    for chunk in p.as_os_str().as_bytes().utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '\\' {
+                out.push_str("\\\\");
+            } else if c.is_control() {
+                let mut b = [0u8; 4];
+                for x in c.encode_utf8(&mut b).bytes() {
+                    let _ = write!(out, "\\x{x:02x}");
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        for x in chunk.invalid() {
+            let _ = write!(out, "\\x{x:02x}");
+        }
+    }
+    out
+}
+
 /// One file in `stats.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FileStats {
+    /// Escaped with [`escape_path`].
     pub path: String,
     pub size: u64,
     /// "whole-file" or "stripe".
@@ -278,7 +308,7 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
         .file_list()
         .into_iter()
         .map(|(path, size, layout)| FileStats {
-            path: format!("/{}", path.display()),
+            path: format!("/{}", escape_path(&path)),
             size,
             layout: match layout {
                 FileLayout::Whole { .. } => "whole-file".into(),
@@ -510,4 +540,26 @@ pub fn files_table(s: &Snapshot) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn names_are_escaped_one_way() {
+        let e = |b: &[u8]| escape_path(Path::new(OsStr::from_bytes(b)));
+        assert_eq!(e(b"d/plain name.swp"), "d/plain name.swp");
+        assert_eq!(e("été/日本".as_bytes()), "été/日本");
+        assert_eq!(e(b"two\nlines\ttab\x7f"), "two\\x0alines\\x09tab\\x7f");
+        assert_eq!(e(b"back\\slash"), "back\\\\slash");
+        // Two names that lossy conversion shows alike (both as U+FFFD) stay apart.
+        assert_eq!(e(b"bad\xff"), "bad\\xff");
+        assert_eq!(e(b"bad\xfe"), "bad\\xfe");
+        // A name spelling out an escape cannot pass for one.
+        assert_ne!(e(b"bad\\xff"), e(b"bad\xff"));
+        // C1 controls too.
+        assert_eq!(e("a\u{85}b".as_bytes()), "a\\xc2\\x85b");
+    }
 }

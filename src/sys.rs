@@ -209,6 +209,13 @@ pub fn lutimens(path: &Path, atime: SetTime, mtime: SetTime) -> io::Result<()> {
     })
 }
 
+/// Sets atime/mtime of an open file.
+pub fn futimens(fd: BorrowedFd<'_>, atime: SetTime, mtime: SetTime) -> io::Result<()> {
+    let ts = [timespec(atime), timespec(mtime)];
+    // SAFETY: fd is valid for the call; ts is an array of two timespecs as futimens requires.
+    check(unsafe { libc::futimens(fd.as_raw_fd(), ts.as_ptr()) })
+}
+
 /// fallocate(2) on an open file.
 pub fn fallocate(fd: BorrowedFd<'_>, mode: i32, offset: u64, len: u64) -> io::Result<()> {
     // SAFETY: fd is valid for the call; fallocate has no memory arguments.

@@ -45,6 +45,9 @@ pub struct TierCounters {
     pub files: AtomicU64,
     /// Logical bytes of pieces on this tier (what `capacity` limits).
     pub used: AtomicU64,
+    /// Free space promised to cached data that is still only in memory (see
+    /// [`Tier::try_reserve`]).
+    pub reserved: AtomicU64,
     /// Nanoseconds spent in backing reads and writes (busy time, for bandwidth).
     pub read_ns: AtomicU64,
     pub write_ns: AtomicU64,
@@ -622,11 +625,16 @@ impl Tier {
     }
 
     /// Bytes this tier can still take: the smaller of its filesystem's free space (less the
-    /// reserve) and what is left of its configured capacity.
+    /// reserve and the space promised to cached data) and what is left of its configured
+    /// capacity.
     pub fn room(&self) -> u64 {
         let fs_room = self
             .space()
-            .map(|s| s.avail.saturating_sub(FREE_RESERVE))
+            .map(|s| {
+                s.avail
+                    .saturating_sub(FREE_RESERVE)
+                    .saturating_sub(self.counters.reserved.load(Ordering::Relaxed))
+            })
             .unwrap_or(0);
         match self.capacity {
             Some(c) => fs_room.min(c.saturating_sub(self.counters.used.load(Ordering::Relaxed))),
@@ -637,6 +645,56 @@ impl Tier {
     /// Whether a new file of about `bytes` may be placed here.
     pub fn has_room_for(&self, bytes: u64) -> bool {
         self.room() > bytes
+    }
+
+    /// Promises `bytes` of free space to data the cache holds in memory for this tier, so
+    /// that nothing else takes it before the write-back: false (nothing promised) when that
+    /// would leave less than [`FREE_RESERVE`] free or take the tier past its `capacity`.
+    /// Without the promise the cache took writes that no tier could hold at write-back.
+    pub fn try_reserve(&self, bytes: u64) -> bool {
+        if bytes == 0 {
+            return true;
+        }
+        if !self.within_capacity(bytes) {
+            return false;
+        }
+        let Some(free) = self.space().map(|s| s.avail.saturating_sub(FREE_RESERVE)) else {
+            return false;
+        };
+        self.counters
+            .reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                (r + bytes <= free).then_some(r + bytes)
+            })
+            .is_ok()
+    }
+
+    /// Gives back space promised with [`Tier::try_reserve`].
+    pub fn unreserve(&self, bytes: u64) {
+        let _ = self
+            .counters
+            .reserved
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| {
+                Some(r.saturating_sub(bytes))
+            });
+    }
+
+    /// Whether a piece written through (not cached) may grow by `bytes`: not past the
+    /// tier's `capacity`, and not into free space promised to cached data. A write that may
+    /// not is handled like one the tier refused with ENOSPC (the file moves), so `capacity`
+    /// holds for files that grow after they were placed (DeepSpeed creates its files empty).
+    pub fn may_grow(&self, bytes: u64) -> bool {
+        if !self.within_capacity(bytes) {
+            return false;
+        }
+        let r = self.counters.reserved.load(Ordering::Acquire);
+        r == 0 || self.space().is_some_and(|s| s.avail >= r + bytes)
+    }
+
+    /// Whether `bytes` more keep the tier within its configured `capacity`.
+    fn within_capacity(&self, bytes: u64) -> bool {
+        self.capacity
+            .is_none_or(|c| self.counters.used.load(Ordering::Relaxed) + bytes <= c)
     }
 
     pub fn add_used(&self, delta: i64) {
@@ -817,6 +875,9 @@ mod tests {
         assert!(t.room() <= 1000);
         t.add_used(900);
         assert!(!t.has_room_for(200));
+        // Growth of what is there is held to it too.
+        assert!(t.may_grow(100) && !t.may_grow(101));
+        assert!(!t.try_reserve(101));
         t.add_used(-900);
         assert!(t.has_room_for(200) || t.room() < 200);
     }

@@ -439,6 +439,79 @@ fn tier_folder_rows() {
     assert!(!d.p("new").exists());
 }
 
+/// A mountpoint row: `check-config FILE MNT` and `mount --config FILE MNT` both exit 2
+/// with every needle, and nothing is mounted (issue #21 bug 6: such a mount hung).
+#[track_caller]
+fn mountpoint_row(id: &str, d: &Dir, toml: &str, mnt: &Path, needles: &[&str]) {
+    let cfg = d.write(&format!("{id}.toml"), toml);
+    let m = mnt.to_str().unwrap();
+    expect(
+        id,
+        "check-config",
+        &tierfs(&["check-config", &cfg, m]),
+        2,
+        needles,
+    );
+    expect(
+        id,
+        "mount",
+        &tierfs(&["mount", "--config", &cfg, m]),
+        2,
+        needles,
+    );
+    assert!(!tierfs::daemon::is_mountpoint(mnt), "{id}: mounted");
+}
+
+/// Issue #21 bug 6: a mountpoint and a tier folder inside one another made the daemon go
+/// through its own mount to reach the tier: the first `cp` hung in D state (a tier inside
+/// the mountpoint), the mount command hung (mounting on a tier folder), `ls` hung (a
+/// mountpoint inside a tier's `data/`). `check-config` and `mount` accepted all three.
+#[test]
+fn bug_mountpoint_overlapping_a_tier_is_accepted() {
+    let d = Dir::new();
+    std::fs::create_dir(d.p("mnt/a")).unwrap();
+    let mnt = d.p("mnt");
+    mountpoint_row(
+        "T08",
+        &d,
+        &d.tiers(&[("a", "mnt/a"), ("b", "b")]),
+        &mnt,
+        &[&format!(
+            "tier 'a': its folder {} is inside the mountpoint {}",
+            d.s("mnt/a"),
+            mnt.display()
+        )],
+    );
+    std::os::unix::fs::symlink(d.p("a"), d.p("link-to-a")).unwrap();
+    mountpoint_row(
+        "T09",
+        &d,
+        &d.two(),
+        &d.p("link-to-a"),
+        &[&format!(
+            "tier 'a': its folder {} is the mountpoint {}",
+            d.s("a"),
+            d.s("link-to-a")
+        )],
+    );
+    std::fs::create_dir_all(d.p("b/data/mnt")).unwrap();
+    mountpoint_row(
+        "T10",
+        &d,
+        &d.two(),
+        &d.p("b/data/mnt"),
+        &[&format!(
+            "tier 'b': the mountpoint {} is inside its folder {}",
+            d.s("b/data/mnt"),
+            d.s("b")
+        )],
+    );
+    // Side by side is fine.
+    let cfg = d.write("good.toml", &d.two());
+    let o = tierfs(&["check-config", &cfg, &d.s("mnt")]);
+    expect("good", "check-config with a mountpoint", &o, 0, &["ok"]);
+}
+
 /// Runs `f` with a folder that this process cannot write: a read-only tmpfs as root, a
 /// 0555 folder otherwise. Returns false (after saying why) where neither can be had.
 fn with_read_only_dir(d: &Dir, f: impl FnOnce(&Path)) -> bool {

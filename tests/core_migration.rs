@@ -445,3 +445,43 @@ fn a_paused_tier_empties_on_rewrite_and_fills_again_when_it_resumes() {
     assert_eq!(r.migrations_committed.load(Ordering::Relaxed), 2);
     assert_eq!(r.migration_copied_bytes.load(Ordering::Relaxed), 0);
 }
+
+/// Issue #21 bug 5, during a re-layout: the rewrite's bytes go to the new pieces and the
+/// old primary piece, which holds the file's times, was not touched, so mtime stayed old
+/// until the switch (and the switch gave the file the time of the copy, not of its
+/// writes). Now each write stamps the primary piece, and the switch keeps its times.
+#[test]
+fn bug_rewrite_during_relayout_leaves_mtime() {
+    use tierfs::fs::SetAttr;
+    use tierfs::sys::SetTime;
+    let d = tempfile::tempdir().unwrap();
+    let (fs, ino) = setup(d.path(), &pattern(SIZE, 1));
+    let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+    fs.setattr(
+        ino,
+        SetAttr {
+            atime: Some(SetTime::At(old)),
+            mtime: Some(SetTime::At(old)),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let before = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
+    let (fh, _) = fs.open(ino, libc::O_WRONLY).unwrap();
+    fs.write(fh, MIB as u64, &pattern(MIB, 9)).unwrap();
+    let a = fs.getattr(ino).unwrap();
+    assert!(
+        a.mtime >= before && a.ctime >= before,
+        "mtime {:?} ctime {:?} during the re-layout",
+        a.mtime,
+        a.ctime
+    );
+    let written = a.mtime;
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    fs.release(fh).unwrap();
+    assert!(fast_share(&layout(&fs)) > 0.85, "no re-layout happened");
+    assert_eq!(fs.getattr(ino).unwrap().mtime, written, "after the switch");
+    drop(fs);
+    let (fs2, ino2) = remount(d.path());
+    assert_eq!(fs2.getattr(ino2).unwrap().mtime, written, "after a remount");
+}

@@ -164,3 +164,178 @@ fn a_crash_loses_only_data_neither_fsynced_nor_written_back() {
     assert!(len == 0 || len == unsynced.len() as u64, "{len}");
     m.unmount();
 }
+
+/// Issue #21 bug 3: with a cache, writes were absorbed in memory whether or not any tier
+/// could hold them; the unmount then could not write them back, said nothing and exited
+/// 0, and after a remount files were empty or cut. Now the cache promises tier space for
+/// the bytes it holds (`Tier::try_reserve`): a write no tier can take fails with ENOSPC
+/// when it is made, and every write that was acknowledged is on the tiers after the
+/// unmount.
+#[test]
+fn bug_cache_accepts_writes_no_tier_can_hold() {
+    if !tmpfs_possible() {
+        return;
+    }
+    let mut s = Setup::two("whole-file");
+    s.extra = "[cache]\nsize = \"512MiB\"\nmax_file = \"64MiB\"\nwriteback_delay = 30.0\n".into();
+    // 96 + 80 MiB of tmpfs, 64 MiB of each kept back: far less than the 200 MB written.
+    let _t0 = Tmpfs::mount(&s.tier_path(0), "96m");
+    let _t1 = Tmpfs::mount(&s.tier_path(1), "80m");
+    let m = s.mount();
+    let mut ok = Vec::new();
+    let mut refused = 0;
+    for i in 0..20u64 {
+        let data = pattern(10_000_000, i);
+        let name = format!("f{i}");
+        match std::fs::write(m.path(&name), &data) {
+            Ok(()) => ok.push((name, data)),
+            Err(e) => {
+                assert_eq!(errno(&e), libc::ENOSPC, "{name}: {e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(
+        refused > 0,
+        "all 200 MB were accepted, though the tiers hold at most 176 MiB"
+    );
+    let o = s.tierfs(&["unmount", s.mountpoint().to_str().unwrap()]);
+    m.disarm();
+    assert!(
+        o.status.success(),
+        "unmount: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let m = s.mount();
+    for (name, data) in &ok {
+        assert!(
+            std::fs::read(m.path(name)).unwrap() == *data,
+            "{name} was acknowledged but differs after the unmount"
+        );
+    }
+    m.unmount();
+}
+
+/// Issue #21 bug 3, the other half: an unmount that cannot write everything back (here
+/// the tier filled up behind tierfs's back) must fail and name the files, `tierfs
+/// unmount` and a plain `umount` (the daemon's log) alike; it used to exit 0 in silence.
+#[test]
+fn bug_unmount_that_loses_data_exits_zero() {
+    if !tmpfs_possible() {
+        return;
+    }
+    for plain in [false, true] {
+        let mut s = Setup::new(vec![TierSpec::new("nvme", "2GB/s")], "whole-file");
+        s.extra = "[cache]\nsize = \"64MiB\"\nwriteback_delay = 600.0\n".into();
+        let tmp = Tmpfs::mount(&s.tier_path(0), "84m");
+        let m = s.mount();
+        write_ds(&m.path("kept"), &pattern(2 * MIB, 1), 2, 0);
+        std::fs::write(m.path(".tierfs/control"), b"flush kept\n").unwrap();
+        write_ds(&m.path("only-in-memory"), &pattern(6 * MIB, 2), 2, 0);
+        assert_eq!(
+            std::fs::metadata(s.backing(0, "only-in-memory"))
+                .unwrap()
+                .len(),
+            0,
+            "written back already: the test needs it in memory"
+        );
+        let filler = tmp.fill();
+        let pid = m.daemon_pid();
+        m.disarm();
+        if plain {
+            let st = Command::new("umount").arg(s.mountpoint()).status().unwrap();
+            assert!(st.success());
+            wait_exit(pid);
+        } else {
+            let o = s.tierfs(&["unmount", s.mountpoint().to_str().unwrap()]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(
+                o.status.code(),
+                Some(1),
+                "unmount lost data yet: {err}\n{}",
+                std::fs::read_to_string(s.log_path()).unwrap_or_default()
+            );
+            assert!(
+                err.contains("lost") && err.contains("/only-in-memory") && !err.contains("/kept"),
+                "{err}"
+            );
+        }
+        let log = std::fs::read_to_string(s.log_path()).unwrap();
+        assert!(
+            log.lines().any(|l| l.contains("ERROR")
+                && l.contains("LOST")
+                && l.contains("/only-in-memory")),
+            "plain umount: {plain}: the log does not name the lost file:\n{log}"
+        );
+        std::fs::remove_file(filler).unwrap();
+        drop(tmp);
+    }
+}
+
+fn mtime_of(p: &std::path::Path) -> i64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).unwrap().mtime()
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// Issue #21 bug 4: with a cache, a time set by the user (`cp -p`, `rsync -a`, `tar x`
+/// set them after writing) showed until the write-back, which then stamped the present
+/// time for good; and a write left mtime unchanged until its write-back (`make`, `rsync`
+/// saw nothing new). Now both show at once and survive the write-back and a remount.
+#[test]
+fn bug_cache_overwrites_timestamps_set_by_the_user() {
+    if !fuse_available() {
+        return;
+    }
+    let s = setup("");
+    let m = s.mount();
+    const OLD: i64 = 1_000_000_000; // 2001
+                                    // `cp -p`: the data, then the times.
+    std::fs::write(m.path("copied"), pattern(3 * MIB, 1)).unwrap();
+    set_times(&m.path("copied"), (OLD, 0), (OLD, 0)).unwrap();
+    assert_eq!(
+        std::fs::metadata(s.backing(0, "copied")).unwrap().len(),
+        0,
+        "written back already: the test needs it in memory"
+    );
+    assert_eq!(mtime_of(&m.path("copied")), OLD);
+    // A write to an old file shows at once.
+    std::fs::write(m.path("edited"), pattern(MIB, 2)).unwrap();
+    set_times(&m.path("edited"), (OLD, 0), (OLD, 0)).unwrap();
+    let before = now_secs();
+    {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(m.path("edited"))
+            .unwrap();
+        pwrite_exact(&f, b"new", 10).unwrap();
+    }
+    assert!(
+        wait_for(3, || mtime_of(&m.path("edited")) >= before),
+        "a write to a cached file left its mtime at {}",
+        mtime_of(&m.path("edited"))
+    );
+    // The write-back keeps both.
+    std::fs::write(m.path(".tierfs/control"), b"flush\n").unwrap();
+    assert!(std::fs::metadata(s.backing(0, "copied")).unwrap().len() > 0);
+    assert_eq!(mtime_of(&m.path("copied")), OLD, "after the write-back");
+    let edited = mtime_of(&m.path("edited"));
+    assert!(edited >= before && edited <= now_secs(), "{edited}");
+    // More writes after a time was set, then the unmount's write-back.
+    std::fs::write(m.path("late"), pattern(MIB, 3)).unwrap();
+    set_times(&m.path("late"), (OLD, 0), (OLD + 5, 0)).unwrap();
+    m.unmount();
+    assert_eq!(mtime_of(&s.backing(0, "copied")), OLD, "on the tier");
+    assert_eq!(mtime_of(&s.backing(0, "late")), OLD + 5, "on the tier");
+    let m = s.mount();
+    assert_eq!(mtime_of(&m.path("copied")), OLD, "after a remount");
+    assert_eq!(mtime_of(&m.path("late")), OLD + 5, "after a remount");
+    assert_eq!(mtime_of(&m.path("edited")), edited, "after a remount");
+    m.unmount();
+}

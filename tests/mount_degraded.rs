@@ -254,3 +254,99 @@ fn degraded_mount_without_a_missing_tier() {
     assert_eq!(env.stats()["tiers"][1]["state"], "ok");
     env.unmount();
 }
+
+/// Issue #21 bug 1: in a degraded mount, renaming a folder that holds a striped file moved
+/// its pieces on the present tiers only; with the tier back the file was two half-files
+/// (`dir/c` and `dir2/c`), each reading zeros where the other held the bytes, and fsck said
+/// clean. A rename that needs the missing tier must answer EIO, as the file case does.
+#[test]
+fn bug_folder_rename_in_a_degraded_mount_splits_striped_files() {
+    if !fuse_available() {
+        return;
+    }
+    let env = Env {
+        dir: tempfile::Builder::new()
+            .prefix("tierfs-degraded-rename-")
+            .tempdir()
+            .unwrap(),
+    };
+    std::fs::create_dir_all(env.dir.path().join("nvme")).unwrap();
+    std::fs::create_dir_all(env.pfs()).unwrap();
+    std::fs::create_dir_all(env.mnt()).unwrap();
+    let _guard = Guard(env.mnt());
+    let out = env.mount(&env.config(false), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let data = pattern(5_000_000, 21);
+    std::fs::create_dir(env.mnt().join("dir")).unwrap();
+    std::fs::write(env.mnt().join("dir/c"), &data).unwrap();
+    env.unmount();
+    assert!(
+        env.pfs().join("tier/data/dir/c").exists(),
+        "c is not striped"
+    );
+
+    let away = env.dir.path().join("pfs.away");
+    std::fs::rename(env.pfs(), &away).unwrap();
+    let out = env.mount(&env.config(false), &["--degraded"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eio(
+        std::fs::rename(env.mnt().join("dir/c"), env.mnt().join("dir/c2")),
+        "rename of the striped file",
+    );
+    assert_eio(
+        std::fs::rename(env.mnt().join("dir"), env.mnt().join("dir2")),
+        "rename of the folder holding it",
+    );
+    // A folder renamed over an old (empty) one would remove the old one on the present
+    // tiers only: refused too.
+    std::fs::create_dir(env.mnt().join("fresh")).unwrap();
+    std::fs::write(env.mnt().join("fresh/x"), b"made while degraded").unwrap();
+    assert_eio(
+        std::fs::rename(env.mnt().join("dir"), env.mnt().join("fresh2")),
+        "rename of an old folder to a new name",
+    );
+    // A folder made while the tier is missing has no copy there: it may move.
+    std::fs::rename(env.mnt().join("fresh"), env.mnt().join("fresh2")).unwrap();
+    assert!(listed(&env.mnt(), "dir") && !listed(&env.mnt(), "dir2"));
+    env.unmount();
+
+    std::fs::rename(&away, env.pfs()).unwrap();
+    let out = env.mount(&env.config(false), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !env.mnt().join("dir2").exists(),
+        "the folder was split in two"
+    );
+    assert!(
+        std::fs::read(env.mnt().join("dir/c")).unwrap() == data,
+        "dir/c lost bytes"
+    );
+    assert_eq!(
+        std::fs::read(env.mnt().join("fresh2/x")).unwrap(),
+        b"made while degraded"
+    );
+    env.unmount();
+    let o = Command::new(tierfs_bin())
+        .args(["fsck", "--config"])
+        .arg(env.config(false))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "fsck: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -879,3 +879,100 @@ fn remount_keeps_everything_whole_file() {
 fn remount_keeps_everything_stripe() {
     remount_keeps_everything("stripe");
 }
+
+/// Issue #21 bug 5: a file's times are its primary piece's, and a write that touched only
+/// stripes on other tiers changed neither mtime nor ctime (also after a remount), so
+/// `rsync -a` left a stale backup. Now such a write stamps the primary piece.
+#[test]
+fn bug_stripe_write_to_a_non_first_tier_piece_leaves_mtime() {
+    if !fuse_available() {
+        return;
+    }
+    let s = Setup::two("stripe");
+    let pattern_ = tierfs::placement::stripe_pattern(&[2.0 / 3.0, 1.0 / 3.0], &[true, true]);
+    let slow = pattern_.iter().position(|t| *t != pattern_[0]).unwrap();
+    let m = s.mount();
+    let size = (slow + 2) * MIB;
+    write_file(&m.path("rs"), &pattern(size, 5));
+    const OLD: i64 = 1_000_000_000;
+    set_times(&m.path("rs"), (OLD, 0), (OLD, 0)).unwrap();
+    let ctime0 = fs::metadata(m.path("rs")).unwrap().ctime();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(m.path("rs"))
+            .unwrap();
+        pwrite_exact(&f, b"z", (slow * MIB + 10) as u64).unwrap();
+    }
+    let got = || fs::metadata(m.path("rs")).unwrap();
+    assert!(
+        wait_for(3, || got().mtime() >= before),
+        "mtime after a write to stripe {slow}: {}",
+        got().mtime()
+    );
+    assert!(got().ctime() > ctime0, "ctime {} unchanged", got().ctime());
+    let mtime = got().mtime();
+    m.unmount();
+    let m = s.mount();
+    assert_eq!(
+        fs::metadata(m.path("rs")).unwrap().mtime(),
+        mtime,
+        "after a remount"
+    );
+    m.unmount();
+}
+
+/// Issue #21 bug 2: `st_blocks` was the first piece's alone, so `du` under-counted a
+/// striped file (6 MiB showed 4096K) and GNU `tar --sparse` archived the bytes it took
+/// for holes as zeros (a file held only in the host-memory cache had 0 blocks: tar then
+/// stores no data at all). Now it is the sum over the pieces, and at least the size for
+/// bytes held in memory.
+#[test]
+fn bug_st_blocks_counts_only_the_first_piece() {
+    if !fuse_available() {
+        return;
+    }
+    for cache in [false, true] {
+        let mut s = Setup::two("stripe");
+        if cache {
+            s.extra = "[cache]\nsize = \"64MiB\"\nwriteback_delay = 600.0\n".into();
+        }
+        let m = s.mount();
+        let data = pattern(6 * MIB, 11);
+        write_file(&m.path("r"), &data);
+        let blocks = fs::metadata(m.path("r")).unwrap().blocks();
+        assert!(
+            blocks * 512 >= data.len() as u64,
+            "cache {cache}: {blocks} blocks for {} bytes",
+            data.len()
+        );
+        if !cache {
+            let backing: u64 = s
+                .tiers_holding("r")
+                .iter()
+                .map(|t| fs::metadata(s.backing(*t, "r")).unwrap().blocks())
+                .sum();
+            assert_eq!(blocks, backing, "the pieces' blocks, summed");
+        }
+        if which("tar").is_some() {
+            let out = s.dir.path().join(format!("untar-{cache}"));
+            fs::create_dir(&out).unwrap();
+            let cmd = format!(
+                "cd {} && tar --sparse -cf - r | tar -xf - -C {}",
+                q(&m.root()),
+                q(&out)
+            );
+            sh(&cmd);
+            assert!(
+                fs::read(out.join("r")).unwrap() == data,
+                "cache {cache}: tar --sparse stored data as holes"
+            );
+        }
+        m.unmount();
+    }
+}

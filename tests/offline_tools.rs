@@ -574,3 +574,162 @@ fn bug_user_file_named_like_a_temporary_is_deleted_at_remount() {
         "a file created through the mount was deleted by the next mount"
     );
 }
+
+/// Issue #21 bug 1: a striped file whose pieces ended up at different paths on different
+/// tiers (a rename that reached only some tiers: a crash between them, or a folder renamed
+/// while a tier was missing) was two half-files, each reading zeros where the other held
+/// the bytes; `tierfs fsck` said only "stripe piece missing" for each and `--repair` made
+/// empty pieces, and a mount made them too, so the split was hidden for good. Now the
+/// pieces carry the file's id: fsck names the split and `--repair` moves the pieces back
+/// together (never deleting anything), and so does the mount's scan.
+#[test]
+fn bug_split_striped_file_is_reported_by_fsck_and_rejoined() {
+    if !fuse_available() {
+        return;
+    }
+    let s = Setup::two("stripe");
+    let data = pattern(5_000_000, 7);
+    {
+        let m = s.mount();
+        std::fs::create_dir(m.path("dir")).unwrap();
+        std::fs::create_dir(m.path("dir2")).unwrap();
+        std::fs::write(m.path("dir/c"), &data).unwrap();
+        m.unmount();
+    }
+    assert_eq!(s.tiers_holding("dir/c"), vec![0, 1], "c is not striped");
+    // The rename reached the first tier only.
+    let split = || {
+        std::fs::rename(s.backing(0, "dir/c"), s.backing(0, "dir2/c")).unwrap();
+    };
+    split();
+    let o = fsck(&s, &[]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("/dir2/c") && t.contains("is at /dir/c") && t.contains("split"),
+        "fsck does not name the split:\n{t}"
+    );
+    let o = fsck(&s, &["--repair"]);
+    let t = text(&o);
+    assert!(t.contains("moved it back"), "{t}");
+    let o = fsck(&s, &[]);
+    assert!(
+        o.status.success(),
+        "not clean after --repair:\n{}",
+        text(&o)
+    );
+    assert_eq!(s.tiers_holding("dir2/c"), vec![0, 1]);
+    assert!(s.tiers_holding("dir/c").is_empty());
+    {
+        let m = s.mount();
+        assert!(
+            std::fs::read(m.path("dir2/c")).unwrap() == data,
+            "after --repair"
+        );
+        assert!(!m.path("dir/c").exists());
+        m.unmount();
+    }
+    // Split again (the other way round), and mount without fsck: the scan rejoins it.
+    std::fs::rename(s.backing(0, "dir2/c"), s.backing(0, "dir/c")).unwrap();
+    {
+        let m = s.mount();
+        assert!(
+            !m.path("dir2/c").exists(),
+            "the second half is still listed"
+        );
+        assert!(
+            std::fs::read(m.path("dir/c")).unwrap() == data,
+            "after the scan"
+        );
+        m.unmount();
+    }
+    let log = std::fs::read_to_string(s.log_path()).unwrap();
+    assert!(log.contains("moved back"), "{log}");
+    let o = fsck(&s, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// Issue #21 bug 9: the older of two conflicting copies is set aside as
+/// `NAME.tierfs-conflict-TIER`, which for a name over ~235 bytes is too long
+/// (ENAMETOOLONG): the copy stayed in place, came back after the file was deleted through
+/// the mount, and `fsck --repair` failed on it. Conflict names now always fit (a long name
+/// is cut and given a hash), the same in the scan and in fsck.
+#[test]
+fn bug_conflict_copy_of_a_long_name_cannot_be_set_aside() {
+    if !fuse_available() {
+        return;
+    }
+    let s = Setup::two("whole-file");
+    let name = "n".repeat(250);
+    {
+        let m = s.mount();
+        std::fs::write(m.path(&name), b"current").unwrap();
+        m.unmount();
+    }
+    let other = 1 - s.tiers_holding(&name)[0];
+    let plant = |what: &[u8]| {
+        std::fs::write(s.backing(other, &name), what).unwrap();
+        set_times(
+            &s.backing(other, &name),
+            (1_000_000_000, 0),
+            (1_000_000_000, 0),
+        )
+        .unwrap();
+    };
+    let conflicts = |dir: &Path| -> Vec<(String, Vec<u8>)> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&name[..100]) && n.contains(".tierfs-conflict-"))
+            .map(|n| {
+                assert!(n.len() <= 255, "{n}");
+                let data = std::fs::read(dir.join(&n)).unwrap();
+                (n, data)
+            })
+            .collect()
+    };
+    // The scan sets the older copy aside.
+    plant(b"older");
+    {
+        let m = s.mount();
+        assert_eq!(std::fs::read(m.path(&name)).unwrap(), b"current");
+        let c = conflicts(&m.root());
+        assert_eq!(c.len(), 1, "the older copy was not set aside: {c:?}");
+        assert_eq!(c[0].1, b"older");
+        // Deleted through the mount, the file stays deleted.
+        std::fs::remove_file(m.path(&name)).unwrap();
+        std::fs::remove_file(m.root().join(&c[0].0)).unwrap();
+        m.unmount();
+    }
+    {
+        let m = s.mount();
+        assert!(!m.path(&name).exists(), "the deleted file came back");
+        m.unmount();
+    }
+    // fsck --repair does the same.
+    {
+        let m = s.mount();
+        std::fs::write(m.path(&name), b"current").unwrap();
+        m.unmount();
+    }
+    let other = 1 - s.tiers_holding(&name)[0];
+    std::fs::write(s.backing(other, &name), b"older, offline").unwrap();
+    set_times(
+        &s.backing(other, &name),
+        (1_000_000_000, 0),
+        (1_000_000_000, 0),
+    )
+    .unwrap();
+    let o = fsck(&s, &["--repair"]);
+    let t = text(&o);
+    assert!(
+        t.contains("REPAIRED") && !t.contains("repair failed"),
+        "{t}"
+    );
+    let o = fsck(&s, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let c = conflicts(&s.tier_path(other).join("data"));
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].1, b"older, offline");
+}

@@ -86,6 +86,17 @@ impl std::fmt::Debug for Slot {
     }
 }
 
+/// Tier space promised to a cached file's bytes that are only in memory (the core's
+/// `reserve_space`): how far the promise goes, and how much of each tier it holds.
+#[derive(Debug, Default)]
+pub struct SpacePromise {
+    /// The promise covers the file's growth up to this size (at admission, and after each
+    /// write-back, the size its pieces on the tiers cover).
+    pub upto: u64,
+    /// Bytes promised, per tier index.
+    pub per_tier: Vec<u64>,
+}
+
 /// A cached file.
 #[derive(Debug)]
 pub struct Entry {
@@ -104,6 +115,8 @@ pub struct Entry {
     pub writeback: Mutex<()>,
     last_use: AtomicU64,
     pub last_error: Mutex<Option<String>>,
+    /// Tier space held for its bytes not on the tiers yet.
+    pub space: Mutex<SpacePromise>,
 }
 
 impl Entry {
@@ -430,6 +443,10 @@ impl Cache {
             writeback: Mutex::new(()),
             last_use: AtomicU64::new(self.seq.fetch_add(1, Ordering::Relaxed)),
             last_error: Mutex::new(None),
+            space: Mutex::new(SpacePromise {
+                upto: node.size(),
+                per_tier: Vec::new(),
+            }),
         });
         self.inner.lock().files.insert(
             ino,

@@ -77,6 +77,8 @@ impl TierFs {
             c.counters.refusals.fetch_add(1, Ordering::Relaxed);
             return false;
         }
+        // Its pieces have every byte, and so its times.
+        *node.mtime.lock() = None;
         st.cache = Some(c.insert(ino, parent, name, node, need));
         true
     }
@@ -108,6 +110,7 @@ impl TierFs {
             return false;
         }
         st.cache = None;
+        self.release_space(e);
         c.remove(e.ino, e, true);
         if st.opens == 0 {
             st.pieces.iter_mut().for_each(|p| *p = None);
@@ -127,6 +130,7 @@ impl TierFs {
             self.write_back_locked(c, node, st, &e, None)?;
         }
         st.cache = None;
+        self.release_space(&e);
         c.remove(e.ino, &e, false);
         if st.opens == 0 {
             st.pieces.iter_mut().for_each(|p| *p = None);
@@ -139,7 +143,68 @@ impl TierFs {
         let Some(c) = &self.cache else { return };
         let mut st = f.state.write();
         if let Some(e) = st.cache.take() {
+            self.release_space(&e);
             c.remove(e.ino, &e, false);
+        }
+    }
+
+    /// Promises tier space for a cached file growing to `end` bytes, whose new bytes stay
+    /// in memory until written back (state lock held): false when a tier of its layout
+    /// cannot promise it (full, or at its `capacity`). The write then goes to the tiers,
+    /// where a full tier moves the file and only a write no tier can take fails (ENOSPC):
+    /// the cache never takes bytes it could not write back.
+    fn reserve_space(&self, st: &FileState, e: &Entry, end: u64) -> bool {
+        let mut p = e.space.lock();
+        if end <= p.upto {
+            return true;
+        }
+        let l = &st.layout;
+        let want: Vec<(usize, u64)> = l
+            .tiers()
+            .into_iter()
+            .map(|t| (t, l.piece_len(t, end) - l.piece_len(t, p.upto)))
+            .collect();
+        for (i, (t, n)) in want.iter().enumerate() {
+            if !self.tiers[*t].try_reserve(*n) {
+                for (u, m) in &want[..i] {
+                    self.tiers[*u].unreserve(*m);
+                }
+                return false;
+            }
+        }
+        p.per_tier.resize(self.tiers.len(), 0);
+        for (t, n) in want {
+            p.per_tier[t] += n;
+        }
+        p.upto = end;
+        true
+    }
+
+    /// The tiers now hold a cached file up to `written` bytes (a write-back finished):
+    /// gives back the space promised for them, keeping what its later growth holds.
+    fn settle_space(&self, st: &FileState, e: &Entry, written: u64) {
+        let mut p = e.space.lock();
+        let l = &st.layout;
+        for t in 0..p.per_tier.len() {
+            let keep = if written >= p.upto {
+                0
+            } else {
+                l.piece_len(t, p.upto) - l.piece_len(t, written)
+            };
+            let give = p.per_tier[t].saturating_sub(keep);
+            self.tiers[t].unreserve(give);
+            p.per_tier[t] -= give;
+        }
+        p.upto = p.upto.max(written);
+    }
+
+    /// Gives back all the tier space promised to a cached file (it leaves the cache, or
+    /// every byte of it reached its new tiers).
+    pub(super) fn release_space(&self, e: &Entry) {
+        let mut p = e.space.lock();
+        for (t, n) in p.per_tier.iter_mut().enumerate() {
+            self.tiers[t].unreserve(*n);
+            *n = 0;
         }
     }
 
@@ -213,8 +278,9 @@ impl TierFs {
     }
 
     /// Takes a write into a cached file's blocks (state lock held for reading). `Ok(false)`
-    /// when the file would outgrow what the cache can give it: the caller drops it from the
-    /// cache and writes to the tiers.
+    /// when the file would outgrow what the cache can give it, or what its tiers can
+    /// promise to hold at write-back: the caller drops it from the cache and writes to the
+    /// tiers.
     pub(super) fn cached_write(
         &self,
         node: &FileNode,
@@ -225,6 +291,9 @@ impl TierFs {
     ) -> Result<bool> {
         let c = self.cache.as_ref().expect("cached file without a cache");
         let end = off + data.len() as u64;
+        if end > node.size() && !self.reserve_space(st, e, end) {
+            return Ok(false);
+        }
         let want = cache::reserve_for(end);
         if want > e.reserved() {
             let extra = want - e.reserved();
@@ -373,8 +442,31 @@ impl TierFs {
                 }
             }
         }
+        self.settle_space(st, e, size);
+        self.stamp_mtime(node, st);
         *e.last_error.lock() = None;
         Ok(false)
+    }
+
+    /// After a write-back: the file's mtime as the caller last saw it (its last write, or
+    /// the time the user set after it) goes onto the primary piece, which the write-back
+    /// itself just stamped with the present time.
+    pub(super) fn stamp_mtime(&self, node: &FileNode, st: &FileState) {
+        let Some(t) = *node.mtime.lock() else { return };
+        let primary = st.layout.primary();
+        if let Some(p) = &st.pieces[primary] {
+            if let Err(e) = sys::futimens(
+                std::os::fd::AsFd::as_fd(p.file()),
+                SetTime::Omit,
+                SetTime::At(t),
+            ) {
+                log::warn!(
+                    "tier '{}': cannot set the mtime of a written-back file: {e}",
+                    self.tiers[primary].name
+                );
+                self.tiers[primary].note_error(&e);
+            }
+        }
     }
 
     /// Writes one cached file back now. A tier that refuses (full, failed) gets the file
@@ -466,22 +558,38 @@ impl TierFs {
         }
     }
 
-    /// Writes every dirty cached file back (unmount, control `flush`); the first error.
+    /// Writes every dirty cached file back (control `flush`); the first error.
     pub fn flush_cache(&self) -> Result<()> {
-        let Some(c) = &self.cache else { return Ok(()) };
-        let mut first = Ok(());
+        match self.write_back_all().into_iter().next() {
+            Some((_, _, err)) => Err(err),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes every dirty cached file back; the ones that could not be: (inode, dirty
+    /// bytes, why).
+    pub(super) fn write_back_all(&self) -> Vec<(u64, u64, Error)> {
+        let Some(c) = &self.cache else {
+            return Vec::new();
+        };
+        let mut failed = Vec::new();
         for (n, e) in c.residents() {
             if e.dirty_blocks() == 0 || n.gone.load(Ordering::Relaxed) {
                 continue;
             }
             if let Err(err) = self.write_back(&n, &e, e.ino) {
                 log::error!("write-back of inode {} failed: {err}", e.ino);
-                if first.is_ok() {
-                    first = Err(err);
-                }
+                let dirty: u64 = e
+                    .all_slots()
+                    .iter()
+                    .map(|s| s.lock())
+                    .filter(|s| s.dirty)
+                    .map(|s| s.len() as u64)
+                    .sum();
+                failed.push((e.ino, dirty, err));
             }
         }
-        first
+        failed
     }
 
     /// The prefetcher: loads predicted files into the cache, behind demand I/O.
@@ -635,7 +743,11 @@ impl TierFs {
         let text =
             std::str::from_utf8(text).map_err(|_| Error::Invalid("control text is not UTF-8"))?;
         let cmds = crate::control::parse(text).map_err(|e| {
-            log::warn!("refused a control write: {e}");
+            log::warn!(
+                "refused a control write of {} bytes: {}",
+                text.len(),
+                crate::control::log_excerpt(&e.to_string())
+            );
             Error::Invalid("bad control command (the daemon log says which line and why)")
         })?;
         // Resolve every path before acting on any.
@@ -802,7 +914,7 @@ impl TierFs {
         let tree = self.tree.read();
         let path_of = |ino: u64| {
             tree.rel(ino)
-                .map(|p| p.display().to_string())
+                .map(|p| crate::stats::escape_path(&p))
                 .unwrap_or_else(|| format!("(inode {ino}, deleted)"))
         };
         let mut allocated = 0;

@@ -27,7 +27,7 @@ use crate::config::{Layout, MountConfig};
 use crate::engine::Op;
 use crate::error::{Error, Result};
 use crate::io::{AlignedBuf, Piece};
-use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
+use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR, NAME_MAX};
 use crate::placement::{self, Charge, Placer};
 use crate::sched::Class;
 use crate::sys::{self, SetTime};
@@ -50,8 +50,6 @@ pub const ROOT_INO: u64 = 1;
 pub const FIRST_INO: u64 = 64;
 /// Prefix of the temporary names tierfs uses inside tier folders (cleaned at mount).
 pub const TMP_PREFIX: &str = ".tierfs-tmp-";
-/// Longest name a directory entry may have.
-const NAME_MAX: usize = 255;
 
 /// The virtual, read-only files under the stats folder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,6 +214,10 @@ pub struct FileNode {
     dirty: AtomicBool,
     /// Unlinked: its bytes need never reach a tier again.
     pub(crate) gone: AtomicBool,
+    /// While cached: the file's mtime when its primary piece does not have it yet (a write
+    /// absorbed in memory, or a time set by the user that the next write-back would
+    /// overwrite). Shown by getattr; stamped on the primary piece after each write-back.
+    mtime: Mutex<Option<SystemTime>>,
 }
 
 #[derive(Debug)]
@@ -254,6 +256,7 @@ impl FileNode {
             charge: Mutex::new(None),
             dirty: AtomicBool::new(false),
             gone: AtomicBool::new(false),
+            mtime: Mutex::new(None),
         }
     }
 
@@ -291,6 +294,9 @@ struct Node {
     /// An unlinked file whose pieces wait in the tiers' limbo folders until the kernel
     /// forgets it.
     limbo: bool,
+    /// A folder made while a tier was left out of a degraded mount: it has no copy there,
+    /// so renaming it needs no missing tier.
+    degraded_new: bool,
 }
 
 impl Node {
@@ -367,6 +373,7 @@ impl Tree {
                 linked: true,
                 removed_attr: None,
                 limbo: false,
+                degraded_new: false,
             },
         );
         if let Ok(c) = self.children_mut(parent) {
@@ -431,6 +438,8 @@ pub struct TierFs {
     requests: Arc<crate::reqstats::RequestStats>,
     /// The daemon's CPU per class of work and the bytes it moved (`stats.json` `cpu`).
     ledger: crate::ledger::CpuLedger,
+    /// What [`TierFs::shutdown`] could not put on the tiers, once it has run.
+    shut: Mutex<Option<Vec<String>>>,
 }
 
 fn name_ok(name: &OsStr) -> Result<()> {
@@ -500,6 +509,7 @@ impl TierFs {
                 linked: true,
                 removed_attr: None,
                 limbo: false,
+                degraded_new: false,
             },
         );
         let fs = TierFs {
@@ -538,6 +548,7 @@ impl TierFs {
             relayout: RelayoutCounters::default(),
             requests: Arc::default(),
             ledger: crate::ledger::CpuLedger::default(),
+            shut: Mutex::new(None),
         };
         fs.scan()?;
         Ok(fs)
@@ -895,17 +906,56 @@ impl TierFs {
         }
     }
 
+    /// A file's 512-byte blocks: every piece's (a migration's new pieces too), and at least
+    /// its size where bytes are held in memory. `tar --sparse` takes a file with fewer
+    /// blocks than its size for one with holes, and stores what it guesses are holes as
+    /// zeros (GNU tar stores no data at all for a file with none), so too few is never
+    /// right; too many only costs `du` accuracy.
+    fn file_blocks(
+        &self,
+        tree: &Tree,
+        ino: u64,
+        st: &FileState,
+        primary: usize,
+        m: &Metadata,
+        size: u64,
+    ) -> u64 {
+        let piece_blocks = |pieces: &[Option<Arc<Piece>>], t: usize| -> u64 {
+            match &pieces[t] {
+                Some(p) => p.file().metadata().map(|m| m.blocks()).unwrap_or(0),
+                None if self.tiers[t].missing => 0,
+                None => self
+                    .piece_path(tree, ino, t)
+                    .and_then(|p| Ok(fs::symlink_metadata(p)?.blocks()))
+                    .unwrap_or(0),
+            }
+        };
+        let mut blocks = m.blocks();
+        if let FileLayout::Stripe(_) = st.layout {
+            for t in st.layout.tiers().into_iter().filter(|t| *t != primary) {
+                blocks += piece_blocks(&st.pieces, t);
+            }
+        }
+        if let Some(mig) = &st.migration {
+            for t in mig.layout.tiers() {
+                if let Some(p) = &mig.pieces[t] {
+                    blocks += p.file().metadata().map(|m| m.blocks()).unwrap_or(0);
+                }
+            }
+        }
+        if st.cache.is_some() {
+            blocks = blocks.max(size.div_ceil(512));
+        }
+        blocks
+    }
+
     fn attr_from_meta(&self, ino: u64, kind: Kind, m: &Metadata, size: Option<u64>) -> Attr {
         let size = size.unwrap_or(m.len());
         Attr {
             ino,
             kind,
             size,
-            blocks: if kind == Kind::File {
-                m.blocks().max(size.div_ceil(512).min(m.blocks()))
-            } else {
-                m.blocks()
-            },
+            blocks: m.blocks(),
             perm: (m.mode() & 0o7777) as u16,
             nlink: if kind == Kind::Dir {
                 m.nlink() as u32
@@ -949,6 +999,12 @@ impl TierFs {
                 // While the kernel writes through passthrough, the piece's size is the truth.
                 let size = if st.pt_opens > 0 { m.len() } else { size };
                 let mut a = self.attr_from_meta(ino, kind, &m, Some(size));
+                a.blocks = self.file_blocks(tree, ino, &st, primary, &m, size);
+                if let (Some(_), Some(t)) = (&st.cache, *f.mtime.lock()) {
+                    // A change the cache holds: the piece learns it at write-back.
+                    a.mtime = t;
+                    a.ctime = a.ctime.max(t);
+                }
                 if !node.linked {
                     a.nlink = 0;
                 }
@@ -1225,6 +1281,17 @@ impl TierFs {
             for (t, p) in &paths {
                 sys::lutimens(p, a, m).map_err(|e| self.tier_err(*t, "utimens", p, e))?;
             }
+            if let NodeData::File(f) = &node.data {
+                if f.state.read().cache.is_some() {
+                    // Dirty bytes in memory would overwrite it at write-back (`cp -p`,
+                    // `rsync -a`, `tar x` set the times after writing): keep it until then.
+                    match m {
+                        SetTime::At(t) => *f.mtime.lock() = Some(t),
+                        SetTime::Now => *f.mtime.lock() = Some(SystemTime::now()),
+                        SetTime::Omit => {}
+                    }
+                }
+            }
         }
         self.attr_locked(&tree, ino)
     }
@@ -1274,6 +1341,9 @@ impl TierFs {
                 children: BTreeMap::new(),
             },
         );
+        if let Some(n) = tree.nodes.get_mut(&ino) {
+            n.degraded_new = self.tiers.iter().any(|t| t.missing);
+        }
         self.remember(&mut tree, ino);
         self.attr_locked(&tree, ino)
     }
@@ -1474,6 +1544,19 @@ impl TierFs {
                 _ => {}
             }
         }
+        // A folder has a copy on every tier, the missing one of a degraded mount included,
+        // and that copy may hold striped pieces and whole files no listing shows: renamed
+        // on the present tiers alone, the folder would split in two, and each striped file
+        // in it into two halves reading zeros where the other holds the bytes. (A file
+        // with a piece on the missing tier is refused by `backing_paths` below.)
+        if let Some(m) = self.tiers.iter().find(|t| t.missing) {
+            for n in std::iter::once(ino).chain(target) {
+                let node = tree.get(n)?;
+                if node.kind() == Kind::Dir && !node.degraded_new {
+                    return Err(self.missing_err(m.index, "rename"));
+                }
+            }
+        }
         if kind == Kind::Dir {
             // Refuse to move a folder into itself.
             let mut cur = newparent;
@@ -1569,6 +1652,51 @@ impl TierFs {
 
     // ----- files -----------------------------------------------------------------------
 
+    /// ENOSPC for a new file or a move no tier has room for, logged with each tier's
+    /// account: `df` may show free space that tierfs keeps back ([`crate::tier::FREE_RESERVE`]
+    /// per tier, and what the cache has promised), or the tier is at its `capacity`.
+    pub(super) fn no_room(&self, want: u64) -> Error {
+        use crate::units::fmt_bytes;
+        let why: Vec<String> = self
+            .tiers
+            .iter()
+            .filter(|t| !t.missing)
+            .map(|t| {
+                let avail = t.space().map_or(0, |s| s.avail);
+                let mut w = format!(
+                    "'{}' {} free on its file system, {} of it kept back (FREE_RESERVE)",
+                    t.name,
+                    fmt_bytes(avail),
+                    fmt_bytes(avail.min(crate::tier::FREE_RESERVE))
+                );
+                let promised = t.counters.reserved.load(Ordering::Relaxed);
+                if promised > 0 {
+                    w.push_str(&format!(
+                        ", {} promised to cached data",
+                        fmt_bytes(promised)
+                    ));
+                }
+                if let Some(c) = t.capacity {
+                    w.push_str(&format!(
+                        ", {} of its capacity {} used",
+                        fmt_bytes(t.counters.used.load(Ordering::Relaxed)),
+                        fmt_bytes(c)
+                    ));
+                }
+                if !t.is_healthy() {
+                    w.push_str(&format!(", {}", t.state()));
+                }
+                w
+            })
+            .collect();
+        log::warn!(
+            "no tier has room for {} more bytes (ENOSPC): {}",
+            fmt_bytes(want),
+            why.join("; ")
+        );
+        Error::NoSpace(want)
+    }
+
     /// Chooses the layout of a new file in `parent` (no tree lock needed).
     fn choose_layout(&self, parent: u64) -> Result<(FileLayout, Option<Charge>)> {
         let eligible: Vec<bool> = self
@@ -1581,13 +1709,13 @@ impl TierFs {
                 let c = self
                     .placer
                     .choose(parent, &eligible)
-                    .ok_or(Error::NoSpace(1 << 20))?;
+                    .ok_or_else(|| self.no_room(1 << 20))?;
                 Ok((FileLayout::Whole { tier: c.tier }, Some(c)))
             }
             Layout::Stripe => {
                 let pattern = placement::stripe_pattern(&self.placer.shares(), &eligible);
                 if pattern.is_empty() {
-                    return Err(Error::NoSpace(1 << 20));
+                    return Err(self.no_room(1 << 20));
                 }
                 if pattern.len() == 1 {
                     return Ok((
@@ -1615,7 +1743,7 @@ impl TierFs {
     ) -> Result<Vec<Option<Arc<Piece>>>> {
         let mut pieces: Vec<Option<Arc<Piece>>> = vec![None; self.tiers.len()];
         let mut made = Vec::new();
-        let encoded = layout.encode();
+        let encoded = layout.encode_with_id(Some(crate::layout::new_file_id()));
         let result = (|| {
             for t in layout.tiers() {
                 let tier = &self.tiers[t];
@@ -1699,7 +1827,7 @@ impl TierFs {
                 let c = self
                     .placer
                     .choose(parent, &eligible)
-                    .ok_or(Error::NoSpace(1 << 20))?;
+                    .ok_or_else(|| self.no_room(1 << 20))?;
                 layout = FileLayout::Whole { tier: c.tier };
                 charge = Some(c);
                 self.create_pieces(&rel, &layout, mode & 0o7777, ctx)?
@@ -2247,6 +2375,7 @@ impl TierFs {
             let st = node.state.read();
             if let Some(e) = &st.cache {
                 if self.cached_write(&node, &st, e, off, data)? {
+                    *node.mtime.lock() = Some(SystemTime::now());
                     let old = node.size.fetch_max(end, Ordering::AcqRel);
                     if end > old {
                         self.account_resize(&st.layout, old, end);
@@ -2260,19 +2389,29 @@ impl TierFs {
                 self.uncache_locked(&node, &mut st)?;
                 continue;
             }
-            let r = match (&st.migration, &st.layout) {
-                (Some(m), _) => self.migration_write(&node, &st, m, off, data)?,
-                (None, FileLayout::Whole { tier }) => {
-                    let piece = self.open_piece(&st, *tier, "write")?;
-                    self.piece_write(*tier, piece, data, off)
-                        .map_err(|e| (*tier, e))
-                }
-                (None, FileLayout::Stripe(_)) => {
-                    self.write_extents(&st, off, data, Class::DemandWrite)
+            // Growth past a tier's capacity, or into space promised to cached data, is
+            // refused up front like a full tier's ENOSPC: the file moves.
+            let growing = st.migration.as_ref().map_or(&st.layout, |m| &m.layout);
+            let r = if let Some(t) = self.refuses_growth(growing, node.size(), end) {
+                Err((t, std::io::Error::from_raw_os_error(libc::ENOSPC)))
+            } else {
+                match (&st.migration, &st.layout) {
+                    (Some(m), _) => self.migration_write(&node, &st, m, off, data)?,
+                    (None, FileLayout::Whole { tier }) => {
+                        let piece = self.open_piece(&st, *tier, "write")?;
+                        self.piece_write(*tier, piece, data, off)
+                            .map_err(|e| (*tier, e))
+                    }
+                    (None, FileLayout::Stripe(_)) => {
+                        self.write_extents(&st, off, data, Class::DemandWrite)
+                    }
                 }
             };
             match r {
                 Ok(()) => {
+                    if st.migration.is_some() || !touches_primary(&st.layout, off, end) {
+                        self.touch_primary(&st);
+                    }
                     let old = node.size.fetch_max(end, Ordering::AcqRel);
                     if end > old {
                         self.account_resize(&st.layout, old, end);
@@ -2309,6 +2448,38 @@ impl TierFs {
                         e,
                     ));
                 }
+            }
+        }
+    }
+
+    /// The first tier of `layout` that may not take a file's growth from `old` to `new`
+    /// bytes ([`Tier::may_grow`]: its `capacity`, or free space promised to cached data).
+    fn refuses_growth(&self, layout: &FileLayout, old: u64, new: u64) -> Option<usize> {
+        if new <= old {
+            return None;
+        }
+        layout.tiers().into_iter().find(|t| {
+            let n = layout.piece_len(*t, new) - layout.piece_len(*t, old);
+            n > 0 && !self.tiers[*t].may_grow(n)
+        })
+    }
+
+    /// A write that did not reach the primary piece (other stripes only, or a migration's
+    /// new pieces) still changes the file: the primary piece, which holds the file's times,
+    /// gets the present mtime and ctime, as a write to it would have given it.
+    fn touch_primary(&self, st: &FileState) {
+        let t = st.layout.primary();
+        if let Some(p) = &st.pieces[t] {
+            if let Err(e) = sys::futimens(
+                std::os::fd::AsFd::as_fd(p.file()),
+                SetTime::Omit,
+                SetTime::Now,
+            ) {
+                log::warn!(
+                    "tier '{}': cannot update a file's mtime: {e}",
+                    self.tiers[t].name
+                );
+                self.tiers[t].note_error(&e);
             }
         }
     }
@@ -2684,19 +2855,36 @@ impl TierFs {
         out
     }
 
-    /// At unmount: writes the cache back, stops its threads and syncs every open piece.
-    pub fn shutdown(&self) {
-        if let Err(e) = self.flush_cache() {
-            log::error!("unmount: the cache could not write everything back: {e}");
+    /// At unmount: writes the cache back, stops its threads, finishes re-layouts and syncs
+    /// every open piece. Returns what did not reach a tier, one line per file (its path and
+    /// why): those bytes are lost when the daemon exits, and the caller must say so.
+    /// Runs once (FUSE's DESTROY and the daemon's exit both call it); later calls return the
+    /// first one's answer.
+    pub fn shutdown(&self) -> Vec<String> {
+        let mut shut = self.shut.lock();
+        if let Some(lost) = &*shut {
+            return lost.clone();
+        }
+        let mut lost = Vec::new();
+        for (ino, dirty, e) in self.write_back_all() {
+            lost.push(format!(
+                "{}: {dirty} bytes written to it were only in memory and could not be \
+                 written back: {e}",
+                self.describe(ino)
+            ));
         }
         self.stop_cache();
         let tree = self.tree.read();
         for (ino, n) in &tree.nodes {
             if let NodeData::File(f) = &n.data {
                 let mut st = f.state.write();
-                if st.migration.is_some() {
+                if st.migration.is_some() && !f.gone.load(Ordering::Relaxed) {
                     if let Err(e) = self.commit_migration_locked(&tree, *ino, f, &mut st) {
-                        log::error!("unmount: the re-layout of inode {ino} could not finish: {e}");
+                        lost.push(format!(
+                            "{}: the writes since it was opened were being moved to a new \
+                             layout, which could not finish: {e}",
+                            Self::describe_in(&tree, *ino)
+                        ));
                     }
                 }
                 for p in st.pieces.iter().flatten() {
@@ -2704,7 +2892,36 @@ impl TierFs {
                 }
             }
         }
+        drop(tree);
+        for l in &lost {
+            log::error!("unmount: LOST: {l}");
+        }
+        *shut = Some(lost.clone());
+        lost
     }
+
+    /// A file's path for messages, or its inode once it has none.
+    fn describe(&self, ino: u64) -> String {
+        Self::describe_in(&self.tree.read(), ino)
+    }
+
+    fn describe_in(tree: &Tree, ino: u64) -> String {
+        match tree.rel(ino) {
+            Some(rel) => format!("/{}", crate::stats::escape_path(&rel)),
+            None => format!("(inode {ino}, deleted)"),
+        }
+    }
+}
+
+/// Whether writing `[off, end)` of a file reaches its primary piece.
+fn touches_primary(layout: &FileLayout, off: u64, end: u64) -> bool {
+    let FileLayout::Stripe(m) = layout else {
+        return true;
+    };
+    let (first, last) = (off / m.unit, (end.max(off + 1) - 1) / m.unit);
+    let period = m.pattern.len() as u64;
+    last - first + 1 >= period
+        || (first..=last).any(|k| m.pattern[(k % period) as usize] == m.pattern[0])
 }
 
 /// Identifies a file to the tier queue (one piece per file and tier while it is open).

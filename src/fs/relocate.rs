@@ -163,7 +163,7 @@ impl TierFs {
                     .collect();
                 let pattern = placement::stripe_pattern(&self.placer.shares(), &eligible);
                 match pattern.len() {
-                    0 => return Err(Error::NoSpace(want)),
+                    0 => return Err(self.no_room(want)),
                     1 => (
                         FileLayout::Whole {
                             tier: pattern[0] as usize,
@@ -183,7 +183,7 @@ impl TierFs {
                 let c = self
                     .placer
                     .choose(parent, &eligible)
-                    .ok_or(Error::NoSpace(want))?;
+                    .ok_or_else(|| self.no_room(want))?;
                 (FileLayout::Whole { tier: c.tier }, Some(c))
             }
         })
@@ -353,6 +353,8 @@ impl TierFs {
                 Some((n, v))
             })
             .collect();
+        // The new pieces are a new set: their own id (see `layout::new_file_id`).
+        let encoded = layout.encode_with_id(Some(crate::layout::new_file_id()));
         for t in layout.tiers() {
             let piece = m.pieces[t].as_ref().expect("made by begin_move");
             let p = self.tmp_path(t, ino, m.suffix);
@@ -368,9 +370,7 @@ impl TierFs {
                 .file()
                 .sync_all()
                 .map_err(|e| self.tier_err(t, "fsync", &p, e))?;
-            if let Err(e) =
-                sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), layout.encode().as_bytes(), 0)
-            {
+            if let Err(e) = sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0) {
                 if matches!(layout, FileLayout::Stripe(_)) {
                     return Err(self.tier_err(t, "set layout xattr on", &p, e));
                 }
@@ -382,6 +382,20 @@ impl TierFs {
                 }
             }
         }
+        // The file keeps its times (a time set by the user, its last write's: a migration's
+        // writes stamp the old primary piece; a cached file's may be newer, `node.mtime`).
+        // They go last, as every step above changed them.
+        let new_primary = m.pieces[layout.primary()]
+            .as_ref()
+            .expect("made by begin_move");
+        let mtime = (*node.mtime.lock())
+            .filter(|_| st.cache.is_some())
+            .unwrap_or_else(|| sys::time_of(meta.mtime(), meta.mtime_nsec()));
+        let _ = sys::futimens(
+            std::os::fd::AsFd::as_fd(new_primary.file()),
+            SetTime::At(sys::time_of(meta.atime(), meta.atime_nsec())),
+            SetTime::At(mtime),
+        );
         for t in layout.tiers() {
             let (from, to) = (self.tmp_path(t, ino, m.suffix), final_path(t));
             fs::rename(&from, &to).map_err(|e| self.tier_err(t, "rename", &to, e))?;
@@ -430,6 +444,8 @@ impl TierFs {
             for slot in e.all_slots() {
                 e.set_clean(&mut slot.lock(), &c.counters);
             }
+            self.release_space(e);
+            e.space.lock().upto = size;
         }
         st.layout = layout.clone();
         Ok(())

@@ -4,7 +4,8 @@
 //! folder (mirrored where missing); a file's pieces are recognised by their layout xattr; a
 //! duplicate left by an interrupted move is resolved (an identical older copy removed, a
 //! different one renamed `NAME.tierfs-conflict-TIER`, never deleted); our own temporaries
-//! are removed.
+//! are removed. A striped file whose pieces sit at two paths (a rename that reached only
+//! some tiers) is put back together by its file id before any missing piece is recreated.
 
 use super::*;
 
@@ -12,6 +13,8 @@ impl TierFs {
     pub(super) fn scan(&self) -> Result<()> {
         let mut tree = self.tree.write();
         let mut stack = vec![(ROOT_INO, PathBuf::new())];
+        // Striped files with an id or a missing piece, settled once the whole tree is known.
+        let mut striped: Vec<(u64, PathBuf, StripeFound)> = Vec::new();
         while let Some((ino, rel)) = stack.pop() {
             // name -> (tier, kind) for every tier that has it
             let mut found: BTreeMap<OsString, Vec<(usize, Kind)>> = BTreeMap::new();
@@ -96,7 +99,7 @@ impl TierFs {
                             );
                         }
                     }
-                    if let Some((layout, size)) = self.adopt_file(&child_rel, &file_tiers) {
+                    if let Some((layout, size, stripe)) = self.adopt_file(&child_rel, &file_tiers) {
                         self.account_resize(&layout, 0, size);
                         for t in layout.tiers() {
                             self.tiers[t].counters.files.fetch_add(1, Ordering::Relaxed);
@@ -105,7 +108,10 @@ impl TierFs {
                             self.placer.record_existing(ino, tier, size);
                         }
                         let node = FileNode::new(layout, size, self.tiers.len());
-                        tree.insert(ino, &name, NodeData::File(Arc::new(node)));
+                        let c = tree.insert(ino, &name, NodeData::File(Arc::new(node)));
+                        if let Some(sf) = stripe {
+                            striped.push((c, child_rel.clone(), sf));
+                        }
                     }
                 } else {
                     let (t, k) = on[0];
@@ -140,7 +146,133 @@ impl TierFs {
                 }
             }
         }
+        self.settle_stripes(&mut tree, striped);
         Ok(())
+    }
+
+    /// After the walk: puts striped files split over several paths back together (see
+    /// `layout::plan_rejoin`), then recreates the pieces still missing, empty.
+    ///
+    /// A missing piece is not recreated before the whole tree is known: the piece may sit
+    /// at another path (a rename that reached only some tiers), and an empty piece made in
+    /// its place would hide the split for good, each half reading zeros where the other
+    /// holds the bytes.
+    fn settle_stripes(&self, tree: &mut Tree, mut found: Vec<(u64, PathBuf, StripeFound)>) {
+        let mut by_id: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+        for (i, (_, _, sf)) in found.iter().enumerate() {
+            if let (Some(id), false) = (sf.id, sf.missing.is_empty()) {
+                by_id.entry(id).or_default().push(i);
+            }
+        }
+        for idxs in by_id.values().filter(|v| v.len() > 1) {
+            let layouts: Vec<FileLayout> = idxs
+                .iter()
+                .filter_map(|i| match &tree.nodes.get(&found[*i].0)?.data {
+                    NodeData::File(f) => Some(f.layout()),
+                    _ => None,
+                })
+                .collect();
+            let (Some(FileLayout::Stripe(m)), true) =
+                (layouts.first(), layouts.len() == idxs.len())
+            else {
+                continue;
+            };
+            if layouts.iter().any(|l| *l != layouts[0]) {
+                continue;
+            }
+            let parts: Vec<crate::layout::Part> = idxs
+                .iter()
+                .map(|i| crate::layout::Part {
+                    rel: found[*i].1.clone(),
+                    tiers: m
+                        .tiers
+                        .iter()
+                        .copied()
+                        .filter(|t| !self.tiers[*t].missing && !found[*i].2.missing.contains(t))
+                        .collect(),
+                })
+                .collect();
+            let Some((keep, moves)) = crate::layout::plan_rejoin(m, &parts) else {
+                continue;
+            };
+            let mut gave: Vec<Vec<usize>> = vec![Vec::new(); parts.len()];
+            for (from, t) in moves {
+                let src = self.tiers[t].path(&parts[from].rel);
+                let dst = self.tiers[t].path(&parts[keep].rel);
+                match sys::rename2(&src, &dst, libc::RENAME_NOREPLACE) {
+                    Ok(()) => {
+                        log::warn!(
+                            "/{}: its piece on tier '{}' was at /{} (a rename that did not \
+                             reach every tier split the file); moved back",
+                            parts[keep].rel.display(),
+                            self.tiers[t].name,
+                            parts[from].rel.display()
+                        );
+                        found[idxs[keep]].2.missing.retain(|x| *x != t);
+                        gave[from].push(t);
+                    }
+                    Err(e) => log::error!(
+                        "/{}: cannot move its piece on tier '{}' back from /{}: {e}",
+                        parts[keep].rel.display(),
+                        self.tiers[t].name,
+                        parts[from].rel.display()
+                    ),
+                }
+            }
+            // The kept file's size now counts the pieces it got back.
+            let kept = found[idxs[keep]].0;
+            if let Some(NodeData::File(f)) = tree.nodes.get(&kept).map(|n| &n.data) {
+                let size = m
+                    .tiers
+                    .iter()
+                    .filter_map(|t| {
+                        let p = self.tiers[*t].path(&parts[keep].rel);
+                        Some(m.logical_end(*t, fs::symlink_metadata(p).ok()?.len()))
+                    })
+                    .max()
+                    .unwrap_or(0);
+                let old = f.size.swap(size, Ordering::AcqRel);
+                self.account_resize(&FileLayout::Stripe(m.clone()), old, size);
+            }
+            // A half that gave away every piece it had is gone.
+            for (p, given) in gave.iter().enumerate() {
+                if p == keep || given.is_empty() || given.len() < parts[p].tiers.len() {
+                    continue;
+                }
+                let ino = found[idxs[p]].0;
+                if let Some(n) = tree.nodes.remove(&ino) {
+                    if let Ok(c) = tree.children_mut(n.parent) {
+                        c.remove(&n.name);
+                    }
+                    if let NodeData::File(f) = &n.data {
+                        self.account_resize(&f.layout(), f.size(), 0);
+                        for t in f.layout().tiers() {
+                            let _ = self.tiers[t].counters.files.fetch_update(
+                                Ordering::Relaxed,
+                                Ordering::Relaxed,
+                                |v| Some(v.saturating_sub(1)),
+                            );
+                        }
+                    }
+                }
+                found[idxs[p]].2.missing.clear();
+            }
+        }
+        for (_, rel, sf) in &found {
+            for t in &sf.missing {
+                let p = self.tiers[*t].path(rel);
+                log::error!(
+                    "{}: stripe piece missing; its stripes read as zeros (`tierfs fsck` \
+                     lists such files)",
+                    p.display()
+                );
+                // The piece carries the layout like every other, or the next mount
+                // would take it for a whole file of its own.
+                if fs::File::create(&p).is_ok() {
+                    let _ = sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), sf.encoded.as_bytes(), 0);
+                }
+            }
+        }
     }
 
     /// Renames a conflicting backing entry out of the way (kept, visible, never deleted).
@@ -148,20 +280,12 @@ impl TierFs {
         let from = self.tiers[tier].path(rel);
         // Never replace an earlier conflict copy: take the first free name.
         for n in 1..1000 {
-            let mut suffix = format!(".tierfs-conflict-{}", self.tiers[tier].name);
-            if n > 1 {
-                suffix.push_str(&format!("-{n}"));
-            }
-            let with_suffix = |p: &Path| {
-                let mut p = p.as_os_str().to_os_string();
-                p.push(&suffix);
-                PathBuf::from(p)
-            };
-            let to = with_suffix(&from);
+            let to_rel = crate::layout::conflict_path(rel, &self.tiers[tier].name, n);
+            let to = self.tiers[tier].path(&to_rel);
             match sys::rename2(&from, &to, libc::RENAME_NOREPLACE) {
                 Ok(()) => {
                     log::warn!("{}: {why}; renamed to {}", from.display(), to.display());
-                    self.aside.lock().push((with_suffix(rel), tier));
+                    self.aside.lock().push((to_rel, tier));
                     return;
                 }
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
@@ -177,15 +301,29 @@ impl TierFs {
         );
     }
 
-    /// Works out the layout and size of a file whose pieces were found on `on` tiers.
-    pub(super) fn adopt_file(&self, rel: &Path, on: &[usize]) -> Option<(FileLayout, u64)> {
+    /// Works out the layout and size of a file whose pieces were found on `on` tiers; for a
+    /// striped file also its id and the pieces missing on tiers of this mount (which
+    /// [`TierFs::settle_stripes`] looks for elsewhere before it recreates them).
+    pub(super) fn adopt_file(
+        &self,
+        rel: &Path,
+        on: &[usize],
+    ) -> Option<(FileLayout, u64, Option<StripeFound>)> {
         let n = self.tiers.len();
         let mut layouts = Vec::new();
         // Pieces with no layout xattr at all.
         let mut bare = Vec::new();
+        // The raw xattr of each piece.
+        let mut raw = Vec::new();
         for &t in on {
             let p = self.tiers[t].path(rel);
-            let l = match sys::lgetxattr(&p, OsStr::new(LAYOUT_XATTR)) {
+            let x = sys::lgetxattr(&p, OsStr::new(LAYOUT_XATTR));
+            raw.push(
+                x.as_ref()
+                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                    .unwrap_or_default(),
+            );
+            let l = match x {
                 Ok(v) => match FileLayout::decode(&String::from_utf8_lossy(&v), n) {
                     Ok(l) => l,
                     Err(e) => {
@@ -200,22 +338,27 @@ impl TierFs {
             };
             let len = fs::symlink_metadata(&p).map(|m| m.len()).unwrap_or(0);
             layouts.push((t, l, len));
-            bare.push(sys::lgetxattr(&p, OsStr::new(LAYOUT_XATTR)).is_err());
+            bare.push(raw.last().is_some_and(|r| r.is_empty()));
         }
-        if let Some((_, FileLayout::Stripe(m), _)) = layouts
+        if let Some((first, (_, FileLayout::Stripe(m), _))) = layouts
             .iter()
-            .find(|(_, l, _)| matches!(l, FileLayout::Stripe(_)))
+            .enumerate()
+            .find(|(_, (_, l, _))| matches!(l, FileLayout::Stripe(_)))
         {
             let m = m.clone();
+            // Every piece of the file carries this text, id included.
+            let encoded = raw[first].clone();
+            let id = crate::layout::decode_id(&encoded);
             let mut size = 0;
+            let mut have = Vec::new();
             for (i, (t, l, len)) in layouts.iter().enumerate() {
                 // Creation writes each piece's xattr before the file takes any data, so an
                 // empty piece without one, on a tier of the pattern, is this file's piece
                 // from a creation a crash interrupted: claim it.
                 if bare[i] && *len == 0 && m.tiers.contains(t) {
                     let p = self.tiers[*t].path(rel);
-                    let encoded = FileLayout::Stripe(m.clone()).encode();
                     if sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0).is_ok() {
+                        have.push(*t);
                         log::info!(
                             "{}: empty piece of an interrupted creation, adopted",
                             p.display()
@@ -223,7 +366,10 @@ impl TierFs {
                         continue;
                     }
                 }
-                if !m.tiers.contains(t) || *l != FileLayout::Stripe(m.clone()) {
+                if !m.tiers.contains(t)
+                    || *l != FileLayout::Stripe(m.clone())
+                    || crate::layout::decode_id(&raw[i]) != id
+                {
                     self.set_aside(
                         *t,
                         rel,
@@ -231,8 +377,10 @@ impl TierFs {
                     );
                     continue;
                 }
+                have.push(*t);
                 size = size.max(m.logical_end(*t, *len));
             }
+            let mut missing = Vec::new();
             for t in &m.tiers {
                 if self.tiers[*t].missing {
                     log::warn!(
@@ -247,25 +395,16 @@ impl TierFs {
                     );
                     continue;
                 }
-                let p = self.tiers[*t].path(rel);
-                if !p.exists() {
-                    log::warn!(
-                        "{}: stripe piece missing; its stripes read as zeros",
-                        p.display()
-                    );
-                    // The piece carries the layout like every other, or the next mount
-                    // would take it for a whole file of its own.
-                    if fs::File::create(&p).is_ok() {
-                        let _ = sys::lsetxattr(
-                            &p,
-                            OsStr::new(LAYOUT_XATTR),
-                            FileLayout::Stripe(m.clone()).encode().as_bytes(),
-                            0,
-                        );
-                    }
+                if !have.contains(t) && !self.tiers[*t].path(rel).exists() {
+                    missing.push(*t);
                 }
             }
-            return Some((FileLayout::Stripe(m), size));
+            let found = StripeFound {
+                id,
+                encoded,
+                missing,
+            };
+            return Some((FileLayout::Stripe(m), size, Some(found)));
         }
         // Whole files: one copy is the rule; two mean a move or a cross-tier rename was
         // interrupted. Keep the newest; an identical older copy is dropped, a different one
@@ -298,8 +437,18 @@ impl TierFs {
                 );
             }
         }
-        Some((FileLayout::Whole { tier: newest.0 }, newest.2))
+        Some((FileLayout::Whole { tier: newest.0 }, newest.2, None))
     }
+}
+
+/// A striped file as the scan found it (see [`TierFs::adopt_file`]).
+pub(super) struct StripeFound {
+    /// The id its pieces carry (none for pieces made before ids existed).
+    id: Option<u64>,
+    /// Its layout xattr, id included: what a recreated piece gets.
+    encoded: String,
+    /// Tiers of this mount on which its piece is missing.
+    missing: Vec<usize>,
 }
 
 fn files_equal(a: &Path, b: &Path) -> bool {

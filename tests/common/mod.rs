@@ -907,3 +907,62 @@ pub fn as_user(user: &str, cmd: &str) -> Output {
         .output()
         .unwrap()
 }
+
+/// A tmpfs mounted at a tier folder, unmounted on drop.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    pub fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let st = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount -t tmpfs at {}", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+
+    /// Fills the tmpfs with a file outside tierfs's folders until ENOSPC.
+    pub fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let p = self.0.join("filler");
+        let mut f = std::fs::File::create(&p).unwrap();
+        let chunk = vec![0xAAu8; 256 << 10];
+        loop {
+            match f.write(&chunk) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    assert_eq!(errno(&e), libc::ENOSPC, "filling the tmpfs: {e}");
+                    break;
+                }
+            }
+        }
+        p
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.0)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+pub fn tmpfs_possible() -> bool {
+    if !fuse_available() {
+        return false;
+    }
+    if !is_root() {
+        eprintln!("SKIP: a real ENOSPC needs a small tmpfs tier, and mounting one needs root");
+        return false;
+    }
+    true
+}

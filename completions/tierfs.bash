@@ -34,6 +34,9 @@ _tierfs() {
             tierfs,help)
                 cmd="tierfs__subcmd__help"
                 ;;
+            tierfs,man)
+                cmd="tierfs__subcmd__man"
+                ;;
             tierfs,mount)
                 cmd="tierfs__subcmd__mount"
                 ;;
@@ -70,6 +73,9 @@ _tierfs() {
             tierfs__subcmd__help,help)
                 cmd="tierfs__subcmd__help__subcmd__help"
                 ;;
+            tierfs__subcmd__help,man)
+                cmd="tierfs__subcmd__help__subcmd__man"
+                ;;
             tierfs__subcmd__help,mount)
                 cmd="tierfs__subcmd__help__subcmd__mount"
                 ;;
@@ -95,7 +101,7 @@ _tierfs() {
 
     case "${cmd}" in
         tierfs)
-            opts="-h -V --help --version mount unmount probe check-config stat ds-config record plot fsck export completions help"
+            opts="-h -V --help --version mount unmount probe check-config stat ds-config record plot fsck export man completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -203,7 +209,7 @@ _tierfs() {
             return 0
             ;;
         tierfs__subcmd__help)
-            opts="mount unmount probe check-config stat ds-config record plot fsck export completions help"
+            opts="mount unmount probe check-config stat ds-config record plot fsck export man completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -287,6 +293,20 @@ _tierfs() {
             return 0
             ;;
         tierfs__subcmd__help__subcmd__help)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tierfs__subcmd__help__subcmd__man)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -384,8 +404,26 @@ _tierfs() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        tierfs__subcmd__man)
+            opts="-h --dir --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         tierfs__subcmd__mount)
-            opts="-c -f -h --config --foreground --force --reprobe --degraded --help"
+            opts="-c -f -h --config --foreground --force --reprobe --degraded --break-lock --scratch --no-scratch --allow-other --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -501,7 +539,7 @@ _tierfs() {
             return 0
             ;;
         tierfs__subcmd__stat)
-            opts="-h --json --watch --count --stats-dir --help"
+            opts="-h --json --watch --count --prom --label --out --stats-dir --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -512,6 +550,14 @@ _tierfs() {
                     return 0
                     ;;
                 --count)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --label)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --out)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

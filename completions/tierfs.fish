@@ -24,7 +24,7 @@ function __fish_tierfs_using_subcommand
     contains -- $cmd[1] $argv
 end
 
-complete -c tierfs -n "__fish_tierfs_needs_command" -s h -l help -d 'Print help'
+complete -c tierfs -n "__fish_tierfs_needs_command" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c tierfs -n "__fish_tierfs_needs_command" -s V -l version -d 'Print version'
 complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "mount" -d 'Mount the tiers of a config at MOUNTPOINT; returns once the mount answers'
 complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "unmount" -d 'Unmount and wait until the daemon has exited'
@@ -36,6 +36,7 @@ complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "record" -d 'Sample a 
 complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "plot" -d 'Draw a recording as a PNG: per-tier read and write MB/s and shares over time'
 complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "fsck" -d 'Check the tier folders offline: every file\'s pieces agree; --repair fixes what is safe'
 complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "export" -d 'Copy every file out of the tiers into a plain folder, without FUSE'
+complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "man" -d 'Print the manual page, or write one page per command into a folder'
 complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s c -l config -d 'The TOML config naming the tiers' -r -F
@@ -43,6 +44,10 @@ complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s f -l foreground 
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l force -d 'Clear a dead tierfs mount left at MOUNTPOINT by a killed daemon'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l reprobe -d 'Measure tiers again even where a probe result is cached'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l degraded -d 'Mount even if a tier (not the first) is missing or unusable: it is left out, files with pieces on it answer EIO (also `degraded = true` under [mount])'
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l break-lock -d 'Take over tier locks that a daemon on another host holds, as their lock files say (only when that daemon is surely gone: its node crashed or was rebooted)'
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l scratch -d 'Scratch data: unmounting discards it and removes the tier folders and the mountpoint (also `scratch = true` under [mount])'
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l no-scratch -d 'Keep the data at unmount even if the config says `scratch = true`'
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l allow-other -d 'Let other users in (also `allow_other = true` under [mount]; a non-root user needs `user_allow_other` in /etc/fuse.conf)'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s h -l help -d 'Print help'
 complete -c tierfs -n "__fish_tierfs_using_subcommand unmount" -l stats-dir -d 'Name of the stats folder if the config changed it' -r
 complete -c tierfs -n "__fish_tierfs_using_subcommand unmount" -s h -l help -d 'Print help'
@@ -55,8 +60,11 @@ complete -c tierfs -n "__fish_tierfs_using_subcommand probe" -s h -l help -d 'Pr
 complete -c tierfs -n "__fish_tierfs_using_subcommand check-config" -s h -l help -d 'Print help'
 complete -c tierfs -n "__fish_tierfs_using_subcommand stat" -l watch -d 'Redraw rates every SECS seconds (e.g. 1 or 0.5) until Ctrl-C' -r
 complete -c tierfs -n "__fish_tierfs_using_subcommand stat" -l count -d 'With --watch: stop after N intervals' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand stat" -l label -d 'With --prom: one more label on every sample, NAME=VALUE (repeatable), e.g. --label job=$SLURM_JOB_ID' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand stat" -l out -d 'Write to FILE instead of stdout: a temporary file renamed over FILE, mode 0644 (for node_exporter\'s textfile collector)' -r -F
 complete -c tierfs -n "__fish_tierfs_using_subcommand stat" -l stats-dir -d 'Name of the stats folder if the config changed it' -r
 complete -c tierfs -n "__fish_tierfs_using_subcommand stat" -l json -d 'Print the raw stats.json'
+complete -c tierfs -n "__fish_tierfs_using_subcommand stat" -l prom -d 'Print the metrics in the Prometheus text format (the mount\'s .tierfs/metrics), every sample labelled mountpoint="MOUNTPOINT"'
 complete -c tierfs -n "__fish_tierfs_using_subcommand stat" -s h -l help -d 'Print help'
 complete -c tierfs -n "__fish_tierfs_using_subcommand ds-config" -l ranks -d 'Ranks per node sharing the mount (default: $LOCAL_WORLD_SIZE, $SLURM_NTASKS_PER_NODE, ... or the GPUs in /dev, else 1)' -r
 complete -c tierfs -n "__fish_tierfs_using_subcommand ds-config" -l stats-dir -d 'Name of the stats folder if the config changed it' -r
@@ -77,16 +85,19 @@ complete -c tierfs -n "__fish_tierfs_using_subcommand fsck" -s h -l help -d 'Pri
 complete -c tierfs -n "__fish_tierfs_using_subcommand export" -s c -l config -d 'The TOML config naming the tiers' -r -F
 complete -c tierfs -n "__fish_tierfs_using_subcommand export" -l force -d 'Export into a non-empty DEST, replacing files of the same names'
 complete -c tierfs -n "__fish_tierfs_using_subcommand export" -s h -l help -d 'Print help'
+complete -c tierfs -n "__fish_tierfs_using_subcommand man" -l dir -d 'Write tierfs.1 and tierfs-COMMAND.1 for every command into DIR (created if missing) instead of printing tierfs.1' -r -F
+complete -c tierfs -n "__fish_tierfs_using_subcommand man" -s h -l help -d 'Print help'
 complete -c tierfs -n "__fish_tierfs_using_subcommand completions" -s h -l help -d 'Print help'
-complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export completions help" -f -a "mount" -d 'Mount the tiers of a config at MOUNTPOINT; returns once the mount answers'
-complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export completions help" -f -a "unmount" -d 'Unmount and wait until the daemon has exited'
-complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export completions help" -f -a "probe" -d 'Measure sequential read and write bandwidth (O_DIRECT, 1 MiB, queue depth 8)'
-complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export completions help" -f -a "check-config" -d 'Validate a config and say what mounting it would do'
-complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export completions help" -f -a "stat" -d 'Show a mount\'s per-tier statistics, once or live'
-complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export completions help" -f -a "ds-config" -d 'Print DeepSpeed offload and aio settings chosen for this mount (JSON on stdout, reasons on stderr)'
-complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export completions help" -f -a "record" -d 'Sample a mount\'s stats periodically into a JSON-lines or CSV file'
-complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export completions help" -f -a "plot" -d 'Draw a recording as a PNG: per-tier read and write MB/s and shares over time'
-complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export completions help" -f -a "fsck" -d 'Check the tier folders offline: every file\'s pieces agree; --repair fixes what is safe'
-complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export completions help" -f -a "export" -d 'Copy every file out of the tiers into a plain folder, without FUSE'
-complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export man completions help" -f -a "mount" -d 'Mount the tiers of a config at MOUNTPOINT; returns once the mount answers'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export man completions help" -f -a "unmount" -d 'Unmount and wait until the daemon has exited'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export man completions help" -f -a "probe" -d 'Measure sequential read and write bandwidth (O_DIRECT, 1 MiB, queue depth 8)'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export man completions help" -f -a "check-config" -d 'Validate a config and say what mounting it would do'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export man completions help" -f -a "stat" -d 'Show a mount\'s per-tier statistics, once or live'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export man completions help" -f -a "ds-config" -d 'Print DeepSpeed offload and aio settings chosen for this mount (JSON on stdout, reasons on stderr)'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export man completions help" -f -a "record" -d 'Sample a mount\'s stats periodically into a JSON-lines or CSV file'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export man completions help" -f -a "plot" -d 'Draw a recording as a PNG: per-tier read and write MB/s and shares over time'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export man completions help" -f -a "fsck" -d 'Check the tier folders offline: every file\'s pieces agree; --repair fixes what is safe'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export man completions help" -f -a "export" -d 'Copy every file out of the tiers into a plain folder, without FUSE'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export man completions help" -f -a "man" -d 'Print the manual page, or write one page per command into a folder'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export man completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c tierfs -n "__fish_tierfs_using_subcommand help; and not __fish_seen_subcommand_from mount unmount probe check-config stat ds-config record plot fsck export man completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -10,12 +10,21 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// `tierfs --version`: the crate version and the commit it was built from (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("TIERFS_GIT_COMMIT"),
+    ")"
+);
+
 #[derive(Debug, Parser)]
 #[command(
     name = "tierfs",
-    version,
+    version = VERSION,
     about = "Pool node-local NVMe and a parallel file system into one bandwidth-aware tier for DeepSpeed swap files",
-    after_help = "Examples:\n  tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo\n  tierfs ds-config /tmp/tierfs-demo --ranks 4 > ds-offload.json\n  tierfs stat /tmp/tierfs-demo --watch 1\n  tierfs record /tmp/tierfs-demo --out run.jsonl --interval 1\n  tierfs plot run.jsonl --out run.png\n  tierfs unmount /tmp/tierfs-demo\n\nExit status: 0 ok, 2 bad usage or config, 1 runtime failure.\nEvery mount serves its stats under MOUNTPOINT/.tierfs/ (tiers, files, config, stats.json, metrics)."
+    long_about = "Pool node-local NVMe and a parallel file system into one bandwidth-aware tier for DeepSpeed swap files.\n\ntierfs is a FUSE file system over tier folders: a node's NVMe drives and a folder on the cluster's parallel file system (Lustre, GPFS, VAST, NFS). Each tier gets a share of every file in proportion to its bandwidth, measured or given in the config, so all tiers work at once. Mount it once per node before training and set DeepSpeed ZeRO-Infinity's nvme_path to the mountpoint; unmodified DeepSpeed then swaps through every tier.",
+    after_help = "Examples:\n  tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo-$USER\n  tierfs ds-config /tmp/tierfs-demo-$USER --ranks 4 > ds-offload.json\n  tierfs stat /tmp/tierfs-demo-$USER --watch 1\n  tierfs record /tmp/tierfs-demo-$USER --out run.jsonl --interval 1\n  tierfs plot run.jsonl --out run.png\n  tierfs unmount /tmp/tierfs-demo-$USER\n\nExit status: 0 ok, 2 bad usage or config, 1 runtime failure.\nEvery mount serves its stats under MOUNTPOINT/.tierfs/ (tiers, files, config, stats.json, metrics)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -26,7 +35,7 @@ pub struct Cli {
 pub enum Cmd {
     /// Mount the tiers of a config at MOUNTPOINT; returns once the mount answers.
     #[command(
-        after_help = "Examples:\n  mkdir -p /tmp/tierfs-demo && tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo\n  tierfs mount --force --config node.toml /local/tierfs     # after a job died: clear the dead mount\n  tierfs mount --foreground --config node.toml /local/tierfs  # stay attached (batch job steps)\n\nThe daemon goes to the background once the mount answers; it logs to the config's\nlog_file or <first tier>/.tierfs-meta/daemon.log. A second daemon on the same tier\nfolders is refused."
+        after_help = "Examples:\n  mkdir -p /tmp/tierfs-demo-$USER && tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo-$USER\n  tierfs mount --force --config node.toml /local/tierfs     # after a job died: clear the dead mount\n  tierfs mount --foreground --config node.toml /local/tierfs  # stay attached (batch job steps)\n  tierfs mount --scratch --config job.toml /local/tierfs-$SLURM_JOB_ID  # swap files: gone at unmount\n  mount -t fuse.tierfs -o allow_other node.toml /local/tierfs   # through mount(8) (see man tierfs)\n\nThe daemon goes to the background once the mount answers; it logs to the config's\nlog_file or <first tier>/.tierfs-meta/daemon.log. On SIGTERM it unmounts itself\n(scratch: and removes the tier folders). A second daemon on the same tier folders is\nrefused; a lock left by a killed daemon of this host is taken over."
     )]
     Mount {
         /// The TOML config naming the tiers.
@@ -47,10 +56,25 @@ pub enum Cmd {
         /// files with pieces on it answer EIO (also `degraded = true` under [mount]).
         #[arg(long)]
         degraded: bool,
+        /// Take over tier locks that a daemon on another host holds, as their lock files
+        /// say (only when that daemon is surely gone: its node crashed or was rebooted).
+        #[arg(long)]
+        break_lock: bool,
+        /// Scratch data: unmounting discards it and removes the tier folders and the
+        /// mountpoint (also `scratch = true` under [mount]).
+        #[arg(long, conflicts_with = "no_scratch")]
+        scratch: bool,
+        /// Keep the data at unmount even if the config says `scratch = true`.
+        #[arg(long)]
+        no_scratch: bool,
+        /// Let other users in (also `allow_other = true` under [mount]; a non-root user
+        /// needs `user_allow_other` in /etc/fuse.conf).
+        #[arg(long)]
+        allow_other: bool,
     },
     /// Unmount and wait until the daemon has exited.
     #[command(
-        after_help = "Example:\n  tierfs unmount /tmp/tierfs-demo\n\nA plain `umount` or `fusermount3 -u` is also safe. A dead mount (daemon killed)\nis cleared with `fusermount3 -uz MOUNTPOINT` or `tierfs mount --force ...`.\nExits 1 naming the files when the daemon could not write cached data back\n(a plain umount leaves that in the daemon's log)."
+        after_help = "Example:\n  tierfs unmount /tmp/tierfs-demo-$USER\n\nA plain `umount` or `fusermount3 -u` is also safe. A dead mount (daemon killed)\nis cleared too (also `fusermount3 -uz MOUNTPOINT` or `tierfs mount --force ...`).\nRoot can unmount any user's tierfs mount (an epilog): mounts are found in\n/proc/self/mountinfo, and the daemon is waited for as the mount's owner sees it.\nExits 1 naming the files when the daemon could not write cached data back\n(a plain umount leaves that in the daemon's log)."
     )]
     Unmount {
         /// The tierfs mountpoint.
@@ -95,7 +119,7 @@ pub enum Cmd {
     },
     /// Show a mount's per-tier statistics, once or live.
     #[command(
-        after_help = "Examples:\n  tierfs stat /tmp/tierfs-demo                 # per-tier table\n  tierfs stat /tmp/tierfs-demo --json          # the raw stats.json\n  tierfs stat /tmp/tierfs-demo --watch 1       # live, like iostat -x; Ctrl-C to stop\n  tierfs stat /tmp/tierfs-demo --watch 0.5 --count 10\n\nWith --watch: r/s w/s are backing requests per second, rMB/s wMB/s the bytes through\nthe daemon (MB = 10^6), dev_rMB/s dev_wMB/s the tier's block device (passthrough I/O\nshows only there; '-' without a block device), INFL requests in flight, WAIT requests\nwaiting in the tier's admission queue, PT passthrough files open, SHARE the Eq. 1\nshare, ERR errors in the interval."
+        after_help = "Examples:\n  tierfs stat /tmp/tierfs-demo-$USER                 # per-tier table\n  tierfs stat /tmp/tierfs-demo-$USER --json          # the raw stats.json\n  tierfs stat /tmp/tierfs-demo-$USER --watch 1       # live, like iostat -x; Ctrl-C to stop\n  tierfs stat /tmp/tierfs-demo-$USER --watch 0.5 --count 10\n  tierfs stat /tmp/tierfs-demo-$USER --prom --out /var/lib/node_exporter/tierfs/tierfs-$USER.prom\n\nWith --watch: r/s w/s are backing requests per second, rMB/s wMB/s the bytes through\nthe daemon (MB = 10^6), dev_rMB/s dev_wMB/s the tier's block device (passthrough I/O\nshows only there; '-' without a block device), INFL requests in flight, WAIT requests\nwaiting in the tier's admission queue, PT passthrough files open, SHARE the Eq. 1\nshare, ERR errors in the interval."
     )]
     Stat {
         /// The tierfs mountpoint.
@@ -109,6 +133,18 @@ pub enum Cmd {
         /// With --watch: stop after N intervals.
         #[arg(long, value_name = "N", requires = "watch", value_parser = clap::value_parser!(u64).range(1..))]
         count: Option<u64>,
+        /// Print the metrics in the Prometheus text format (the mount's .tierfs/metrics),
+        /// every sample labelled mountpoint="MOUNTPOINT".
+        #[arg(long, conflicts_with_all = ["json", "watch"])]
+        prom: bool,
+        /// With --prom: one more label on every sample, NAME=VALUE (repeatable), e.g.
+        /// --label job=$SLURM_JOB_ID.
+        #[arg(long, value_name = "NAME=VALUE", requires = "prom", value_parser = crate::prom::parse_label)]
+        label: Vec<(String, String)>,
+        /// Write to FILE instead of stdout: a temporary file renamed over FILE, mode 0644
+        /// (for node_exporter's textfile collector).
+        #[arg(long, value_name = "FILE", conflicts_with = "watch")]
+        out: Option<PathBuf>,
         /// Name of the stats folder if the config changed it.
         #[arg(long, default_value = ".tierfs")]
         stats_dir: String,
@@ -192,6 +228,16 @@ pub enum Cmd {
         #[arg(long)]
         force: bool,
     },
+    /// Print the manual page, or write one page per command into a folder.
+    #[command(
+        after_help = "Examples:\n  tierfs man | man -l -                              # read it now\n  tierfs man --dir ~/.local/share/man/man1           # install for yourself, then: man tierfs\n  sudo tierfs man --dir /usr/local/share/man/man1    # install for everyone\n\nThe pages are made from the same definitions as --help, so they match this binary.\ntierfs.1 lists every command and covers the mount helper (mount -t fuse.tierfs,\nfstab), the environment and the exit status; --dir adds tierfs-COMMAND.1 pages."
+    )]
+    Man {
+        /// Write tierfs.1 and tierfs-COMMAND.1 for every command into DIR (created if
+        /// missing) instead of printing tierfs.1.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Print a shell completion script.
     #[command(
         after_help = "Examples:\n  tierfs completions bash > ~/.local/share/bash-completion/completions/tierfs\n  tierfs completions zsh > ~/.zfunc/_tierfs     # with fpath+=(~/.zfunc) before compinit\n  tierfs completions fish > ~/.config/fish/completions/tierfs.fish\n\nThe same scripts are shipped in completions/."
@@ -214,7 +260,19 @@ fn parse_secs(s: &str) -> Result<f64, String> {
 
 /// Runs the command line; returns the process exit code.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let commands: Vec<String> = {
+        use clap::CommandFactory;
+        Cli::command()
+            .get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .collect()
+    };
+    let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
+    if crate::mount_helper::is_helper_call(&args, &commands) {
+        return crate::mount_helper::run(&args);
+    }
+    let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
@@ -239,6 +297,10 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             force,
             reprobe,
             degraded,
+            break_lock,
+            scratch,
+            no_scratch,
+            allow_other,
         } => daemon::mount(&MountOptions {
             config,
             mountpoint,
@@ -246,6 +308,13 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             force,
             reprobe,
             degraded,
+            break_lock,
+            scratch: match (scratch, no_scratch) {
+                (true, _) => Some(true),
+                (_, true) => Some(false),
+                _ => None,
+            },
+            allow_other,
         }),
         Cmd::Unmount {
             mountpoint,
@@ -265,26 +334,48 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             json,
             watch,
             count,
+            prom,
+            label,
+            out,
             stats_dir,
         } => {
             if let Some(secs) = watch {
                 return run_watch(&mountpoint, &stats_dir, secs, count);
             }
-            let path = mountpoint.join(&stats_dir).join("stats.json");
-            if json {
-                let s = std::fs::read_to_string(&path).map_err(|e| {
+            let read = |name: &str| {
+                let path = mountpoint.join(&stats_dir).join(name);
+                std::fs::read_to_string(&path).map_err(|e| {
                     Failure::runtime(format!(
                         "{}: {e} (is {} a tierfs mount?)",
                         path.display(),
                         mountpoint.display()
                     ))
-                })?;
-                print!("{s}");
-                return Ok(());
+                })
+            };
+            let text = if json {
+                read("stats.json")?
+            } else if prom {
+                let abs = std::path::absolute(&mountpoint).unwrap_or(mountpoint.clone());
+                let mut labels = vec![("mountpoint".to_string(), abs.display().to_string())];
+                if let Some((n, _)) = label.iter().find(|(n, _)| n == "mountpoint") {
+                    return Err(Failure::usage(format!(
+                        "--label {n}=...: every sample already has the label {n}; choose another name"
+                    )));
+                }
+                labels.extend(label);
+                crate::prom::add_labels(&read("metrics")?, &labels)
+                    .map_err(|e| Failure::runtime(format!("{}: {e}", mountpoint.display())))?
+            } else {
+                crate::stats::tiers_table(&read_snapshot(&mountpoint, &stats_dir)?)
+            };
+            match out {
+                Some(p) => crate::prom::write_atomic(&p, text.as_bytes())
+                    .map_err(|e| Failure::runtime(format!("{}: {e}", p.display()))),
+                None => {
+                    print!("{text}");
+                    Ok(())
+                }
             }
-            let snap = read_snapshot(&mountpoint, &stats_dir)?;
-            print!("{}", crate::stats::tiers_table(&snap));
-            Ok(())
         }
         Cmd::DsConfig {
             mountpoint,
@@ -306,6 +397,24 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             dest,
             force,
         } => crate::export::run_export(&config, &dest, force),
+        Cmd::Man { dir } => match dir {
+            Some(d) => {
+                let files = crate::manpage::write_all(&d)
+                    .map_err(|e| Failure::runtime(format!("{}: {e}", d.display())))?;
+                eprintln!(
+                    "tierfs: wrote {} manual pages into {} (man tierfs)",
+                    files.len(),
+                    d.display()
+                );
+                Ok(())
+            }
+            None => {
+                let mut page = Vec::new();
+                crate::manpage::render_main(&mut page)
+                    .and_then(|()| std::io::stdout().write_all(&page))
+                    .map_err(|e| Failure::runtime(format!("stdout: {e}")))
+            }
+        },
         Cmd::Completions { shell } => {
             print_completions(shell, &mut std::io::stdout());
             Ok(())
@@ -608,6 +717,9 @@ fn check_config(path: &Path, mountpoint: Option<&Path>) -> Result<(), Failure> {
         );
     }
     println!("layout {}", cfg.placement.layout.as_str());
+    if cfg.mount.scratch {
+        println!("scratch: unmounting discards the data and removes the tier folders");
+    }
     if problems.is_empty() {
         println!("{}: ok", path.display());
         Ok(())

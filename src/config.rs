@@ -4,7 +4,7 @@
 //! Two stages, as in ripgrep's low-level/high-level arguments: the `Raw*` structs mirror the
 //! file exactly (`deny_unknown_fields`, so a misspelt key is an error rather than a silently
 //! ignored default) and keep sizes and bandwidths as the strings the user wrote; validation
-//! then turns them into numbers, expands `${HOSTNAME}`, `${USER}` and `${HOME}`, fills in the
+//! then turns them into numbers, expands `${NAME}` in paths, fills in the
 //! defaults and checks everything it can without touching the disk. Every problem found is
 //! reported at once, one line each, naming the file, the key (`tier[1].write_bandwidth`) and
 //! the fix. [`MountConfig::prepare_tier_dirs`] is the separate, disk-touching step run just
@@ -15,7 +15,7 @@
 //! ```toml
 //! [[tier]]                            # one or more, fastest first is customary
 //! name = "nvme"                       # [A-Za-z0-9_.-]{1,32}, unique
-//! path = "/local/scratch/tierfs"      # absolute; ${HOSTNAME} ${USER} ${HOME} expand
+//! path = "/local/scratch/tierfs"      # absolute; ${NAME} expands (any environment variable)
 //! create = true                       # default false: create the last path component
 //! write_bandwidth = "2GB/s"           # default: probed at mount
 //! read_bandwidth = "3GB/s"            # default: probed at mount
@@ -35,6 +35,7 @@
 //! passthrough = "auto"                # "auto" | "direct" | "off": kernel passthrough for whole files
 //! degraded = false                    # mount without a tier whose folder is missing or unusable
 //! transport = "auto"                  # "auto" | "uring" | "dev": FUSE over io_uring or /dev/fuse
+//! scratch = false                     # unmount discards the data and removes the tier folders
 //! ```
 
 use std::ffi::{CStr, CString};
@@ -129,6 +130,9 @@ pub struct MountSection {
     pub degraded: bool,
     /// How batches of backing requests are issued. Default `io_uring`.
     pub engine: EngineKind,
+    /// The data is scratch (swap files): unmount discards it, dirty cache and unfinished
+    /// moves included, and removes the tier folders. Default `false`.
+    pub scratch: bool,
     /// How requests travel between the kernel and the daemon. Default `auto`.
     pub transport: Transport,
 }
@@ -302,6 +306,7 @@ impl Default for MountSection {
             engine: EngineKind::IoUring,
             transport: Transport::Auto,
             degraded: false,
+            scratch: false,
         }
     }
 }
@@ -369,6 +374,8 @@ struct RawMount {
     degraded: bool,
     engine: Option<String>,
     transport: Option<String>,
+    #[serde(default)]
+    scratch: bool,
 }
 
 /// A size or bandwidth as written: a string (`"1MiB"`), or a bare number (`capacity = 4096`),
@@ -492,8 +499,8 @@ fn overlap(path: &Path, name: &str, j: usize, other: &TierConfig) -> Option<Stri
 
 /// Expands `${...}` in a path as written and checks the result with [`normalize_absolute`];
 /// errors quote what was written (and what it expanded to, where that differs).
-fn expand_path(written: &str) -> Result<PathBuf, String> {
-    let expanded = expand_vars(written)?;
+fn expand_path(written: &str, vars: &dyn Fn(&str) -> Option<String>) -> Result<PathBuf, String> {
+    let expanded = expand_with(written, vars)?;
     normalize_absolute(&expanded).map_err(|why| {
         if expanded == written {
             format!("{written:?} {why}")
@@ -627,8 +634,20 @@ impl MountConfig {
         Self::parse(&text, path)
     }
 
-    /// Parses and validates config text; `source` is only used in messages.
+    /// Parses and validates config text; `source` is only used in messages. `${NAME}` in
+    /// paths takes its value from this process ([`process_var`]).
     pub fn parse(text: &str, source: &Path) -> Result<MountConfig, ConfigError> {
+        Self::parse_with_vars(text, source, &process_var)
+    }
+
+    /// [`MountConfig::parse`] with `${NAME}` looked up in `vars` instead of the process
+    /// environment (`None`: not set), so that what a text means can be fixed (the fuzz
+    /// target, tests).
+    pub fn parse_with_vars(
+        text: &str,
+        source: &Path,
+        vars: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<MountConfig, ConfigError> {
         let file = source.display().to_string();
         let raw: RawConfig = toml::from_str(text).map_err(|e| toml_error(text, &file, &e))?;
         let mut p = Problems {
@@ -668,7 +687,7 @@ impl MountConfig {
                 );
             }
 
-            let path = match expand_path(&t.path) {
+            let path = match expand_path(&t.path, vars) {
                 Ok(path) if path == Path::new("/") => {
                     p.add(
                         &key("path"),
@@ -806,7 +825,7 @@ impl MountConfig {
             raw.mount
                 .log_file
                 .as_deref()
-                .and_then(|raw_log| match expand_path(raw_log) {
+                .and_then(|raw_log| match expand_path(raw_log, vars) {
                     Ok(path) => Some(path),
                     Err(e) => {
                         p.add(
@@ -907,6 +926,7 @@ impl MountConfig {
                 degraded: raw.mount.degraded,
                 engine,
                 transport,
+                scratch: raw.mount.scratch,
             },
             cache,
         })
@@ -989,6 +1009,7 @@ impl MountConfig {
         let _ = writeln!(s, "engine = \"{}\"", self.mount.engine.as_str());
         let _ = writeln!(s, "transport = \"{}\"", self.mount.transport.as_str());
         let _ = writeln!(s, "degraded = {}", self.mount.degraded);
+        let _ = writeln!(s, "scratch = {}", self.mount.scratch);
         match &self.cache {
             None => {
                 let _ = writeln!(s, "\n# [cache]: not set, no host-memory cache");
@@ -1250,23 +1271,41 @@ fn check_writable(dir: &Path) -> io::Result<()> {
 // ---------------------------------------------------------------------------------------
 // ${VAR} expansion.
 
-/// The variables `${...}` may name in `path` and `log_file`.
-pub const EXPANDABLE_VARS: [&str; 3] = ["HOSTNAME", "USER", "HOME"];
-
-/// Expands `${HOSTNAME}`, `${USER}` and `${HOME}` in `s`. Only the braced form expands; a
-/// lone `$` (as in `$HOSTNAME`) is kept as written. An unknown or unterminated `${` is an
-/// error that names it; each value is looked up only if used.
+/// Expands `${NAME}` in `s` with the values of this process ([`process_var`]). Only the
+/// braced form expands; a lone `$` (as in `$HOSTNAME`) is kept as written.
 pub fn expand_vars(s: &str) -> Result<String, String> {
-    expand_with(s, &|var| match var {
-        "HOSTNAME" => hostname(),
-        "USER" => user_name(),
-        "HOME" => home_dir(),
-        _ => Err(io::Error::new(io::ErrorKind::NotFound, "unknown")),
-    })
+    expand_with(s, &process_var)
 }
 
-fn expand_with(s: &str, lookup: &dyn Fn(&str) -> io::Result<String>) -> Result<String, String> {
-    let known = "only ${HOSTNAME}, ${USER} and ${HOME} expand";
+/// The value `${name}` has for this process, `None` when it has none.
+///
+/// `HOSTNAME` is always this node's name (`gethostname`), never the environment's
+/// `$HOSTNAME`: Slurm and PBS copy the submitting shell's environment into the job, so there
+/// `$HOSTNAME` can name the login node, and every node of a job would share one tier folder.
+/// `USER` and `HOME` fall back to the passwd entry of the effective uid where the
+/// environment lacks them (cron, `env -i`). Everything else comes from the environment:
+/// `${SLURM_JOB_ID}`, `${PBS_JOBID}`, `${TMPDIR}`, or a variable the job script exports.
+pub fn process_var(name: &str) -> Option<String> {
+    match name {
+        "HOSTNAME" => hostname().ok(),
+        "USER" => user_name().ok(),
+        "HOME" => home_dir().ok(),
+        _ => std::env::var(name).ok(),
+    }
+}
+
+/// Whether `name` can be a variable's name: `[A-Za-z_][A-Za-z0-9_]*`, as in the shell.
+fn is_var_name(name: &str) -> bool {
+    let mut b = name.bytes();
+    b.next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+}
+
+/// Expands every `${NAME}` of `s` through `lookup`. A variable that is not set, or set to
+/// nothing, is an error naming it: a path part that silently vanishes would point the tier
+/// at its parent folder, which scratch mode empties at unmount.
+fn expand_with(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(start) = rest.find("${") {
@@ -1274,18 +1313,32 @@ fn expand_with(s: &str, lookup: &dyn Fn(&str) -> io::Result<String>) -> Result<S
         let after = &rest[start + 2..];
         let Some(end) = after.find('}') else {
             return Err(format!(
-                "{s:?} has a \"${{\" without a closing \"}}\"; {known}"
+                "{s:?} has a \"${{\" without a closing \"}}\"; write variables as ${{NAME}}"
             ));
         };
         let var = &after[..end];
-        if !EXPANDABLE_VARS.contains(&var) {
+        if !is_var_name(var) {
             return Err(format!(
-                "{s:?} uses the unknown variable ${{{var}}}; {known}"
+                "{s:?} has ${{{var}}}, which is not a variable name; write ${{NAME}} with \
+                 letters, digits and '_', not starting with a digit"
             ));
         }
-        let value = lookup(var)
-            .map_err(|e| format!("{s:?} uses ${{{var}}}, which could not be determined: {e}"))?;
-        out.push_str(&value);
+        match lookup(var) {
+            None => {
+                return Err(format!(
+                    "{s:?} uses ${{{var}}}, which is not set in the environment; set it \
+                     (`export {var}=...`, in a batch job before tierfs runs) or write the \
+                     folder out"
+                ))
+            }
+            Some(v) if v.is_empty() => {
+                return Err(format!(
+                    "{s:?} uses ${{{var}}}, which is set but empty; give it a value or \
+                     write the folder out"
+                ))
+            }
+            Some(v) => out.push_str(&v),
+        }
         rest = &after[end + 1..];
     }
     out.push_str(rest);
@@ -1585,7 +1638,13 @@ path = "/lus/proj/tierfs/${HOSTNAME}"
 
     #[test]
     fn expansion() {
-        let look = |v: &str| -> io::Result<String> { Ok(format!("<{v}>")) };
+        let look = |v: &str| -> Option<String> {
+            match v {
+                "UNSET" => None,
+                "EMPTY" => Some(String::new()),
+                _ => Some(format!("<{v}>")),
+            }
+        };
         assert_eq!(
             expand_with("/a/${HOSTNAME}/${USER}", &look).unwrap(),
             "/a/<HOSTNAME>/<USER>"
@@ -1595,21 +1654,62 @@ path = "/lus/proj/tierfs/${HOSTNAME}"
             "/a/$HOSTNAME/$"
         );
         assert_eq!(expand_with("${HOME}", &look).unwrap(), "<HOME>");
-        assert!(expand_with("/a/${NODE}", &look)
-            .unwrap_err()
-            .contains("${NODE}"));
+        // Any variable of the environment, e.g. a batch system's job id.
+        assert_eq!(
+            expand_with("/s/${SLURM_JOB_ID}-${_x1}", &look).unwrap(),
+            "/s/<SLURM_JOB_ID>-<_x1>"
+        );
+        let e = expand_with("/a/${UNSET}/b", &look).unwrap_err();
+        assert!(e.contains("${UNSET}, which is not set"), "{e}");
+        let e = expand_with("/a/${EMPTY}/b", &look).unwrap_err();
+        assert!(e.contains("${EMPTY}, which is set but empty"), "{e}");
         assert!(expand_with("/a/${HOSTNAME", &look)
             .unwrap_err()
             .contains("closing"));
-        assert!(expand_with("/a/${}", &look)
-            .unwrap_err()
-            .contains("unknown variable ${}"));
+        for bad in ["${}", "${1A}", "${A-B}", "${A B}"] {
+            let e = expand_with(bad, &look).unwrap_err();
+            assert!(e.contains("is not a variable name"), "{bad}: {e}");
+        }
         assert!(!hostname().unwrap().is_empty());
         assert!(!user_name().unwrap().is_empty());
+        // ${HOSTNAME} is the node's own name whatever the environment says.
+        assert_eq!(process_var("HOSTNAME"), hostname().ok());
         // A container may run under a uid with no passwd entry; then there is nothing to check.
         if let Ok((name, _)) = passwd_entry() {
             assert!(!name.is_empty());
         }
+    }
+
+    #[test]
+    fn job_variables_in_paths_name_the_key_when_unset() {
+        let text = "[[tier]]\nname = 'a'\npath = '/scratch/${SLURM_JOB_ID}/a'\n\
+                    [mount]\nlog_file = '/tmp/${TMPDIR_X}/log'\n";
+        let job = |v: &str| (v == "SLURM_JOB_ID").then(|| "4242".to_string());
+        let e = MountConfig::parse_with_vars(text, Path::new("/j.toml"), &job)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/j.toml: mount.log_file: \"/tmp/${TMPDIR_X}/log\" uses ${TMPDIR_X}, which is not set"),
+            "{e}"
+        );
+        assert!(!e.contains("tier[0].path"), "{e}");
+        let all = |v: &str| Some(format!("v-{v}"));
+        let c = MountConfig::parse_with_vars(text, Path::new("/j.toml"), &all).unwrap();
+        assert_eq!(c.tiers[0].path, Path::new("/scratch/v-SLURM_JOB_ID/a"));
+        assert_eq!(
+            c.mount.log_file.as_deref(),
+            Some(Path::new("/tmp/v-TMPDIR_X/log"))
+        );
+    }
+
+    #[test]
+    fn scratch_key() {
+        let base = "[[tier]]\nname='a'\npath='/a'\n";
+        assert!(!parse(base).unwrap().mount.scratch);
+        let c = parse(&format!("{base}[mount]\nscratch = true\n")).unwrap();
+        assert!(c.mount.scratch);
+        assert!(c.to_toml().contains("scratch = true"));
+        assert!(parse(&c.to_toml()).unwrap().mount.scratch);
     }
 
     #[test]

@@ -8,12 +8,23 @@
 //!
 //! The daemon leaves on SIGTERM/SIGINT/SIGHUP (it unmounts itself) or when the mount goes
 //! away (`umount`, `fusermount3 -u`, `tierfs unmount`). Writes are on the tiers when they
-//! are acknowledged, so either way of leaving keeps every tier consistent.
+//! are acknowledged, so either way of leaving keeps every tier consistent. A batch system
+//! ends a job with TERM to every process of it and then KILL, and allows no new job steps
+//! by then, so the daemon must clean up after itself on TERM: it unmounts (waiting a little
+//! while the job's other processes still hold files open, then detaching), and in scratch
+//! mode (`[mount] scratch`) discards the data and removes the tier folders and the
+//! mountpoint. A daemon that was killed leaves its scratch folders behind, marked as such in
+//! their lock records; the next mount on that host that finds them next to its own tier
+//! folders removes them ([`sweep_stale_scratch`]).
+//!
+//! Mounts are found in /proc/self/mountinfo, never by stat: root cannot stat into an
+//! ordinary user's FUSE mount (EACCES), and a dead one answers ENOTCONN, but both are listed
+//! there, so `tierfs unmount` run by root (a Slurm epilog) finds and unmounts either.
 
 use crate::config::MountConfig;
 use crate::fs::TierFs;
 use crate::probe::{self, ProbeOptions};
-use crate::tier::{BandwidthSource, Tier};
+use crate::tier::{BandwidthSource, LockRequest, Tier};
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -115,6 +126,12 @@ pub struct MountOptions {
     pub reprobe: bool,
     /// Mount without tiers whose folders are missing (also `[mount] degraded`).
     pub degraded: bool,
+    /// Take over tier locks held by a daemon on another host (`--break-lock`).
+    pub break_lock: bool,
+    /// `--scratch` / `--no-scratch`: overrides `[mount] scratch`.
+    pub scratch: Option<bool>,
+    /// Let other users in (also `[mount] allow_other`); the mount helper's `-o allow_other`.
+    pub allow_other: bool,
 }
 
 /// What a path is, as far as mounting on it goes.
@@ -136,39 +153,163 @@ pub fn is_dead_mount_errno(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
 }
 
-/// Looks at a would-be mountpoint.
+/// Looks at a would-be mountpoint. A mount there is found in /proc/self/mountinfo, so
+/// another user's mount and a dead one are seen as what they are.
 pub fn mountpoint_state(mp: &Path) -> MountpointState {
-    match std::fs::metadata(mp) {
+    let path = resolve_outer(mp);
+    if let Some(entry) = mount_at(&path) {
+        return if daemon_of(&path, &entry, crate::config::DEFAULT_STATS_DIR) == Daemon::Dead {
+            MountpointState::Dead
+        } else {
+            MountpointState::Mounted
+        };
+    }
+    match std::fs::metadata(&path) {
         Err(e) if is_dead_mount_errno(&e) => MountpointState::Dead,
         Err(_) => MountpointState::Missing,
         Ok(m) if !m.is_dir() => MountpointState::NotADirectory,
-        Ok(_) => {
-            if is_mountpoint(mp) {
-                // stat can answer from the kernel's attribute cache for up to the attribute
-                // TTL after a FUSE daemon died; statfs always asks the daemon.
-                match crate::sys::statvfs(mp) {
-                    Err(e) if is_dead_mount_errno(&e) => MountpointState::Dead,
-                    _ => MountpointState::Mounted,
-                }
-            } else {
-                MountpointState::Usable
-            }
-        }
+        Ok(_) => MountpointState::Usable,
     }
 }
 
 /// Whether `mp` is listed as a mount point in /proc/self/mountinfo.
 pub fn is_mountpoint(mp: &Path) -> bool {
-    let Ok(canon) = std::fs::canonicalize(mp).or_else(|_| Ok::<_, ()>(mp.to_path_buf())) else {
-        return false;
+    mount_at(&resolve_outer(mp)).is_some()
+}
+
+/// One line of /proc/self/mountinfo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    pub mountpoint: PathBuf,
+    /// `fuse.tierfs` for tierfs.
+    pub fstype: String,
+    pub source: String,
+    /// The super block's options; a FUSE mount names its owner there (`user_id=N`).
+    pub super_options: String,
+}
+
+impl MountEntry {
+    /// Parses one mountinfo line: `ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] -
+    /// FSTYPE SOURCE SUPEROPTS`.
+    pub fn parse(line: &str) -> Option<MountEntry> {
+        let (left, right) = line.split_once(" - ")?;
+        let mountpoint = left.split(' ').nth(4)?;
+        let mut r = right.split(' ');
+        Some(MountEntry {
+            mountpoint: PathBuf::from(unescape_mount_path(mountpoint)),
+            fstype: r.next()?.to_string(),
+            source: unescape_mount_path(r.next()?),
+            super_options: r.next().unwrap_or("").to_string(),
+        })
+    }
+
+    pub fn is_tierfs(&self) -> bool {
+        self.fstype == "fuse.tierfs" || (self.fstype.starts_with("fuse") && self.source == "tierfs")
+    }
+
+    /// The (uid, gid) a FUSE mount belongs to.
+    pub fn fuse_owner(&self) -> Option<(u32, u32)> {
+        let opt = |k: &str| {
+            self.super_options
+                .split(',')
+                .find_map(|o| o.strip_prefix(k))
+                .and_then(|v| v.parse().ok())
+        };
+        Some((opt("user_id=")?, opt("group_id=")?))
+    }
+
+    fn allow_other(&self) -> bool {
+        self.super_options.split(',').any(|o| o == "allow_other")
+    }
+}
+
+/// The mount at `path` (already resolved with [`resolve_outer`]): the last one listed
+/// there, which is the one on top.
+pub fn mount_at(path: &Path) -> Option<MountEntry> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines()
+        .rev()
+        .filter_map(MountEntry::parse)
+        .find(|e| e.mountpoint == path)
+}
+
+/// `mp` made absolute with the symlinks of its parent folders resolved, without entering
+/// `mp` itself: stat on another user's FUSE mount fails with EACCES (root included), and on
+/// a dead one with ENOTCONN. A symlink as the last component is followed the same way.
+pub fn resolve_outer(mp: &Path) -> PathBuf {
+    let mut abs = std::path::absolute(mp).unwrap_or_else(|_| mp.to_path_buf());
+    for _ in 0..40 {
+        let (Some(parent), Some(name)) = (abs.parent(), abs.file_name()) else {
+            return abs;
+        };
+        let parent = std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_path_buf());
+        let joined = parent.join(name);
+        match std::fs::read_link(&joined) {
+            Ok(target) => abs = parent.join(target),
+            Err(_) => return joined,
+        }
+    }
+    abs
+}
+
+/// What can be said about the daemon behind a tierfs mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Daemon {
+    /// It answers; its pid and first tier's folder where the stats said.
+    Live(Option<(u32, PathBuf)>),
+    /// The mount answers ENOTCONN: the daemon is gone.
+    Dead,
+}
+
+/// Asks the mount at `path` whether its daemon answers, and its pid. Root looking at an
+/// ordinary user's mount (without `allow_other`) gets no answer from the daemon (statfs
+/// even says all is well without asking it), so it asks as the mount's owner: `cat` of
+/// the stats file under that uid and gid (a plain program, so it works from any binary
+/// linking this library).
+pub fn daemon_of(path: &Path, entry: &MountEntry, stats_dir: &str) -> Daemon {
+    let as_owner = match entry.fuse_owner() {
+        Some((uid, gid)) if crate::sys::euid() == 0 && uid != 0 && !entry.allow_other() => {
+            Some((uid, gid))
+        }
+        _ => None,
     };
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    info.lines().any(|l| {
-        l.split(' ').nth(4).map(unescape_mount_path).as_deref()
-            == Some(canon.as_os_str().to_string_lossy().as_ref())
-    })
+    let dead = |e: &str| e.contains("not connected") || e.contains("connection abort");
+    if let Some((uid, gid)) = as_owner {
+        use std::os::unix::process::CommandExt;
+        let out = Command::new("cat")
+            .arg(path.join(stats_dir).join("stats.json"))
+            .uid(uid)
+            .gid(gid)
+            .stdin(Stdio::null())
+            .output();
+        return match out {
+            Ok(o) if o.status.success() => Daemon::Live(
+                serde_json::from_slice::<crate::stats::Snapshot>(&o.stdout)
+                    .ok()
+                    .as_ref()
+                    .and_then(pid_and_first_tier),
+            ),
+            Ok(o) if dead(&String::from_utf8_lossy(&o.stderr)) => Daemon::Dead,
+            _ => Daemon::Live(None),
+        };
+    }
+    // stat can answer from the kernel's attribute cache for up to the attribute TTL after
+    // a FUSE daemon died; statfs always asks the daemon.
+    if let Err(e) = crate::sys::statvfs(path) {
+        if is_dead_mount_errno(&e) {
+            return Daemon::Dead;
+        }
+    }
+    Daemon::Live(
+        crate::cli::read_snapshot(path, stats_dir)
+            .ok()
+            .as_ref()
+            .and_then(pid_and_first_tier),
+    )
+}
+
+fn pid_and_first_tier(s: &crate::stats::Snapshot) -> Option<(u32, PathBuf)> {
+    Some((s.pid, PathBuf::from(&s.tiers.first()?.path)))
 }
 
 fn unescape_mount_path(s: &str) -> String {
@@ -176,6 +317,56 @@ fn unescape_mount_path(s: &str) -> String {
         .replace("\\011", "\t")
         .replace("\\012", "\n")
         .replace("\\134", "\\")
+}
+
+/// Why asking the kernel to unmount failed: the errno where known, and what was said.
+#[derive(Debug)]
+pub struct UnmountError {
+    pub errno: Option<i32>,
+    pub message: String,
+}
+
+/// Asks the kernel to unmount `path`: umount2 as root, `fusermount3 -u` (`-uz` for a lazy
+/// detach) as a user, who may only unmount their own mounts.
+pub fn unmount_path(path: &Path, lazy: bool) -> Result<(), UnmountError> {
+    if crate::sys::euid() == 0 {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
+            UnmountError {
+                errno: Some(libc::EINVAL),
+                message: "the path holds a NUL byte".into(),
+            }
+        })?;
+        let flags = if lazy { libc::MNT_DETACH } else { 0 };
+        // SAFETY: c is a valid NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), flags) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        return Err(UnmountError {
+            errno: e.raw_os_error(),
+            message: e.to_string(),
+        });
+    }
+    let out = Command::new("fusermount3")
+        .arg(if lazy { "-uz" } else { "-u" })
+        .arg(path)
+        .output()
+        .map_err(|e| UnmountError {
+            errno: None,
+            message: format!("cannot run fusermount3: {e} (apt-get install fuse3)"),
+        })?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let message = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    let errno = if message.contains("busy") {
+        Some(libc::EBUSY)
+    } else if message.contains("not found") || message.contains("not mounted") {
+        Some(libc::EINVAL)
+    } else {
+        None
+    };
+    Err(UnmountError { errno, message })
 }
 
 /// Detaches a dead mount: fusermount3 for users, umount2(MNT_DETACH) as root.
@@ -221,7 +412,11 @@ fn check_mountpoint(opts: &MountOptions) -> Result<(), Failure> {
 
 /// `tierfs mount`.
 pub fn mount(opts: &MountOptions) -> Result<(), Failure> {
-    let config = MountConfig::load(&opts.config).map_err(|e| Failure::usage(e.to_string()))?;
+    let mut config = MountConfig::load(&opts.config).map_err(|e| Failure::usage(e.to_string()))?;
+    if let Some(scratch) = opts.scratch {
+        config.mount.scratch = scratch;
+    }
+    config.mount.allow_other |= opts.allow_other;
     config
         .prepare_tier_dirs_degraded(opts.degraded || config.mount.degraded)
         .map_err(|e| Failure::usage(e.to_string()))?;
@@ -274,6 +469,21 @@ fn spawn_background(opts: &MountOptions, config: &MountConfig) -> Result<(), Fai
     }
     if opts.degraded {
         cmd.arg("--degraded");
+    }
+    if opts.break_lock {
+        cmd.arg("--break-lock");
+    }
+    match opts.scratch {
+        Some(true) => {
+            cmd.arg("--scratch");
+        }
+        Some(false) => {
+            cmd.arg("--no-scratch");
+        }
+        None => {}
+    }
+    if opts.allow_other {
+        cmd.arg("--allow-other");
     }
     let child_fd = write_end.as_raw_fd();
     cmd.env(READY_FD_ENV, child_fd.to_string())
@@ -328,6 +538,19 @@ fn spawn_background(opts: &MountOptions, config: &MountConfig) -> Result<(), Fai
         status.map(|s| s.to_string()).unwrap_or_default(),
         log.display()
     )))
+}
+
+/// The mount's source in /proc/self/mountinfo: the config file, as an fstab line names it,
+/// so `mount -a` sees the line is mounted. A path that mount options cannot carry (a comma,
+/// white space) is shown as plain "tierfs".
+fn mount_source(config: &Path) -> String {
+    let abs = std::path::absolute(config).unwrap_or_else(|_| config.to_path_buf());
+    match abs.to_str() {
+        Some(s) if !s.contains(|c: char| c == ',' || c == '\\' || c.is_whitespace()) => {
+            s.to_string()
+        }
+        _ => "tierfs".to_string(),
+    }
 }
 
 /// Where a background daemon logs when the config names no file.
@@ -395,15 +618,20 @@ pub fn open_tiers(
     reprobe: bool,
     progress: impl FnMut(&str),
 ) -> Result<Vec<Tier>, Failure> {
-    open_tiers_degraded(config, reprobe, &[], progress)
+    let req = LockRequest {
+        scratch: config.mount.scratch,
+        ..LockRequest::default()
+    };
+    open_tiers_degraded(config, reprobe, &[], &req, progress)
 }
 
 /// [`open_tiers`], leaving out the tiers in `missing` (index, why): they keep their place
-/// as [`Tier::missing`] placeholders.
+/// as [`Tier::missing`] placeholders; the locks are taken as `lock` says.
 pub fn open_tiers_degraded(
     config: &MountConfig,
     reprobe: bool,
     missing: &[(usize, String)],
+    lock: &LockRequest,
     mut progress: impl FnMut(&str),
 ) -> Result<Vec<Tier>, Failure> {
     let mut tiers = Vec::new();
@@ -417,16 +645,8 @@ pub fn open_tiers_degraded(
             tiers.push(tier);
             continue;
         }
-        let mut tier = Tier::open(
-            i,
-            &t.name,
-            &t.path,
-            0.0,
-            0.0,
-            BandwidthSource::Config,
-            t.capacity,
-        )
-        .map_err(|e| Failure::runtime(e.to_string()))?;
+        let mut tier = Tier::open_for(i, &t.name, &t.path, t.capacity, lock)
+            .map_err(|e| Failure::runtime(e.to_string()))?;
         let (r, w, src) = match (t.read_bandwidth, t.write_bandwidth) {
             (Some(r), Some(w)) => (r, w, BandwidthSource::Config),
             (Some(r), None) => (r, r, BandwidthSource::Config),
@@ -488,9 +708,22 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
         log::warn!("{msg}");
         ready.say(&format!("MSG WARNING: {msg}"));
     }
-    let tiers = open_tiers_degraded(config, opts.reprobe, &missing, |m| {
+    let mountpoint = resolve_outer(&opts.mountpoint);
+    sweep_stale_scratch(config, &missing, &mut |m| ready.say(&format!("MSG {m}")));
+    let lock = LockRequest {
+        mountpoint: Some(mountpoint.clone()),
+        scratch: config.mount.scratch,
+        break_lock: opts.break_lock,
+    };
+    let tiers = open_tiers_degraded(config, opts.reprobe, &missing, &lock, |m| {
         ready.say(&format!("MSG {m}"))
     })?;
+    if config.mount.scratch {
+        log::info!(
+            "scratch mode: unmounting discards the data and removes the tier folders and {}",
+            mountpoint.display()
+        );
+    }
     if config.placement.layout == crate::config::Layout::Stripe {
         if let Some(t) = tiers.iter().find(|t| !t.user_xattrs) {
             return Err(Failure::usage(format!(
@@ -535,6 +768,7 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
         fs.clone(),
         &opts.mountpoint,
         &crate::fuse::SessionOptions {
+            source: mount_source(&config.source),
             allow_other: config.mount.allow_other,
             threads: config.mount.threads,
             transport,
@@ -581,26 +815,63 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
         .map_err(|e| Failure::runtime(format!("cannot start the cache threads: {e}")))?;
     ready.say("OK");
     ready.0 = None;
+    let mut asked_at: Option<Instant> = None;
+    let mut detached = false;
     loop {
-        if STOP.load(Ordering::SeqCst) {
-            log::info!("signal received: unmounting {}", opts.mountpoint.display());
-            if let Err(e) = session.unmount() {
-                log::warn!("unmount: {e}");
-            }
-            // Files still open keep being served; the connection ends with the last one.
-            while !session.finished() {
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            break;
-        }
         if session.finished() {
             log::info!("{} was unmounted", opts.mountpoint.display());
             break;
         }
+        if STOP.load(Ordering::SeqCst) && !detached {
+            let first = asked_at.is_none();
+            let since = *asked_at.get_or_insert_with(Instant::now);
+            if first {
+                log::info!("signal received: unmounting {}", mountpoint.display());
+            }
+            // The job's other processes get the same signal and may still hold files open
+            // for a moment: keep asking, then detach (the kernel ends the session once the
+            // last file is closed, and the daemon serves them until then).
+            let lazy = since.elapsed() >= BUSY_UNMOUNT_WAIT;
+            match unmount_path(&mountpoint, lazy) {
+                Ok(()) => detached = true,
+                Err(e) if e.errno == Some(libc::EBUSY) && !lazy => {}
+                // Already gone (unmounted by someone else meanwhile): the session ends.
+                Err(e) if e.errno == Some(libc::EINVAL) => detached = true,
+                Err(e) => {
+                    log::warn!(
+                        "cannot unmount {}: {}; detaching it",
+                        mountpoint.display(),
+                        e.message
+                    );
+                    if let Err(e) = session.unmount() {
+                        log::warn!("unmount: {e}");
+                    }
+                    detached = true;
+                }
+            }
+            if lazy && detached {
+                log::warn!(
+                    "{} was still busy after {} s: detached it; the daemon serves the files \
+                     still open until they are closed",
+                    mountpoint.display(),
+                    BUSY_UNMOUNT_WAIT.as_secs()
+                );
+            }
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
     session.join();
+    // The estimator leaves with the session.
+    STOP.store(true, Ordering::SeqCst);
     let lost = fs.shutdown();
+    if config.mount.scratch {
+        remove_scratch(&fs, &mountpoint);
+    }
+    // Other threads still hold the filesystem while the process exits, so the tiers would
+    // never be dropped: let go of the locks (their records go with them) here.
+    for t in fs.tiers() {
+        t.release_lock();
+    }
     if !lost.is_empty() {
         if let Err(e) = write_lost_report(&lost_report, &lost) {
             log::error!("cannot write {}: {e}", lost_report.display());
@@ -616,6 +887,136 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
     Ok(())
 }
 
+/// How long a daemon told to stop keeps retrying a busy unmount before it detaches the
+/// mount: long enough for a job's processes to die of the same signal, well inside the
+/// time a batch system allows between TERM and KILL (Slurm's KillWait, 30 s by default).
+const BUSY_UNMOUNT_WAIT: Duration = Duration::from_secs(10);
+
+/// Scratch mode, at the end: the data is discarded and each tier folder removed (what is
+/// not tierfs's in one is kept, with a warning), then the mountpoint if it is empty.
+fn remove_scratch(fs: &TierFs, mountpoint: &Path) {
+    for t in fs.tiers().iter().filter(|t| !t.missing) {
+        if let Err(e) = crate::tier::discard_contents(&t.root) {
+            log::warn!(
+                "scratch: cannot remove the data of tier '{}' in {}: {e}",
+                t.name,
+                t.root.display()
+            );
+        }
+        t.release_lock();
+        match crate::tier::remove_folder(&t.root) {
+            Ok(()) => log::info!("scratch: removed tier folder {}", t.root.display()),
+            Err(e) => log::warn!("scratch: tier '{}': {e}", t.name),
+        }
+    }
+    remove_empty_mountpoint(mountpoint);
+}
+
+/// Removes a mountpoint folder of a scratch mount that has gone, if nothing is in it and
+/// nothing is mounted there.
+fn remove_empty_mountpoint(mountpoint: &Path) {
+    if mount_at(mountpoint).is_none() {
+        match std::fs::remove_dir(mountpoint) {
+            Ok(()) => log::info!("scratch: removed mountpoint {}", mountpoint.display()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => log::info!("scratch: kept mountpoint {}: {e}", mountpoint.display()),
+        }
+    }
+}
+
+/// Removes the scratch tier folders that a killed daemon of this host left beside this
+/// config's tier folders (the folders in the same parents): their lock records say scratch,
+/// this host, and a process that is gone. Their lock is taken first, under the node lock,
+/// so a daemon still using one, or another mount sweeping at the same moment, is never in
+/// the way. The dead mount such a daemon left is detached. Folders of other users, other
+/// hosts or without a record are never touched. The config's own tier folders are handled
+/// when they are opened ([`Tier::open_for`]).
+pub fn sweep_stale_scratch(
+    config: &MountConfig,
+    missing: &[(usize, String)],
+    say: &mut dyn FnMut(&str),
+) {
+    use crate::lock::{Holder, TakenOver, TierLock};
+    use std::os::unix::fs::MetadataExt;
+    let euid = crate::sys::euid();
+    let mut parents: Vec<&Path> = config
+        .tiers
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !missing.iter().any(|(m, _)| m == i))
+        .filter_map(|(_, t)| t.path.parent())
+        .collect();
+    parents.sort();
+    parents.dedup();
+    for parent in parents {
+        let Ok(entries) = std::fs::read_dir(parent) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let dir = e.path();
+            if config.tiers.iter().any(|t| t.path == dir) {
+                continue;
+            }
+            match std::fs::symlink_metadata(&dir) {
+                Ok(m) if m.is_dir() && m.uid() == euid => {}
+                _ => continue,
+            }
+            let meta = dir.join(crate::tier::META_DIR);
+            let Some(h) = crate::lock::holder_of(&meta) else {
+                continue;
+            };
+            if !h.scratch || h.host.is_empty() || !h.is_this_host() || h.is_alive() {
+                continue;
+            }
+            let me = Holder::me("cleanup", None, false);
+            let Ok((lock, Some(TakenOver::Stale(h)))) = TierLock::acquire(&dir, &meta, me, false)
+            else {
+                continue;
+            };
+            if !h.scratch {
+                continue;
+            }
+            if let Some(mp) = &h.mountpoint {
+                if let Some(entry) = mount_at(mp) {
+                    if entry.is_tierfs()
+                        && daemon_of(mp, &entry, crate::config::DEFAULT_STATS_DIR) == Daemon::Dead
+                    {
+                        match clear_dead_mount(mp) {
+                            Ok(()) => say(&format!(
+                                "detached the dead mount at {} of a killed scratch daemon",
+                                mp.display()
+                            )),
+                            Err(e) => say(&format!("{e}")),
+                        }
+                    }
+                }
+                remove_empty_mountpoint(mp);
+            }
+            let discarded = crate::tier::discard_contents(&dir);
+            drop(lock);
+            let msg = match discarded
+                .map_err(|e| e.to_string())
+                .and_then(|_| crate::tier::remove_folder(&dir))
+            {
+                Ok(()) => format!(
+                    "removed the scratch tier folder {} left by a tierfs daemon that was \
+                     killed ({})",
+                    dir.display(),
+                    h.describe()
+                ),
+                Err(e) => format!(
+                    "cleaning up the scratch tier folder {} left by a killed tierfs daemon \
+                     ({}): {e}",
+                    dir.display(),
+                    h.describe()
+                ),
+            };
+            log::warn!("{msg}");
+            say(&msg);
+        }
+    }
+}
+
 fn raise_fd_limit() {
     // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
     unsafe {
@@ -627,52 +1028,51 @@ fn raise_fd_limit() {
     }
 }
 
-/// `tierfs unmount`: unmounts and waits until the daemon has exited.
+/// `tierfs unmount`: unmounts and waits until the daemon has exited. Root may unmount any
+/// user's tierfs mount (a batch system's epilog does).
 pub fn unmount(mp: &Path, stats_dir: &str) -> Result<(), Failure> {
-    match mountpoint_state(mp) {
-        MountpointState::Dead => {
-            clear_dead_mount(mp)?;
+    let path = resolve_outer(mp);
+    let Some(entry) = mount_at(&path) else {
+        return Err(Failure::usage(format!(
+            "{} is not a mount point",
+            mp.display()
+        )));
+    };
+    if !entry.is_tierfs() {
+        return Err(Failure::usage(format!(
+            "{} is a {} mount, not tierfs; unmount it with umount",
+            mp.display(),
+            entry.fstype
+        )));
+    }
+    let pid = match daemon_of(&path, &entry, stats_dir) {
+        Daemon::Dead => {
+            clear_dead_mount(&path)?;
             eprintln!("tierfs: cleared the dead mount at {}", mp.display());
             return Ok(());
         }
-        MountpointState::Mounted => {}
-        _ => {
-            return Err(Failure::usage(format!(
-                "{} is not a mount point",
-                mp.display()
-            )))
-        }
-    }
-    let snap = crate::cli::read_snapshot(mp, stats_dir).ok();
-    let pid = snap.as_ref().map(|s| s.pid);
-    let report = snap
-        .as_ref()
-        .and_then(|s| s.tiers.first())
-        .map(|t| lost_report_path(Path::new(&t.path)));
-    let ok = if crate::sys::euid() == 0 {
-        let c = std::ffi::CString::new(mp.as_os_str().as_encoded_bytes())
-            .map_err(|_| Failure::usage("bad mountpoint"))?;
-        // SAFETY: c is a valid NUL-terminated path.
-        unsafe { libc::umount2(c.as_ptr(), 0) == 0 }
-    } else {
-        false
+        Daemon::Live(d) => d,
     };
-    if !ok {
-        let out = Command::new("fusermount3").arg("-u").arg(mp).output();
-        match out {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => {
-                return Err(Failure::runtime(format!(
-                    "cannot unmount {}: {} (is a process using it? see `fuser -vm {}`)",
-                    mp.display(),
-                    String::from_utf8_lossy(&o.stderr).trim(),
-                    mp.display()
-                )))
-            }
-            Err(e) => return Err(Failure::runtime(format!("cannot run fusermount3: {e}"))),
-        }
+    if let Err(e) = unmount_path(&path, false) {
+        let hint = if e.errno == Some(libc::EBUSY) {
+            format!(
+                " (a process is using it: see `fuser -vm {}`; or detach it now and let it go \
+                 when they are done: `umount -l` as root, `fusermount3 -uz`)",
+                mp.display()
+            )
+        } else if e.errno == Some(libc::EPERM) || crate::sys::euid() != 0 {
+            " (only its owner or root can unmount it)".to_string()
+        } else {
+            String::new()
+        };
+        return Err(Failure::runtime(format!(
+            "cannot unmount {}: {}{hint}",
+            mp.display(),
+            e.message
+        )));
     }
-    if let Some(pid) = pid {
+    let report = pid.as_ref().map(|(_, t)| lost_report_path(t));
+    if let Some((pid, _)) = pid {
         let deadline = Instant::now() + Duration::from_secs(60);
         while Path::new(&format!("/proc/{pid}")).exists() && !is_zombie(pid) {
             if Instant::now() > deadline {

@@ -25,7 +25,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, Metadata, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -782,10 +781,11 @@ impl FsckReport {
 
 /// Holds every tier's lock for the length of a check, so no daemon mounts the tiers
 /// meanwhile; fails when a daemon holds one.
-pub struct TierLocks(#[allow(dead_code)] Vec<File>);
+pub struct TierLocks(#[allow(dead_code)] Vec<crate::lock::TierLock>);
 
-/// Takes the lock a daemon takes in `Tier::open` (flock on `.tierfs-meta/lock`), on every
-/// tier that has been mounted before.
+/// Takes the lock a daemon takes in `Tier::open` ([`crate::lock`]), on every tier that has
+/// been mounted before. A stale lock of this host (its daemon was killed) is taken over, as a
+/// mount would; another host's is refused.
 pub fn lock_tiers(tiers: &[TierDir]) -> Result<TierLocks, Failure> {
     let mut locks = Vec::new();
     for t in tiers {
@@ -809,33 +809,21 @@ pub fn lock_tiers(tiers: &[TierDir]) -> Result<TierLocks, Failure> {
                 )));
             }
         }
-        let path = meta.join("lock");
-        let mut f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Failure::runtime(format!("tier '{}': {}: {e}", t.name, path.display())))?;
-        if sys::try_lock_exclusive(f.as_fd()).is_err() {
-            let holder = fs::read_to_string(&path).unwrap_or_default();
-            let holder = holder.trim();
-            return Err(Failure::runtime(format!(
-                "tier '{}' ({}) is in use by a tierfs daemon ({}); fsck checks the tiers \
-                 offline: unmount first (`tierfs unmount MOUNTPOINT`), or use `tierfs export`, \
-                 which works while mounted",
-                t.name,
-                t.root.display(),
-                if holder.is_empty() {
-                    "pid unknown"
-                } else {
-                    holder
-                }
-            )));
+        let me = crate::lock::Holder::me("fsck", None, false);
+        match crate::lock::TierLock::acquire(&t.root, &meta, me, false) {
+            Ok((lock, _)) => locks.push(lock),
+            Err(crate::lock::LockError::Held { holder, .. }) => {
+                return Err(Failure::runtime(format!(
+                    "tier '{}' ({}) is in use by a tierfs daemon ({}); fsck checks the tiers \
+                     offline: unmount first (`tierfs unmount MOUNTPOINT`), or use `tierfs \
+                     export`, which works while mounted",
+                    t.name,
+                    t.root.display(),
+                    holder.describe()
+                )));
+            }
+            Err(e) => return Err(Failure::runtime(format!("tier '{}': {e}", t.name))),
         }
-        let _ = f.set_len(0);
-        let _ = writeln!(f, "pid {} (tierfs fsck)", std::process::id());
-        locks.push(f);
     }
     Ok(TierLocks(locks))
 }

@@ -4,14 +4,17 @@
 //! Layers, bottom up:
 //! - [`config`], [`units`]: the TOML file, validated into a plan.
 //! - [`probe`]: measured tier bandwidth.
-//! - [`tier`]: an open, locked tier folder and its counters; [`io`]: full, never-short
-//!   backing reads and writes with O_DIRECT where it is allowed; [`sys`]: libc wrappers.
+//! - [`tier`]: an open, locked tier folder and its counters; [`lock`]: who holds a tier
+//!   folder; [`io`]: full, never-short backing reads and writes with O_DIRECT where it is
+//!   allowed; [`sys`]: libc wrappers.
 //! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`layout`]: where a
 //!   file's bytes are and how that is persisted.
 //! - [`fs`]: the FUSE-free filesystem core; [`stats`]: the `.tierfs/` files.
 //! - [`fuse`]: the kernel side: mounting, the FUSE protocol, its /dev/fuse and io_uring
 //!   transports and the one dispatcher into the core; [`daemon`]: mount, background,
-//!   unmount; [`cli`].
+//!   unmount; [`cli`];
+//!   [`mount_helper`]: `mount -t fuse.tierfs` and fstab; [`manpage`]: `tierfs man`;
+//!   [`prom`]: `tierfs stat --prom` for node_exporter.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod cache;
@@ -28,11 +31,15 @@ pub mod fuse;
 pub mod io;
 pub mod layout;
 pub mod ledger;
+pub mod lock;
+pub mod manpage;
 pub mod metrics;
 pub mod monitor;
+pub mod mount_helper;
 pub mod placement;
 pub mod plot;
 pub mod probe;
+pub mod prom;
 pub mod reqstats;
 pub mod sched;
 pub mod stats;

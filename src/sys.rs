@@ -143,6 +143,12 @@ pub fn try_lock_exclusive(fd: BorrowedFd<'_>) -> io::Result<()> {
     check(unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) })
 }
 
+/// Releases an flock taken with [`try_lock_exclusive`].
+pub fn unlock(fd: BorrowedFd<'_>) {
+    // SAFETY: fd is a valid open descriptor for the duration of the call.
+    unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_UN) };
+}
+
 /// A stat timestamp (seconds and nanoseconds since the epoch, possibly negative) as a
 /// `SystemTime`.
 pub fn time_of(secs: i64, nsecs: i64) -> std::time::SystemTime {

@@ -7,11 +7,23 @@
 
 use crate::error::{Error, Result};
 use crate::sys;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::fd::AsFd;
+use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::lock::{Holder, TakenOver, TierLock};
+
+/// How a daemon takes a tier's lock ([`crate::lock`]).
+#[derive(Debug, Clone, Default)]
+pub struct LockRequest {
+    /// Recorded in the lock, so another mount can say where the tier is mounted.
+    pub mountpoint: Option<PathBuf>,
+    /// Recorded in the lock: what a killed scratch daemon leaves is removed by the next
+    /// mount on its host.
+    pub scratch: bool,
+    /// Take over another host's lock (`tierfs mount --break-lock`).
+    pub break_lock: bool,
+}
 
 /// The folder inside a tier that mirrors the mounted tree.
 pub const DATA_DIR: &str = "data";
@@ -230,7 +242,8 @@ pub struct Tier {
     /// With `adapt`: too slow next to the fastest tier to be given work
     /// ([`crate::placement::shares_with_pause`]); only recovery probes reach it.
     paused: std::sync::atomic::AtomicBool,
-    _lock: Option<File>,
+    /// Held from open until the tier is dropped or [`Tier::release_lock`].
+    lock: parking_lot::Mutex<Option<TierLock>>,
 }
 
 impl Tier {
@@ -245,6 +258,23 @@ impl Tier {
         bandwidth_source: BandwidthSource,
         capacity: Option<u64>,
     ) -> Result<Tier> {
+        let mut t = Tier::open_for(index, name, root, capacity, &LockRequest::default())?;
+        t.read_bps = read_bps;
+        t.write_bps = write_bps;
+        t.bandwidth_source = bandwidth_source;
+        Ok(t)
+    }
+
+    /// [`Tier::open`] with the lock taken as `req` says (what the record names, and whether
+    /// another host's lock may be broken); bandwidths start at zero.
+    pub fn open_for(
+        index: usize,
+        name: &str,
+        root: &Path,
+        capacity: Option<u64>,
+        req: &LockRequest,
+    ) -> Result<Tier> {
+        let (read_bps, write_bps, bandwidth_source) = (0.0, 0.0, BandwidthSource::Config);
         let meta = root.join(META_DIR);
         let data = root.join(DATA_DIR);
         for d in [&meta, &data] {
@@ -254,34 +284,53 @@ impl Tier {
                 }
             }
         }
-        let lock_path = meta.join("lock");
         let limbo = meta.join(LIMBO_DIR);
-        let mut lock = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_path)
-            .map_err(|e| Error::tier(name, "open", &lock_path, e))?;
-        if let Err(e) = sys::try_lock_exclusive(lock.as_fd()) {
-            let holder = std::fs::read_to_string(&lock_path).unwrap_or_default();
-            let holder = holder.trim();
-            return Err(Error::tier(
-                name,
-                "lock",
-                &lock_path,
-                std::io::Error::new(
-                    e.kind(),
-                    format!(
-                        "tier folder {} is in use by another tierfs daemon ({}); unmount that mount first",
-                        root.display(),
-                        if holder.is_empty() { "pid unknown" } else { holder }
+        let me = Holder::me("mount", req.mountpoint.as_deref(), req.scratch);
+        let lock = match TierLock::acquire(root, &meta, me, req.break_lock) {
+            Ok((lock, taken)) => {
+                match taken {
+                    None => {}
+                    Some(TakenOver::Stale(h)) => {
+                        log::warn!(
+                            "tier '{name}': took over the stale lock of a tierfs daemon that is \
+                             gone ({}) in {}",
+                            h.describe(),
+                            root.display()
+                        );
+                        if h.scratch && req.scratch {
+                            // That daemon was killed before it could throw its scratch data
+                            // away; this mount would otherwise show it as if it were new.
+                            log::warn!(
+                                "tier '{name}': discarding the scratch data it left in {}",
+                                data.display()
+                            );
+                            std::fs::remove_dir_all(&data)
+                                .and_then(|_| std::fs::create_dir(&data))
+                                .map_err(|e| Error::tier(name, "empty", &data, e))?;
+                        }
+                    }
+                    Some(TakenOver::Broken(h)) => log::warn!(
+                        "tier '{name}': broke the lock of {} in {} (--break-lock)",
+                        h.describe(),
+                        root.display()
                     ),
-                ),
-            ));
-        }
-        let _ = lock.set_len(0);
-        let _ = writeln!(lock, "pid {}", std::process::id());
+                    Some(TakenOver::Unreadable) => log::warn!(
+                        "tier '{name}': replaced an unreadable lock record in {} \
+                         (--break-lock)",
+                        root.display()
+                    ),
+                }
+                lock
+            }
+            Err(e) => {
+                return Err(Error::tier(
+                    name,
+                    "lock",
+                    meta.join(crate::lock::RECORD),
+                    std::io::Error::new(e.kind(), e.to_string()),
+                ))
+            }
+        };
         let format = meta.join("format");
         if !format.exists() {
             let text = format!(
@@ -370,7 +419,7 @@ impl Tier {
             probe_fresh: Default::default(),
             probes: AtomicU64::new(0),
             paused: Default::default(),
-            _lock: Some(lock),
+            lock: parking_lot::Mutex::new(Some(lock)),
         })
     }
 
@@ -405,8 +454,14 @@ impl Tier {
             probe_fresh: Default::default(),
             probes: AtomicU64::new(0),
             paused: Default::default(),
-            _lock: None,
+            lock: parking_lot::Mutex::new(None),
         }
+    }
+
+    /// Lets go of the tier's lock now, not when the tier is dropped: a daemon ending in
+    /// scratch mode removes the tier folder, lock included, after this.
+    pub fn release_lock(&self) {
+        drop(self.lock.lock().take());
     }
 
     /// Whether the tier is usable for new data.
@@ -714,6 +769,76 @@ impl Tier {
     }
 }
 
+/// Scratch mode, part one (lock still held): removes the tier's data and everything of
+/// tierfs's own in its `.tierfs-meta/` but the lock files.
+pub fn discard_contents(root: &Path) -> std::io::Result<()> {
+    remove_if_there(&root.join(DATA_DIR))?;
+    let meta = root.join(META_DIR);
+    let keep = [crate::lock::RECORD, crate::lock::NODE_LOCK];
+    match std::fs::read_dir(&meta) {
+        Ok(rd) => {
+            for e in rd {
+                let e = e?;
+                if keep.iter().any(|k| e.file_name() == *k) {
+                    continue;
+                }
+                remove_if_there(&e.path())?;
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Scratch mode, part two (lock released): removes `.tierfs-meta/` and the tier folder
+/// itself. Anything in the folder that is not tierfs's (a user's file next to `data/`) is
+/// kept, and with it the folder: the error lists it. A tier somebody locked meanwhile is
+/// left alone.
+pub fn remove_folder(root: &Path) -> std::result::Result<(), String> {
+    let meta = root.join(META_DIR);
+    if let Some(h) = crate::lock::holder_of(&meta) {
+        return Err(format!(
+            "kept {}: it was locked again meanwhile ({})",
+            root.display(),
+            h.describe()
+        ));
+    }
+    remove_if_there(&meta).map_err(|e| format!("cannot remove {}: {e}", meta.display()))?;
+    match std::fs::remove_dir(root) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {
+            let mut names: Vec<String> = std::fs::read_dir(root)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            names.sort();
+            Err(format!(
+                "kept {}: it holds files tierfs did not make ({}); remove them by hand",
+                root.display(),
+                names.join(", ")
+            ))
+        }
+        Err(e) => Err(format!("cannot remove {}: {e}", root.display())),
+    }
+}
+
+fn remove_if_there(p: &Path) -> std::io::Result<()> {
+    let r = match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
+        Ok(_) => std::fs::remove_file(p),
+        Err(e) => Err(e),
+    };
+    match r {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
 fn read_device_bytes(stat: &Path) -> Option<(u64, u64)> {
     let s = std::fs::read_to_string(stat).ok()?;
     let f: Vec<u64> = s
@@ -793,6 +918,74 @@ mod tests {
         assert!(e.to_string().contains("in use by another tierfs"), "{e}");
         drop(t);
         Tier::open(0, "a", d.path(), 1.0, 1.0, BandwidthSource::Config, None).unwrap();
+    }
+
+    #[test]
+    fn scratch_removal_keeps_what_tierfs_did_not_make() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("t");
+        std::fs::create_dir(&root).unwrap();
+        let req = LockRequest {
+            scratch: true,
+            ..Default::default()
+        };
+        let t = Tier::open_for(0, "t", &root, None, &req).unwrap();
+        std::fs::create_dir_all(t.data.join("zero_stage_3/rank0")).unwrap();
+        std::fs::write(t.data.join("zero_stage_3/rank0/x.swp"), b"x").unwrap();
+        discard_contents(&root).unwrap();
+        assert!(!t.data.exists());
+        assert!(root.join(META_DIR).join(crate::lock::RECORD).exists());
+        // Still locked: part two refuses.
+        assert!(remove_folder(&root).unwrap_err().contains("locked again"));
+        t.release_lock();
+        remove_folder(&root).unwrap();
+        assert!(!root.exists());
+
+        // A user's own file next to data/ keeps the folder.
+        std::fs::create_dir(&root).unwrap();
+        let t = Tier::open_for(0, "t", &root, None, &req).unwrap();
+        std::fs::write(root.join("notes.txt"), b"mine").unwrap();
+        discard_contents(&root).unwrap();
+        t.release_lock();
+        let e = remove_folder(&root).unwrap_err();
+        assert!(e.contains("notes.txt"), "{e}");
+        assert_eq!(std::fs::read(root.join("notes.txt")).unwrap(), b"mine");
+        assert!(!root.join(META_DIR).exists() && !root.join(DATA_DIR).exists());
+    }
+
+    #[test]
+    fn a_stale_scratch_lock_takes_its_data_with_it() {
+        let d = tempfile::tempdir().unwrap();
+        let meta = d.path().join(META_DIR);
+        std::fs::create_dir_all(d.path().join(DATA_DIR)).unwrap();
+        std::fs::create_dir_all(&meta).unwrap();
+        // A scratch daemon of this host that was killed: its record names a pid that is gone.
+        let stale = || {
+            let mut c = std::process::Command::new("true").spawn().unwrap();
+            let mut h = Holder::me("mount", Some(Path::new("/mnt/old")), true);
+            h.pid = c.id();
+            c.wait().unwrap();
+            std::fs::write(d.path().join(DATA_DIR).join("old.swp"), b"old").unwrap();
+            std::fs::write(meta.join(crate::lock::RECORD), h.to_text()).unwrap();
+        };
+        stale();
+        let kept = Tier::open_for(0, "t", d.path(), None, &LockRequest::default()).unwrap();
+        assert!(
+            kept.data.join("old.swp").exists(),
+            "a mount without scratch keeps the data"
+        );
+        drop(kept);
+        stale();
+        let scratch = LockRequest {
+            scratch: true,
+            ..Default::default()
+        };
+        let t = Tier::open_for(0, "t", d.path(), None, &scratch).unwrap();
+        assert!(t.data.is_dir());
+        assert!(
+            !t.data.join("old.swp").exists(),
+            "a scratch mount discards it"
+        );
     }
 
     #[test]

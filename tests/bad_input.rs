@@ -90,6 +90,19 @@ impl Dir {
 /// first), and nothing is mounted.
 #[track_caller]
 fn config_row(id: &str, toml: &str, needles: &[&str]) {
+    config_row_env(id, toml, &[], needles)
+}
+
+/// [`config_row`] with tierfs run with extra environment variables (`${NAME}` rows).
+#[track_caller]
+fn config_row_env(id: &str, toml: &str, env: &[(&str, &str)], needles: &[&str]) {
+    let tierfs = |args: &[&str]| -> Output {
+        Command::new(tierfs_bin())
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    };
     let d = Dir::new();
     let toml = toml.replace("@DIR@", d.d.path().to_str().unwrap());
     let cfg = d.write("bad.toml", &toml);
@@ -162,10 +175,30 @@ fn config_rows() {
         "[[tier]]\nname = \"a\"\npath = \"/\"\n",
         &["tier[0].path: the root folder cannot be a tier"],
     );
+    // Any variable of the environment expands (${SLURM_JOB_ID}, ${TMPDIR}, ...); one that
+    // is not set is named, with the key.
+    assert!(std::env::var_os("TIERFS_UNSET_PROJECT").is_none());
     config_row(
         "C10",
-        "[[tier]]\nname = \"a\"\npath = \"/lus/${PROJECT}/t\"\n",
-        &["tier[0].path:", "unknown variable ${PROJECT}"],
+        "[[tier]]\nname = \"a\"\npath = \"/lus/${TIERFS_UNSET_PROJECT}/t\"\n",
+        &[
+            "tier[0].path: \"/lus/${TIERFS_UNSET_PROJECT}/t\" uses ${TIERFS_UNSET_PROJECT}, \
+             which is not set in the environment; set it",
+        ],
+    );
+    config_row_env(
+        "C42",
+        "[[tier]]\nname = \"a\"\npath = \"@DIR@/a\"\n[mount]\nlog_file = \"${TIERFS_EMPTY}/log\"\n",
+        &[("TIERFS_EMPTY", "")],
+        &["mount.log_file: \"${TIERFS_EMPTY}/log\" uses ${TIERFS_EMPTY}, which is set but empty"],
+    );
+    config_row(
+        "C43",
+        "[[tier]]\nname = \"a\"\npath = \"/lus/${SLURM-JOB}/t\"\n",
+        &[
+            "tier[0].path:",
+            "${SLURM-JOB}, which is not a variable name",
+        ],
     );
     config_row(
         "C11",
@@ -661,6 +694,39 @@ fn command_line_rows() {
         2,
         &[&d.s("mnt"), "not a mount point"],
     );
+    // Another file system's mount point is refused before anything is unmounted: a tmpfs of
+    // our own where we may mount one, else /proc (which must stay mounted either way).
+    let tmpfs = is_root()
+        && Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+            .arg(d.p("mnt"))
+            .status()
+            .is_ok_and(|s| s.success());
+    let (other, kind) = if tmpfs {
+        (d.s("mnt"), "tmpfs")
+    } else {
+        ("/proc".to_string(), "proc")
+    };
+    expect(
+        "L18",
+        "unmount of another file system",
+        &tierfs(&["unmount", &other]),
+        2,
+        &[&format!(
+            "{other} is a {kind} mount, not tierfs; unmount it with umount"
+        )],
+    );
+    assert!(
+        tierfs::daemon::is_mountpoint(Path::new(&other)),
+        "L18: {other} was unmounted"
+    );
+    if tmpfs {
+        assert!(Command::new("umount")
+            .arg(d.p("mnt"))
+            .status()
+            .unwrap()
+            .success());
+    }
     expect(
         "L08",
         "stat DIR",
@@ -767,7 +833,11 @@ fn command_line_rows_with_a_mount() {
         ]),
         1,
         &[
-            "is in use by another tierfs daemon",
+            &format!(
+                "is in use by another tierfs daemon (pid {} on this host, mounted at {})",
+                m.daemon_pid(),
+                mp.display()
+            ),
             "unmount that mount first",
         ],
     );
@@ -779,6 +849,58 @@ fn command_line_rows_with_a_mount() {
         &["is in use by a tierfs daemon"],
     );
     m.unmount();
+
+    // A tier whose lock file names a daemon on another host (a node of the cluster that
+    // shares the file system): this host cannot tell whether it runs, so it is refused,
+    // naming host and pid, unless --break-lock.
+    let held = Setup::two("whole-file");
+    let meta = held.tier_path(1).join(".tierfs-meta");
+    std::fs::create_dir_all(&meta).unwrap();
+    let record = "tierfs tier lock v1\nhost node0042\npid 4242\nboot b\nstart 1\nwhat mount\n\
+                  scratch no\nmountpoint /local/tierfs\n";
+    std::fs::write(meta.join("lock"), record).unwrap();
+    let hcfg = held.write_config();
+    let hmp = held.mountpoint();
+    expect(
+        "T11",
+        "mount of a tier another host holds",
+        &tierfs(&[
+            "mount",
+            "--config",
+            hcfg.to_str().unwrap(),
+            hmp.to_str().unwrap(),
+        ]),
+        1,
+        &[
+            &format!(
+                "tier 'slow': lock {}/lock: tier folder {} is in use by another tierfs daemon \
+                 (pid 4242 on host node0042, mounted at /local/tierfs); this host cannot check \
+                 whether it still runs",
+                meta.display(),
+                held.tier_path(1).display()
+            ),
+            "mount with --break-lock",
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(meta.join("lock")).unwrap(),
+        record,
+        "T11: a refused mount changes nobody's lock"
+    );
+    assert!(!tierfs::daemon::is_mountpoint(&hmp), "T11: mounted");
+    let o = held.mount_output(&["--break-lock"]);
+    assert!(o.status.success(), "T11: --break-lock: {}", text(&o));
+    let broken = held.adopt();
+    let log = std::fs::read_to_string(held.log_path()).unwrap_or_default();
+    assert!(
+        log.contains("broke the lock of pid 4242 on host node0042"),
+        "T11: the log says whose lock was broken:\n{log}"
+    );
+    broken.unmount();
+    assert!(
+        !meta.join("lock").exists(),
+        "T11: the lock is released at unmount"
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -117,11 +117,17 @@ fn shipped_demo_is_what_the_readme_expects() {
             )
         })
         .collect();
+    // Per-user folders, so two users can run the demo on one machine at once.
+    let user = tierfs::config::user_name().unwrap();
+    let (nvme, pfs) = (
+        format!("/tmp/tierfs-demo-{user}-nvme"),
+        format!("/tmp/tierfs-demo-{user}-pfs"),
+    );
     assert_eq!(
         tiers,
         [
-            ("nvme", "/tmp/tierfs-demo-nvme", true, Some(2e9)),
-            ("pfs", "/tmp/tierfs-demo-pfs", true, Some(1e9)),
+            ("nvme", nvme.as_str(), true, Some(2e9)),
+            ("pfs", pfs.as_str(), true, Some(1e9)),
         ]
     );
     assert!(c.tiers.iter().all(|t| t.read_bandwidth.is_some()));
@@ -259,16 +265,20 @@ fn bad_size() {
 }
 
 #[test]
-fn unknown_variable() {
+fn unset_variable() {
+    // Any variable of the environment expands; these are set nowhere.
+    for v in ["TIERFS_TEST_UNSET_PROJECT", "TIERFS_TEST_UNSET_JOBID"] {
+        assert!(std::env::var_os(v).is_none(), "{v} is set");
+    }
     refused(
-        "[[tier]]\nname = \"pfs\"\npath = \"/lus/${PROJECT}/tierfs\"\n",
+        "[[tier]]\nname = \"pfs\"\npath = \"/lus/${TIERFS_TEST_UNSET_PROJECT}/tierfs\"\n",
         "tier[0].path",
-        &["${PROJECT}", "${HOSTNAME}"],
+        &["${TIERFS_TEST_UNSET_PROJECT}, which is not set in the environment"],
     );
     refused(
-        &format!("{GOOD_TIERS}[mount]\nlog_file = \"/tmp/${{JOBID}}.log\"\n"),
+        &format!("{GOOD_TIERS}[mount]\nlog_file = \"/tmp/${{TIERFS_TEST_UNSET_JOBID}}.log\"\n"),
         "mount.log_file",
-        &["${JOBID}"],
+        &["${TIERFS_TEST_UNSET_JOBID}, which is not set"],
     );
 }
 
@@ -393,4 +403,44 @@ fn prepare_refuses_tiers_that_meet_through_a_symlink() {
     let c = MountConfig::parse(&text, Path::new("/etc/tierfs/prepare.toml")).unwrap();
     let err = prepare_err(&c);
     assert!(err.contains("tier 'b'") && err.contains("symlink"), "{err}");
+}
+
+/// The batch-job config (docs/jobs/tierfs-node.toml) with the variables its job scripts
+/// export: one NVMe folder per job, one PFS folder per node and job, stripes with adapt,
+/// scratch mode, no bandwidth stated (probed). Without the job id it names the variable.
+#[test]
+fn job_config_is_keyed_on_the_job_and_node() {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/jobs/tierfs-node.toml");
+    let text = fs::read_to_string(&file).unwrap();
+    let job = |v: &str| match v {
+        "TIERFS_NVME_DIR" => Some("/local/scratch/u/tierfs-tiers".to_string()),
+        "TIERFS_PFS_DIR" => Some("/lus/proj/u/tierfs".to_string()),
+        "TIERFS_JOB" => Some("4242".to_string()),
+        "HOSTNAME" => Some("node7".to_string()),
+        _ => None,
+    };
+    let c = MountConfig::parse_with_vars(&text, &file, &job)
+        .unwrap_or_else(|e| panic!("{} does not validate:\n{e}", file.display()));
+    let paths: Vec<&Path> = c.tiers.iter().map(|t| t.path.as_path()).collect();
+    assert_eq!(
+        paths,
+        [
+            Path::new("/local/scratch/u/tierfs-tiers/nvme-4242"),
+            Path::new("/lus/proj/u/tierfs/node7-4242")
+        ]
+    );
+    assert!(c
+        .tiers
+        .iter()
+        .all(|t| t.create && t.read_bandwidth.is_none() && t.write_bandwidth.is_none()));
+    assert_eq!(c.placement.layout, Layout::Stripe);
+    assert!(c.placement.adapt && c.mount.scratch);
+    let no_job = |v: &str| if v == "TIERFS_JOB" { None } else { job(v) };
+    let e = MountConfig::parse_with_vars(&text, &file, &no_job)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("tier[0].path:") && e.contains("${TIERFS_JOB}, which is not set"),
+        "{e}"
+    );
 }

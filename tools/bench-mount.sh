@@ -97,11 +97,11 @@ median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print a[in
 minmax() { tr ' ' '\n' | grep -v '^$' | sort -n | awk 'NR==1{lo=$1} {hi=$1} END{print lo "-" hi}'; }
 dw=$(median <<<"${RES[direct.write]}"); dr=$(median <<<"${RES[direct.read]}")
 echo
-echo "| target | write MB/s (median, min-max) | vs nvme direct | read MB/s (median, min-max) | vs nvme direct |"
+echo "| target | write MB/s (median, min-max) | of nvme direct's MB/s (higher is faster) | read MB/s (median, min-max) | of nvme direct's MB/s |"
 echo "|---|---|---|---|---|"
 for t in direct $LAYOUTS; do
   w=$(median <<<"${RES[$t.write]}"); r=$(median <<<"${RES[$t.read]}")
-  printf '| %s | %s (%s) | %.2fx | %s (%s) | %.2fx |\n' "$t" "$w" "$(minmax <<<"${RES[$t.write]}")" \
+  printf '| %s | %s (%s) | %.2f | %s (%s) | %.2f |\n' "$t" "$w" "$(minmax <<<"${RES[$t.write]}")" \
     "$(awk -v a="$w" -v b="$dw" "BEGIN{print a/b}")" "$r" "$(minmax <<<"${RES[$t.read]}")" "$(awk -v a="$r" -v b="$dr" "BEGIN{print a/b}")"
 done
 echo

@@ -122,7 +122,7 @@ done
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 # median (min-max) of a list
 mmm() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{if (NR) printf "%s (%s-%s)", a[int((NR+1)/2)], a[1], a[NR]}'; }
-echo "| target | write MB/s | vs direct | read MB/s | vs direct | daemon CPU s/GB write | read |"
+echo "| target | write MB/s | of direct's MB/s (higher is faster) | read MB/s | of direct's MB/s | daemon CPU s/GB write | read |"
 echo "|---|---|---|---|---|---|---|"
 for t in $TARGETS; do
   base=direct; [[ $t == user-* ]] && base=user-direct

@@ -318,14 +318,14 @@ P(f"Run {E['START']} at tierfs {E['REV']}; `{E['CMDLINE']}` ({E['RUNS']} runs, t
   f"Machine: {os.cpu_count()} cores, kernel {platform.release()}; load average {E['LOAD0']} at start, "
   f"{E['LOAD1']} at end (other work shared the cores).")
 P("")
-P("| target | optimizer step I/O s, median (min–max) | speed vs direct (direct s / target s) | step I/O s (fwd+bwd+opt) | set-up s | fio write MB/s | fio read MB/s | daemon CPU s/GB replay | daemon CPU s/GB fio |")
+P("| target | optimizer step I/O s, median (min–max) | time vs direct (target s / direct s, lower is faster) | step I/O s (fwd+bwd+opt) | set-up s | fio write MB/s | fio read MB/s | daemon CPU s/GB replay | daemon CPU s/GB fio |")
 P("|---|---|---|---|---|---|---|---|---|")
 plot = []
 for t in targets:
     o = vals(t, "opt_s")
     rf = fails(t, "replay")
     opt = stat(o) or ("FAIL" if rf else "–")
-    rel = f"{d_opt / statistics.median(o):.2f}x" if (o and d_opt) else "–"
+    rel = f"{statistics.median(o) / d_opt:.2f}x" if (o and d_opt) else "–"
     wf = stat(vals(t, "fio_write"), "{:.0f}") or ("FAIL" if fails(t, "fio_write") else "–")
     rd = stat(vals(t, "fio_read"), "{:.0f}") or ("FAIL" if fails(t, "fio_read") else "–")
     cr = stat(vals(t, "cpu_replay"), "{:.3f}") or "–"

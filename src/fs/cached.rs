@@ -531,6 +531,10 @@ impl TierFs {
         loop {
             let (above, all) = c.wait_writeback(std::time::Duration::from_millis(100));
             let stopping = c.stop.load(Ordering::Relaxed);
+            if stopping && self.scratch {
+                // Scratch data is thrown away at unmount: nothing to write back.
+                return;
+            }
             let mut work: Vec<(u64, Arc<FileNode>, Arc<Entry>)> = c
                 .residents()
                 .into_iter()

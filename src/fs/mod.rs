@@ -440,6 +440,9 @@ pub struct TierFs {
     ledger: crate::ledger::CpuLedger,
     /// What [`TierFs::shutdown`] could not put on the tiers, once it has run.
     shut: Mutex<Option<Vec<String>>>,
+    /// `[mount] scratch`: the data is thrown away at unmount, so [`TierFs::shutdown`]
+    /// writes nothing back.
+    scratch: bool,
 }
 
 fn name_ok(name: &OsStr) -> Result<()> {
@@ -549,6 +552,7 @@ impl TierFs {
             requests: Arc::default(),
             ledger: crate::ledger::CpuLedger::default(),
             shut: Mutex::new(None),
+            scratch: config.mount.scratch,
         };
         fs.scan()?;
         Ok(fs)
@@ -2859,11 +2863,19 @@ impl TierFs {
     /// every open piece. Returns what did not reach a tier, one line per file (its path and
     /// why): those bytes are lost when the daemon exits, and the caller must say so.
     /// Runs once (FUSE's DESTROY and the daemon's exit both call it); later calls return the
-    /// first one's answer.
+    /// first one's answer. In scratch mode it only stops the cache threads: the data is
+    /// being thrown away, so nothing counts as lost.
     pub fn shutdown(&self) -> Vec<String> {
         let mut shut = self.shut.lock();
         if let Some(lost) = &*shut {
             return lost.clone();
+        }
+        if self.scratch {
+            // The daemon removes the tier folders next: writing dirty blocks back, finishing
+            // re-layouts or syncing pieces would only delay that.
+            self.stop_cache();
+            *shut = Some(Vec::new());
+            return Vec::new();
         }
         let mut lost = Vec::new();
         for (ino, dirty, e) in self.write_back_all() {

@@ -16,6 +16,8 @@ use std::process::Command;
 /// What to mount.
 #[derive(Debug, Clone)]
 pub struct MountSpec<'a> {
+    /// The source mountinfo shows (no commas or spaces).
+    pub source: &'a str,
     pub mountpoint: &'a Path,
     pub allow_other: bool,
 }
@@ -76,11 +78,13 @@ fn mount_syscall(spec: &MountSpec) -> io::Result<OwnedFd> {
         data.push_str(",allow_other");
     }
     let target = cstr(spec.mountpoint)?;
+    let source = CString::new(spec.source)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "source contains a NUL byte"))?;
     let data = CString::new(data).expect("no NUL in mount options");
     // SAFETY: all pointers are valid NUL-terminated strings that outlive the call.
     let r = unsafe {
         libc::mount(
-            c"tierfs".as_ptr(),
+            source.as_ptr(),
             target.as_ptr(),
             c"fuse.tierfs".as_ptr(),
             libc::MS_NOSUID | libc::MS_NODEV,
@@ -105,7 +109,10 @@ fn mount_fusermount(spec: &MountSpec) -> io::Result<OwnedFd> {
     // SOCK_CLOEXEC leaves both inheritable).
     // SAFETY: fcntl on a descriptor we own.
     unsafe { libc::fcntl(ours.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-    let mut opts = String::from("fsname=tierfs,subtype=tierfs,default_permissions,nosuid,nodev");
+    let mut opts = format!(
+        "fsname={},subtype=tierfs,default_permissions,nosuid,nodev",
+        spec.source
+    );
     if spec.allow_other {
         opts.push_str(",allow_other");
     }

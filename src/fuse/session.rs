@@ -18,6 +18,8 @@ use std::time::Duration;
 /// How to run the connection.
 #[derive(Debug, Clone)]
 pub struct SessionOptions {
+    /// The mount's source as mountinfo shows it (`mount -a` compares it with fstab).
+    pub source: String,
     pub allow_other: bool,
     /// /dev/fuse worker threads; with io_uring, the ring entries per queue follow from it.
     pub threads: usize,
@@ -98,6 +100,7 @@ impl Session {
         o: &SessionOptions,
     ) -> Result<Session, String> {
         let spec = MountSpec {
+            source: &o.source,
             mountpoint,
             allow_other: o.allow_other,
         };

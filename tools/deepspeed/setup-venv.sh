@@ -5,6 +5,9 @@
 # wheel pulls the nvidia-* CUDA wheels, even though we only run on CPU):
 #   ${TIERFS_DS_VENV:-$HOME/.cache/tierfs/ds-venv}
 # Re-running is a no-op once the marker file records the pinned versions.
+# Works as an ordinary user: it checks the system packages it needs (python3-venv, Python
+# headers, libaio, a C++ compiler, ninja) and names the missing ones for an administrator;
+# only as root on Debian/Ubuntu does it install them itself.
 #
 # The venv's python is
 #   "$TIERFS_DS_VENV/bin/python".
@@ -24,19 +27,53 @@ PYTHON="${PYTHON:-python3}"
 
 log() { echo "[setup-venv] $*" >&2; }
 
-# --- apt packages: libaio (async_io op), ninja and a C++ toolchain (JIT builds) ---
-need_apt=()
-for p in libaio-dev ninja-build build-essential; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-        need_apt+=("$p")
+# --- system packages: checked by what they provide, so this works on any distribution ---
+# Each entry: what is checked | Debian/Ubuntu package | RHEL/Rocky/Alma package.
+# Without root nothing is installed: the script names what an administrator must add.
+have_python_venv() { "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null; }
+have_python_headers() {
+    "$PYTHON" -c 'import os, sysconfig; raise SystemExit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null
+}
+have_libaio() { [[ -e /usr/include/libaio.h ]]; }
+have_cxx() { command -v c++ >/dev/null || command -v g++ >/dev/null; }
+have_ninja() { command -v ninja >/dev/null; }
+CHECKS=(
+    "have_python_venv|python3-venv|python3|Python's venv and ensurepip modules (the venv itself)"
+    "have_python_headers|python3-dev|python3-devel|Python.h (DeepSpeed's JIT-built ops)"
+    "have_libaio|libaio-dev|libaio-devel|libaio.h (DeepSpeed's async_io op, used for NVMe offload)"
+    "have_cxx|build-essential|gcc-c++|a C++ compiler (the JIT-built ops)"
+    "have_ninja|ninja-build|ninja-build|ninja (the JIT builder)"
+)
+if ! command -v "$PYTHON" >/dev/null; then
+    log "no $PYTHON: install Python 3.9 or newer (Debian/Ubuntu: python3; RHEL: python3), or set PYTHON=/path/to/python3"
+    exit 1
+fi
+missing=()
+for c in "${CHECKS[@]}"; do
+    IFS='|' read -r check deb rpm what <<<"$c"
+    if ! "$check"; then
+        missing+=("$deb|$rpm|$what")
     fi
 done
-if ((${#need_apt[@]})); then
-    log "installing apt packages: ${need_apt[*]}"
-    SUDO=""
-    if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-    $SUDO apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need_apt[@]}"
+if ((${#missing[@]})); then
+    debs=() rpms=()
+    for m in "${missing[@]}"; do
+        IFS='|' read -r deb rpm what <<<"$m"
+        debs+=("$deb") rpms+=("$rpm")
+        log "missing: $what"
+    done
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+        log "installing apt packages: ${debs[*]}"
+        apt-get update -q
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${debs[@]}"
+    else
+        log "these system packages must be installed by an administrator (this script"
+        log "never uses sudo):"
+        log "  Debian/Ubuntu:   apt-get install ${debs[*]}"
+        log "  RHEL/Rocky/Alma: dnf install $(printf '%s\n' "${rpms[@]}" | sort -u | tr '\n' ' ')(ninja-build is in EPEL)"
+        log "then run this script again. On a cluster, a module may provide them (e.g. module load gcc python)."
+        exit 1
+    fi
 fi
 
 # --- venv ---

@@ -138,7 +138,7 @@ pub struct MountOptions {
 #[derive(Debug, PartialEq, Eq)]
 pub enum MountpointState {
     Usable,
-    /// A FUSE mount whose daemon is gone (ENOTCONN, ECONNABORTED).
+    /// A FUSE mount whose daemon is gone (ENOTCONN, ECONNABORTED, ECANCELED).
     Dead,
     Missing,
     NotADirectory,
@@ -148,9 +148,13 @@ pub enum MountpointState {
 
 /// Whether an errno is what a FUSE mount whose daemon is gone answers: ENOTCONN once the
 /// connection is down, ECONNABORTED to a request that was waiting when it went down (the
-/// first stat right after the daemon was killed).
+/// first stat right after the daemon was killed), ECANCELED to one the kernel had handed
+/// to an io_uring ring entry of the dying daemon.
 pub fn is_dead_mount_errno(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED)
+    )
 }
 
 /// Looks at a would-be mountpoint. A mount there is found in /proc/self/mountinfo, so
@@ -273,7 +277,11 @@ pub fn daemon_of(path: &Path, entry: &MountEntry, stats_dir: &str) -> Daemon {
         }
         _ => None,
     };
-    let dead = |e: &str| e.contains("not connected") || e.contains("connection abort");
+    let dead = |e: &str| {
+        e.contains("not connected")
+            || e.contains("connection abort")
+            || e.contains("Operation canceled")
+    };
     if let Some((uid, gid)) = as_owner {
         use std::os::unix::process::CommandExt;
         let out = Command::new("cat")

@@ -737,21 +737,11 @@ struct Logger {
 
 impl log::Log for Logger {
     fn enabled(&self, m: &log::Metadata) -> bool {
-        m.level() <= self.level && !m.target().starts_with("fuser")
-            || (m.target().starts_with("fuser") && m.level() <= log::Level::Warn)
+        m.level() <= self.level
     }
     fn log(&self, r: &log::Record) {
         if !self.enabled(r.metadata()) {
             return;
-        }
-        if r.target().starts_with("fuser") && self.level < log::LevelFilter::Debug {
-            let msg = r.args().to_string();
-            // Replies to requests the kernel already dropped (the caller was interrupted;
-            // io_uring clients cause many) and fuser's own unmount attempt after an external
-            // umount: expected, and they would flood the log.
-            if msg.starts_with("Failed to send FUSE reply") || msg.starts_with("Unmount failed") {
-                return;
-            }
         }
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

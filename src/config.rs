@@ -34,6 +34,7 @@
 //! threads = 64                        # 1..=256
 //! passthrough = "auto"                # "auto" | "direct" | "off": kernel passthrough for whole files
 //! degraded = false                    # mount without a tier whose folder is missing or unusable
+//! transport = "auto"                  # "auto" | "uring" | "dev": FUSE over io_uring or /dev/fuse
 //! scratch = false                     # unmount discards the data and removes the tier folders
 //! ```
 
@@ -132,6 +133,31 @@ pub struct MountSection {
     /// The data is scratch (swap files): unmount discards it, dirty cache and unfinished
     /// moves included, and removes the tier folders. Default `false`.
     pub scratch: bool,
+    /// How requests travel between the kernel and the daemon. Default `auto`.
+    pub transport: Transport,
+}
+
+/// `mount.transport`: how FUSE requests reach the daemon (`crate::fuse`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// FUSE over io_uring where the kernel offers it (Linux >= 6.14 with the fuse module's
+    /// `enable_uring` on), else /dev/fuse, saying why in the log.
+    Auto,
+    /// FUSE over io_uring or no mount at all.
+    Uring,
+    /// `read`/`write` on /dev/fuse, whatever the kernel offers.
+    Dev,
+}
+
+impl Transport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Auto => "auto",
+            Transport::Uring => "uring",
+            Transport::Dev => "dev",
+        }
+    }
 }
 
 /// `mount.engine`: how batches of backing requests are issued (`crate::engine`).
@@ -278,6 +304,7 @@ impl Default for MountSection {
             passthrough: Passthrough::Auto,
             exclusive_tiers: false,
             engine: EngineKind::IoUring,
+            transport: Transport::Auto,
             degraded: false,
             scratch: false,
         }
@@ -346,6 +373,7 @@ struct RawMount {
     #[serde(default)]
     degraded: bool,
     engine: Option<String>,
+    transport: Option<String>,
     #[serde(default)]
     scratch: bool,
 }
@@ -848,6 +876,19 @@ impl MountConfig {
             }
         };
 
+        let transport = match raw.mount.transport.as_deref() {
+            None | Some("auto") => Transport::Auto,
+            Some("uring") => Transport::Uring,
+            Some("dev") => Transport::Dev,
+            Some(other) => {
+                p.add(
+                    "mount.transport",
+                    format_args!("{other:?} is not one of \"auto\", \"uring\", \"dev\""),
+                );
+                Transport::Auto
+            }
+        };
+
         let cache = raw.cache.as_ref().and_then(|c| parse_cache(c, &mut p));
 
         let min_share = match raw.placement.min_share {
@@ -884,6 +925,7 @@ impl MountConfig {
                 exclusive_tiers: raw.mount.exclusive_tiers,
                 degraded: raw.mount.degraded,
                 engine,
+                transport,
                 scratch: raw.mount.scratch,
             },
             cache,
@@ -965,6 +1007,7 @@ impl MountConfig {
         let _ = writeln!(s, "passthrough = \"{}\"", self.mount.passthrough.as_str());
         let _ = writeln!(s, "exclusive_tiers = {}", self.mount.exclusive_tiers);
         let _ = writeln!(s, "engine = \"{}\"", self.mount.engine.as_str());
+        let _ = writeln!(s, "transport = \"{}\"", self.mount.transport.as_str());
         let _ = writeln!(s, "degraded = {}", self.mount.degraded);
         let _ = writeln!(s, "scratch = {}", self.mount.scratch);
         match &self.cache {
@@ -1432,6 +1475,11 @@ path = "/lus/proj/tierfs/${HOSTNAME}"
         let c = parse(&format!("{TWO}\n[mount]\nengine = \"psync\"\n")).unwrap();
         assert_eq!(c.mount.engine, EngineKind::Psync);
         assert!(c.to_toml().contains("engine = \"psync\""));
+        let c = parse(&format!("{TWO}\n[mount]\ntransport = \"uring\"\n")).unwrap();
+        assert_eq!(c.mount.transport, Transport::Uring);
+        assert!(c.to_toml().contains("transport = \"uring\""));
+        let e = parse(&format!("{TWO}\n[mount]\ntransport = \"ring\"\n")).unwrap_err();
+        assert!(e.to_string().contains("mount.transport"), "{e}");
         let e = parse(&format!("{TWO}\n[mount]\nengine = \"aio\"\n")).unwrap_err();
         assert!(e.contains("mount.engine") && e.contains("io_uring"), "{e}");
     }

@@ -23,7 +23,6 @@
 
 use crate::config::MountConfig;
 use crate::fs::TierFs;
-use crate::fuse::FuseAdapter;
 use crate::probe::{self, ProbeOptions};
 use crate::tier::{BandwidthSource, LockRequest, Tier};
 use std::io::{BufRead, BufReader, Write};
@@ -139,7 +138,7 @@ pub struct MountOptions {
 #[derive(Debug, PartialEq, Eq)]
 pub enum MountpointState {
     Usable,
-    /// A FUSE mount whose daemon is gone (ENOTCONN, ECONNABORTED).
+    /// A FUSE mount whose daemon is gone (ENOTCONN, ECONNABORTED, ECANCELED).
     Dead,
     Missing,
     NotADirectory,
@@ -149,9 +148,13 @@ pub enum MountpointState {
 
 /// Whether an errno is what a FUSE mount whose daemon is gone answers: ENOTCONN once the
 /// connection is down, ECONNABORTED to a request that was waiting when it went down (the
-/// first stat right after the daemon was killed).
+/// first stat right after the daemon was killed), ECANCELED to one the kernel had handed
+/// to an io_uring ring entry of the dying daemon.
 pub fn is_dead_mount_errno(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOTCONN | libc::ECONNABORTED))
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED)
+    )
 }
 
 /// Looks at a would-be mountpoint. A mount there is found in /proc/self/mountinfo, so
@@ -274,7 +277,11 @@ pub fn daemon_of(path: &Path, entry: &MountEntry, stats_dir: &str) -> Daemon {
         }
         _ => None,
     };
-    let dead = |e: &str| e.contains("not connected") || e.contains("connection abort");
+    let dead = |e: &str| {
+        e.contains("not connected")
+            || e.contains("connection abort")
+            || e.contains("Operation canceled")
+    };
     if let Some((uid, gid)) = as_owner {
         use std::os::unix::process::CommandExt;
         let out = Command::new("cat")
@@ -753,43 +760,29 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
         TierFs::new(config, tiers)
             .map_err(|e| Failure::runtime(format!("cannot load the tiers: {e}")))?,
     );
-    let mut fuse_config = fuser::Config::default();
-    fuse_config.mount_options = vec![
-        fuser::MountOption::FSName(mount_source(&config.source)),
-        fuser::MountOption::Subtype("tierfs".into()),
-        fuser::MountOption::DefaultPermissions,
-        fuser::MountOption::NoDev,
-        fuser::MountOption::NoSuid,
-    ];
-    if crate::sys::euid() == 0 {
-        // fuser mounts as root with the type "fuse" and keeps Subtype for fusermount3, so
-        // the kernel gets the subtype as an option: the type reads fuse.tierfs either way.
-        fuse_config
-            .mount_options
-            .push(fuser::MountOption::CUSTOM("subtype=tierfs".into()));
-    }
-    if config.mount.allow_other {
-        fuse_config.acl = fuser::SessionACL::All;
-    }
-    fuse_config.n_threads = Some(config.mount.threads);
-    fuse_config.clone_fd = true;
-    let session = fuser::Session::new(FuseAdapter::new(fs.clone()), &opts.mountpoint, &fuse_config)
-        .map_err(|e| {
-            let hint = if e.kind() == std::io::ErrorKind::NotFound
-                || e.raw_os_error() == Some(libc::EPERM)
-            {
-                " (as a non-root user tierfs needs fusermount3: `apt-get install fuse3`)"
-            } else {
-                ""
-            };
-            Failure::runtime(format!(
-                "cannot mount at {}: {e}{hint}",
-                opts.mountpoint.display()
-            ))
-        })?;
-    let bg = session
-        .spawn()
-        .map_err(|e| Failure::runtime(format!("cannot start the FUSE session: {e}")))?;
+    // TIERFS_TRANSPORT overrides `[mount] transport` (the test suite runs on both).
+    let transport = match std::env::var("TIERFS_TRANSPORT").as_deref() {
+        Ok("auto") => crate::config::Transport::Auto,
+        Ok("uring") => crate::config::Transport::Uring,
+        Ok("dev") => crate::config::Transport::Dev,
+        Ok(other) => {
+            return Err(Failure::usage(format!(
+                "TIERFS_TRANSPORT={other:?} is not one of auto, uring, dev"
+            )))
+        }
+        Err(_) => config.mount.transport,
+    };
+    let session = crate::fuse::Session::start(
+        fs.clone(),
+        &opts.mountpoint,
+        &crate::fuse::SessionOptions {
+            source: mount_source(&config.source),
+            allow_other: config.mount.allow_other,
+            threads: config.mount.threads,
+            transport,
+        },
+    )
+    .map_err(Failure::runtime)?;
     // The mount must answer before we say it is ready.
     let probe_path = opts.mountpoint.join(&config.mount.stats_dir).join("config");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -830,15 +823,11 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
         .map_err(|e| Failure::runtime(format!("cannot start the cache threads: {e}")))?;
     ready.say("OK");
     ready.0 = None;
-    let mut bg = Some(bg);
     let mut asked_at: Option<Instant> = None;
     let mut detached = false;
-    while let Some(session) = bg.as_ref() {
-        if session.guard.is_finished() {
+    loop {
+        if session.finished() {
             log::info!("{} was unmounted", opts.mountpoint.display());
-            if let Some(Err(e)) = bg.take().map(|b| b.join()) {
-                log::warn!("FUSE session ended with: {e}");
-            }
             break;
         }
         if STOP.load(Ordering::SeqCst) && !detached {
@@ -858,14 +847,14 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
                 Err(e) if e.errno == Some(libc::EINVAL) => detached = true,
                 Err(e) => {
                     log::warn!(
-                        "cannot unmount {}: {}; leaving it to the FUSE library",
+                        "cannot unmount {}: {}; detaching it",
                         mountpoint.display(),
                         e.message
                     );
-                    if let Some(Err(e)) = bg.take().map(|b| b.umount_and_join()) {
+                    if let Err(e) = session.unmount() {
                         log::warn!("unmount: {e}");
                     }
-                    break;
+                    detached = true;
                 }
             }
             if lazy && detached {
@@ -879,6 +868,7 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    session.join();
     // The estimator leaves with the session.
     STOP.store(true, Ordering::SeqCst);
     let lost = fs.shutdown();

@@ -183,6 +183,7 @@ fn run_chunk(
         let (ptr, bounce) = match op {
             Op::Read { buf, .. } => {
                 if direct && (buf.as_ptr() as usize) % ALIGN != 0 {
+                    crate::io::note_bounce(len);
                     let mut b = AlignedBuf::zeroed(len);
                     (b.as_mut_ptr(), Some(b))
                 } else {
@@ -191,6 +192,7 @@ fn run_chunk(
             }
             Op::Write { buf, .. } => {
                 if direct && (buf.as_ptr() as usize) % ALIGN != 0 {
+                    crate::io::note_bounce(len);
                     let mut b = AlignedBuf::zeroed(len);
                     b.copy_from_slice(buf);
                     (b.as_mut_ptr(), Some(b))

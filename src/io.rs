@@ -85,6 +85,21 @@ thread_local! {
     static BOUNCE: RefCell<AlignedBuf> = RefCell::new(AlignedBuf::zeroed(1 << 20));
 }
 
+/// Bytes copied through [`BOUNCE`] because a direct request's memory was not page-aligned
+/// (`stats.json` `bounce_bytes`): the FUSE transports hand us aligned buffers, so this
+/// stays 0 for DeepSpeed-style aligned I/O.
+static BOUNCE_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts `n` bytes bounced (also by the engine's own bounce buffers).
+pub(crate) fn note_bounce(n: usize) {
+    BOUNCE_BYTES.fetch_add(n as u64, Ordering::Relaxed);
+}
+
+/// Bytes bounced so far in this process.
+pub fn bounce_bytes() -> u64 {
+    BOUNCE_BYTES.load(Ordering::Relaxed)
+}
+
 fn is_aligned(off: u64, len: usize, ptr: *const u8) -> bool {
     off % ALIGN as u64 == 0 && len % ALIGN == 0 && len > 0 && (ptr as usize) % ALIGN == 0
 }
@@ -242,6 +257,7 @@ impl Piece {
                 let r = if (buf.as_ptr() as usize) % ALIGN == 0 {
                     write_full(d, buf, off)
                 } else {
+                    BOUNCE_BYTES.fetch_add(buf.len() as u64, Ordering::Relaxed);
                     BOUNCE.with(|b| {
                         let mut b = b.borrow_mut();
                         b.resize(buf.len());
@@ -265,6 +281,7 @@ impl Piece {
                 let r = if is_aligned(off, buf.len(), buf.as_ptr()) {
                     read_full(d, buf, off)
                 } else {
+                    BOUNCE_BYTES.fetch_add(buf.len() as u64, Ordering::Relaxed);
                     BOUNCE.with(|b| {
                         let mut b = b.borrow_mut();
                         b.resize(buf.len());

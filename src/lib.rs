@@ -10,7 +10,9 @@
 //! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`layout`]: where a
 //!   file's bytes are and how that is persisted.
 //! - [`fs`]: the FUSE-free filesystem core; [`stats`]: the `.tierfs/` files.
-//! - [`fuse`]: the thin `fuser` adapter; [`daemon`]: mount, background, unmount; [`cli`];
+//! - [`fuse`]: the kernel side: mounting, the FUSE protocol, its /dev/fuse and io_uring
+//!   transports and the one dispatcher into the core; [`daemon`]: mount, background,
+//!   unmount; [`cli`];
 //!   [`mount_helper`]: `mount -t fuse.tierfs` and fstab; [`manpage`]: `tierfs man`;
 //!   [`prom`]: `tierfs stat --prom` for node_exporter.
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -28,6 +30,7 @@ pub mod fs;
 pub mod fuse;
 pub mod io;
 pub mod layout;
+pub mod ledger;
 pub mod lock;
 pub mod manpage;
 pub mod metrics;
@@ -37,6 +40,7 @@ pub mod placement;
 pub mod plot;
 pub mod probe;
 pub mod prom;
+pub mod reqstats;
 pub mod sched;
 pub mod stats;
 pub mod sys;

@@ -221,6 +221,19 @@ pub const CACHE_EVICTIONS: Metric = counter(
     "Files dropped from the cache to make room.",
 );
 
+pub const CPU_SECONDS: Metric = counter(
+    "tierfs_cpu_seconds_total",
+    "Daemon CPU seconds by class of work (class=demand|prefetch|write-back|migration|other).",
+);
+pub const CPU_BYTES: Metric = counter(
+    "tierfs_cpu_bytes_total",
+    "Bytes moved through the daemon by class of work (the denominator of CPU per GB).",
+);
+pub const FUSE_REQUESTS: Metric = counter(
+    "tierfs_fuse_requests_total",
+    "FUSE requests served by the daemon by transport (transport=uring|dev).",
+);
+
 pub const ALL: &[Metric] = &[
     INFO,
     UPTIME,
@@ -254,6 +267,9 @@ pub const ALL: &[Metric] = &[
     TIER_QUEUE_WAITING,
     TIER_QUEUE_WAITED,
     TIER_QUEUE_GRANTED,
+    CPU_SECONDS,
+    CPU_BYTES,
+    FUSE_REQUESTS,
     CACHE_SIZE,
     CACHE_USED,
     CACHE_DIRTY,
@@ -417,6 +433,32 @@ pub fn render(s: &Snapshot) -> String {
                         })
                 })
                 .collect(),
+            n if n == CPU_SECONDS.name => s
+                .cpu
+                .classes
+                .iter()
+                .map(|(c, v)| (vec![("class", c.clone())], Float(v.cpu_s)))
+                .chain(std::iter::once((
+                    vec![("class", "other".to_string())],
+                    Float(s.cpu.other_s),
+                )))
+                .collect(),
+            n if n == CPU_BYTES.name => s
+                .cpu
+                .classes
+                .iter()
+                .map(|(c, v)| (vec![("class", c.clone())], Int(v.bytes)))
+                .collect(),
+            n if n == FUSE_REQUESTS.name => vec![
+                (
+                    vec![("transport", "uring".to_string())],
+                    Int(s.fuse.requests_ring),
+                ),
+                (
+                    vec![("transport", "dev".to_string())],
+                    Int(s.fuse.requests_dev),
+                ),
+            ],
             n if n.starts_with("tierfs_cache_") => match &s.cache {
                 None => Vec::new(),
                 Some(c) => vec![(
@@ -497,6 +539,9 @@ pub(crate) mod tests {
             relayout: Default::default(),
             request_panics: 0,
             failed_inodes: 0,
+            fuse: Default::default(),
+            bounce_bytes: 0,
+            cpu: Default::default(),
         }
     }
 

@@ -156,6 +156,96 @@ pub struct Snapshot {
     /// Inodes that answer EIO until the next mount after such a panic.
     #[serde(default)]
     pub failed_inodes: u64,
+    /// What the kernel asked of the daemon.
+    #[serde(default)]
+    pub fuse: FuseStats,
+    /// Bytes copied through a bounce buffer for direct I/O on a tier because the memory was
+    /// not page-aligned (0 when the transport delivers aligned payloads).
+    #[serde(default)]
+    pub bounce_bytes: u64,
+    /// The daemon's CPU and the bytes it moved.
+    #[serde(default)]
+    pub cpu: CpuStats,
+}
+
+/// The daemon's CPU ledger in `stats.json` ([`crate::ledger`]).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CpuStats {
+    /// The whole daemon's CPU (user + system) since it started, in seconds.
+    pub total_s: f64,
+    /// Bytes the daemon moved: the sum over the classes.
+    pub bytes: u64,
+    /// `total_s` per 10^9 `bytes` (0 before any byte).
+    pub s_per_gb: f64,
+    /// Per class: `demand` (FUSE requests; bytes: READ and WRITE payloads), `prefetch`,
+    /// `write-back`, `migration`.
+    pub classes: std::collections::BTreeMap<String, ClassCpu>,
+    /// CPU no class claims (the estimator, probes, the stats files).
+    pub other_s: f64,
+    /// Bytes the tiers' devices moved since mount, all tiers (passthrough I/O, which the
+    /// daemon never sees, is only here); absent where the devices cannot be read.
+    pub device_bytes: Option<u64>,
+}
+
+/// One class of the CPU ledger.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClassCpu {
+    pub cpu_s: f64,
+    pub bytes: u64,
+    pub s_per_gb: f64,
+}
+
+fn per_gb(s: f64, bytes: u64) -> f64 {
+    if bytes == 0 {
+        0.0
+    } else {
+        s / (bytes as f64 / 1e9)
+    }
+}
+
+fn cpu_stats(fs: &TierFs, tiers: &[TierStats]) -> CpuStats {
+    use crate::ledger::{process_cpu_ns, CLASSES};
+    let total_s = process_cpu_ns() as f64 / 1e9;
+    let mut classes = std::collections::BTreeMap::new();
+    let (mut bytes, mut claimed) = (0u64, 0f64);
+    for c in CLASSES {
+        let (ns, b) = fs.ledger().get(c);
+        let cpu_s = ns as f64 / 1e9;
+        bytes += b;
+        claimed += cpu_s;
+        classes.insert(
+            c.name().to_string(),
+            ClassCpu {
+                cpu_s,
+                bytes: b,
+                s_per_gb: per_gb(cpu_s, b),
+            },
+        );
+    }
+    let device_bytes = tiers
+        .iter()
+        .map(|t| Some(t.device_read? + t.device_written?))
+        .sum::<Option<u64>>();
+    CpuStats {
+        total_s,
+        bytes,
+        s_per_gb: per_gb(total_s, bytes),
+        classes,
+        other_s: (total_s - claimed).max(0.0),
+        device_bytes,
+    }
+}
+
+/// The FUSE connection in `stats.json`: the transport and the requests it carried (requests
+/// served by kernel passthrough never reach the daemon and are not counted).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct FuseStats {
+    /// "uring" (FUSE over io_uring) or "dev" (/dev/fuse).
+    pub transport: String,
+    pub requests_ring: u64,
+    pub requests_dev: u64,
+    /// Requests by opcode name, those seen at least once.
+    pub requests: std::collections::BTreeMap<String, u64>,
 }
 
 /// The cache's totals in `stats.json`, in bytes unless named otherwise.
@@ -177,7 +267,7 @@ pub struct CacheStats {
 /// Takes a consistent-enough snapshot of the counters and the tree.
 pub fn snapshot(fs: &TierFs) -> Snapshot {
     let shares = fs.placer().shares();
-    let tiers = fs
+    let tiers: Vec<TierStats> = fs
         .tiers()
         .iter()
         .map(|t| {
@@ -231,6 +321,7 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
             tiers: layout.tiers().iter().map(|t| names[*t].clone()).collect(),
         })
         .collect();
+    let cpu = cpu_stats(fs, &tiers);
     Snapshot {
         format: 1,
         pid: std::process::id(),
@@ -263,6 +354,22 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
                 evictions: get(&k.evictions),
             }
         }),
+        bounce_bytes: crate::io::bounce_bytes(),
+        cpu,
+        fuse: {
+            let r = fs.requests();
+            let (ring, dev) = r.by_transport();
+            FuseStats {
+                transport: r.transport().to_string(),
+                requests_ring: ring,
+                requests_dev: dev,
+                requests: r
+                    .nonzero()
+                    .into_iter()
+                    .map(|(op, n)| (crate::fuse::abi::op::name(op).to_string(), n))
+                    .collect(),
+            }
+        },
         relayout: {
             let r = fs.relayout_counters();
             let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
@@ -382,6 +489,27 @@ pub fn tiers_table(s: &Snapshot) -> String {
         if !notes.is_empty() {
             let _ = writeln!(out, "  {}: {}", t.name, notes.join("; "));
         }
+    }
+    if s.cpu.bytes > 0 {
+        let _ = writeln!(
+            out,
+            "daemon CPU: {:.2} s for {} moved ({:.3} s/GB; {}); transport {}",
+            s.cpu.total_s,
+            fmt_bytes(s.cpu.bytes),
+            s.cpu.s_per_gb,
+            s.cpu
+                .classes
+                .iter()
+                .filter(|(_, c)| c.bytes > 0)
+                .map(|(n, c)| format!("{n} {:.3} s/GB", c.s_per_gb))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if s.fuse.transport.is_empty() {
+                "?"
+            } else {
+                &s.fuse.transport
+            }
+        );
     }
     let _ = writeln!(
         out,

@@ -108,12 +108,12 @@ fn a_panic_in_a_request_fails_that_file_until_remount() {
     let log = std::fs::read_to_string(s.log_path()).unwrap();
     assert!(
         log.contains(&format!(
-            "request read on inode {ino} panicked: injected by debug-panic"
+            "request READ on inode {ino} panicked: injected by debug-panic"
         )),
         "{log}"
     );
     assert!(
-        log.contains(&format!("inode {ino} failed (a panic in read)")),
+        log.contains(&format!("inode {ino} failed (a panic in READ)")),
         "{log}"
     );
 

@@ -8,9 +8,12 @@
 # fio: O_DIRECT 1 MiB, libaio, 4 jobs x QD 16, time-based, write then read. Prints MB/s
 # (10^6 B/s) per run, the medians, ratios to direct, and the daemon's CPU seconds per GB
 # moved (utime+stime from /proc; passthrough moves bytes without the daemon).
-# Targets: direct, passthrough, daemon (root); user-direct, user-daemon (as BENCH_USER,
-# default tierfs-test, when run as root and the user exists; TARGETS overrides the list).
-# PROFILE=1: also `perf record -g` the daemon (root, daemon path) during one write and one
+# Targets: direct, passthrough, daemon (/dev/fuse), daemon-uring (FUSE over io_uring; root
+# sets the fuse module's enable_uring for the run and restores it), before (the daemon path
+# of the binary in $BEFORE, e.g. an older build, side by side); user-direct, user-daemon,
+# user-daemon-uring (as BENCH_USER, default tierfs-test, when run as root and the user
+# exists). TARGETS overrides the list. Each cell: median (min-max) over the runs.
+# PROFILE=1: also `perf record -g` the daemon (daemon targets) during one write and one
 # read run and print where its time goes (perf report, top symbols).
 set -euo pipefail
 RUNS=${1:-3}
@@ -21,12 +24,17 @@ TIERFS=${TIERFS:-$HERE/target/release/tierfs}
 BENCH_USER=${BENCH_USER:-tierfs-test}
 command -v fio >/dev/null || { echo "install fio" >&2; exit 2; }
 [ -x "$TIERFS" ] || (cd "$HERE" && cargo build --release)
+URING=/sys/module/fuse/parameters/enable_uring
 if [ -z "${TARGETS:-}" ]; then
   TARGETS="direct passthrough daemon"
+  [ -w $URING ] && TARGETS="$TARGETS daemon-uring"
+  [ -n "${BEFORE:-}" ] && TARGETS="$TARGETS before"
   if [ "$(id -u)" = 0 ] && id "$BENCH_USER" >/dev/null 2>&1 && command -v fusermount3 >/dev/null; then
     TARGETS="$TARGETS user-direct user-daemon"
+    [ -w $URING ] && TARGETS="$TARGETS user-daemon-uring"
   fi
 fi
+URING_WAS=$(cat $URING 2>/dev/null || echo N)
 MNT=$DIR-mnt
 mkdir -p "$DIR/tier" "$DIR/direct" "$DIR/utier" "$DIR/udirect" "$MNT"
 chmod 755 "$DIR"
@@ -37,6 +45,7 @@ cleanup() {
     "$TIERFS" unmount "$MNT" 2>/dev/null || as_user "$TIERFS" unmount "$MNT" 2>/dev/null || umount -l "$MNT"
   fi
   rm -rf "$DIR" "$MNT"
+  [ -w $URING ] && echo "$URING_WAS" >$URING
 }
 trap cleanup EXIT
 CLK=$(getconf CLK_TCK)
@@ -68,17 +77,22 @@ for run in $(seq 1 "$RUNS"); do
     case $target in
       direct) d=$DIR/direct; pid= ;;
       user-direct) d=$DIR/udirect; pid=; runner=(runuser -u "$BENCH_USER" --) ;;
-      passthrough|daemon|user-daemon)
+      passthrough|daemon|daemon-uring|before|user-daemon|user-daemon-uring)
         pt=direct; [ $target = passthrough ] || pt=off
-        tier=$DIR/tier; [ $target = user-daemon ] && tier=$DIR/utier
-        printf '[[tier]]\nname = "fast"\npath = "%s"\nread_bandwidth = "5GB/s"\nwrite_bandwidth = "5GB/s"\n[mount]\npassthrough = "%s"\nlog_file = "%s/log"\n' \
+        tier=$DIR/tier; [[ $target == user-* ]] && tier=$DIR/utier
+        bin=$TIERFS; [ $target = before ] && bin=$BEFORE
+        # The "before" binary may not know `transport`: its own default is /dev/fuse.
+        tr=dev; [[ $target == *-uring ]] && tr=uring
+        extra=; [ $target = before ] || extra="transport = \"$tr\"\n"
+        [ -w $URING ] && { [ $tr = uring ] && echo Y >$URING || echo "$URING_WAS" >$URING; }
+        printf '[[tier]]\nname = "fast"\npath = "%s"\nread_bandwidth = "5GB/s"\nwrite_bandwidth = "5GB/s"\n[mount]\npassthrough = "%s"\nlog_file = "%s/log"\n'"$extra" \
           "$tier" "$pt" "$tier" >"$DIR/c-$target.toml"
         chmod 644 "$DIR/c-$target.toml"
-        if [ $target = user-daemon ]; then
+        if [[ $target == user-* ]]; then
           runner=(runuser -u "$BENCH_USER" --)
-          as_user "$TIERFS" mount --config "$DIR/c-$target.toml" "$MNT" 2>/dev/null
+          as_user "$bin" mount --config "$DIR/c-$target.toml" "$MNT" 2>/dev/null
         else
-          "$TIERFS" mount --config "$DIR/c-$target.toml" "$MNT" 2>/dev/null
+          "$bin" mount --config "$DIR/c-$target.toml" "$MNT" 2>/dev/null
         fi
         d=$MNT/bench; "${runner[@]}" mkdir -p "$d"
         # A user's mount is private: even root reads its stats as that user.
@@ -88,28 +102,33 @@ for run in $(seq 1 "$RUNS"); do
     "${runner[@]}" fio --name=o --directory="$d" --rw=write --bs=1M --size=512M --numjobs=4 --direct=1 --output-format=terse >/dev/null 2>&1
     c0=${pid:+$(cpu_of "$pid")}
     read -r w wb < <(fio_mbps "$d" write "${runner[@]}")
+    c1=${pid:+$(cpu_of "$pid")}
     read -r r rb < <(fio_mbps "$d" read "${runner[@]}")
     if [ -n "$pid" ]; then
-      c1=$(cpu_of "$pid")
-      CPU[$target]+="$(awk -v c=$((c1 - c0)) -v t="$CLK" -v b=$((wb + rb)) 'BEGIN{printf "%.3f", c/t/(b/1e9)}') "
-      if [ "${PROFILE:-0}" = 1 ] && [ $target = daemon ] && [ "$run" = 1 ]; then
+      c2=$(cpu_of "$pid")
+      CPU[$target.w]+="$(awk -v c=$((c1 - c0)) -v t="$CLK" -v b="$wb" 'BEGIN{printf "%.3f", c/t/(b/1e9)}') "
+      CPU[$target.r]+="$(awk -v c=$((c2 - c1)) -v t="$CLK" -v b="$rb" 'BEGIN{printf "%.3f", c/t/(b/1e9)}') "
+      if [ "${PROFILE:-0}" = 1 ] && [[ $target == daemon* || $target == before ]] && [ "$run" = 1 ]; then
+        echo "--- profile of $target" >&2
         profile "$pid" write "$d"; profile "$pid" read "$d"
       fi
       "${runner[@]}" rm -rf "$d"
-      if [ $target = user-daemon ]; then as_user "$TIERFS" unmount "$MNT"; else "$TIERFS" unmount "$MNT"; fi
+      if [[ $target == user-* ]]; then as_user "$bin" unmount "$MNT"; else "$bin" unmount "$MNT"; fi
     else rm -rf "${d:?}"/*; fi
     RES[$target.w]+="$w "; RES[$target.r]+="$r "
     echo "run $run $target: write $w MB/s, read $r MB/s" >&2
   done
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
-echo "| target | write MB/s | of direct's MB/s (higher is faster) | read MB/s | of direct's MB/s | daemon CPU s/GB |"
-echo "|---|---|---|---|---|---|"
+# median (min-max) of a list
+mmm() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{if (NR) printf "%s (%s-%s)", a[int((NR+1)/2)], a[1], a[NR]}'; }
+echo "| target | write MB/s | of direct's MB/s (higher is faster) | read MB/s | of direct's MB/s | daemon CPU s/GB write | read |"
+echo "|---|---|---|---|---|---|---|"
 for t in $TARGETS; do
   base=direct; [[ $t == user-* ]] && base=user-direct
   dw=$(median <<<"${RES[$base.w]:-}"); dr=$(median <<<"${RES[$base.r]:-}")
   w=$(median <<<"${RES[$t.w]}"); r=$(median <<<"${RES[$t.r]}")
-  printf '| %s | %s | %.2f | %s | %.2f | %s |\n' "$t" "$w" "$(awk -v a="$w" -v b="${dw:-0}" 'BEGIN{print b ? a/b : 0}')" \
-    "$r" "$(awk -v a="$r" -v b="${dr:-0}" 'BEGIN{print b ? a/b : 0}')" "$(median <<<"${CPU[$t]:-}")"
+  printf '| %s | %s | %.2f | %s | %.2f | %s | %s |\n' "$t" "$(mmm <<<"${RES[$t.w]}")" "$(awk -v a="$w" -v b="${dw:-0}" 'BEGIN{print b ? a/b : 0}')" \
+    "$(mmm <<<"${RES[$t.r]}")" "$(awk -v a="$r" -v b="${dr:-0}" 'BEGIN{print b ? a/b : 0}')" "$(mmm <<<"${CPU[$t.w]:-}")" "$(mmm <<<"${CPU[$t.r]:-}")"
 done
-echo "one uncapped tier at $DIR; fio 4 jobs x QD 16, 1 MiB O_DIRECT libaio, ${SECS}s, $RUNS runs; user-* as $BENCH_USER (ratios to user-direct)"
+echo "one uncapped tier at $DIR; fio 4 jobs x QD 16, 1 MiB O_DIRECT libaio, ${SECS}s, $RUNS runs; user-* as $BENCH_USER (ratios to user-direct); before = $BEFORE"

@@ -472,6 +472,26 @@ impl TierFs {
     /// Writes one cached file back now. A tier that refuses (full, failed) gets the file
     /// moved off it with its bytes, memory included, as a failed write would.
     pub(super) fn write_back(&self, node: &Arc<FileNode>, e: &Arc<Entry>, ino: u64) -> Result<()> {
+        let before = self
+            .cache
+            .as_ref()
+            .map_or(0, |c| c.counters.writeback_bytes.load(Ordering::Relaxed));
+        let r = self.ledger.charge(crate::ledger::Class::WriteBack, || {
+            self.write_back_batches(node, e, ino)
+        });
+        let after = self
+            .cache
+            .as_ref()
+            .map_or(0, |c| c.counters.writeback_bytes.load(Ordering::Relaxed));
+        // Other threads' write-backs may land in between: close enough for a ratio.
+        self.ledger.moved(
+            crate::ledger::Class::WriteBack,
+            after.saturating_sub(before),
+        );
+        r
+    }
+
+    fn write_back_batches(&self, node: &Arc<FileNode>, e: &Arc<Entry>, ino: u64) -> Result<()> {
         let c = self.cache.as_ref().expect("write-back without a cache");
         // A batch at a time, the file's lock let go in between: an open or a demand request
         // of this file waits for one batch at most, not for the whole file.
@@ -596,6 +616,12 @@ impl TierFs {
     /// Loads one file into the cache (admitting it if the policy lets it in). `asked`: a
     /// `prefetch` command, wanted now whatever the order says.
     pub fn prefetch(&self, ino: u64, asked: bool) -> Result<()> {
+        self.ledger.charge(crate::ledger::Class::Prefetch, || {
+            self.prefetch_file(ino, asked)
+        })
+    }
+
+    fn prefetch_file(&self, ino: u64, asked: bool) -> Result<()> {
         let c = self
             .cache
             .as_ref()
@@ -686,6 +712,7 @@ impl TierFs {
         if n > 0 {
             c.counters.prefetch_files.fetch_add(1, Ordering::Relaxed);
             c.counters.prefetch_bytes.fetch_add(n, Ordering::Relaxed);
+            self.ledger.moved(crate::ledger::Class::Prefetch, n);
         }
         match err.into_inner() {
             Some(e) => Err(e),

@@ -435,6 +435,10 @@ pub struct TierFs {
     threads: usize,
     /// Bytes moved by re-layouts (`stats.json`).
     relayout: RelayoutCounters,
+    /// What the kernel asked of us, counted by the FUSE layer (`stats.json`).
+    requests: Arc<crate::reqstats::RequestStats>,
+    /// The daemon's CPU per class of work and the bytes it moved (`stats.json` `cpu`).
+    ledger: crate::ledger::CpuLedger,
     /// What [`TierFs::shutdown`] could not put on the tiers, once it has run.
     shut: Mutex<Option<Vec<String>>>,
     /// `[mount] scratch`: the data is thrown away at unmount, so [`TierFs::shutdown`]
@@ -548,6 +552,8 @@ impl TierFs {
             threads: config.mount.threads,
             engine: crate::engine::choose(config.mount.engine),
             relayout: RelayoutCounters::default(),
+            requests: Arc::default(),
+            ledger: crate::ledger::CpuLedger::default(),
             shut: Mutex::new(None),
             scratch: config.mount.scratch,
             contain: contain::Containment::default(),
@@ -570,6 +576,44 @@ impl TierFs {
 
     pub fn config_text(&self) -> &str {
         &self.config_text
+    }
+
+    /// The FUSE request counters (the FUSE layer counts, the stats files show).
+    pub fn requests(&self) -> &Arc<crate::reqstats::RequestStats> {
+        &self.requests
+    }
+
+    /// The CPU ledger (the FUSE workers and the background threads charge it).
+    pub fn ledger(&self) -> &crate::ledger::CpuLedger {
+        &self.ledger
+    }
+
+    /// Clears set-user-ID, and set-group-ID where the group may execute, as a write,
+    /// truncate or `O_TRUNC` open by a caller without CAP_FSETID must
+    /// (`FUSE_HANDLE_KILLPRIV_V2` leaves this to us; the daemon itself has CAP_FSETID as
+    /// root, so the tier would not do it). Nothing happens when neither bit is set; the
+    /// answer says whether the mode changed.
+    pub fn kill_suidgid(&self, ino: u64) -> Result<bool> {
+        let mode = self.getattr(ino)?;
+        if mode.kind != Kind::File {
+            return Ok(false);
+        }
+        let perm = mode.perm as u32;
+        let mut new = perm & !libc::S_ISUID;
+        if perm & libc::S_IXGRP != 0 {
+            new &= !libc::S_ISGID;
+        }
+        if new == perm {
+            return Ok(false);
+        }
+        self.setattr(
+            ino,
+            SetAttr {
+                mode: Some(new),
+                ..SetAttr::default()
+            },
+        )
+        .map(|_| true)
     }
 
     pub fn started(&self) -> SystemTime {
@@ -731,6 +775,18 @@ impl TierFs {
             && (self.passthrough_mode != crate::config::Passthrough::Direct || !t.small_direct_io)
         {
             return None;
+        }
+        // The kernel writes a passthrough file with the daemon's credentials, which keep
+        // set-user-ID and set-group-ID where a user's write must clear them: such files are
+        // written through the daemon (FUSE_HANDLE_KILLPRIV_V2 then clears the bits).
+        if flags & libc::O_ACCMODE != libc::O_RDONLY {
+            use std::os::unix::fs::PermissionsExt;
+            let setid = piece.file().metadata().map_or(true, |m| {
+                m.permissions().mode() & (libc::S_ISUID | libc::S_ISGID) != 0
+            });
+            if setid {
+                return None;
+            }
         }
         Some(piece)
     }
@@ -2044,30 +2100,40 @@ impl TierFs {
         size: u32,
         reply: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
+        READ_BUF.with(|b| {
+            let mut b = b.borrow_mut();
+            b.resize((size as usize).div_ceil(crate::io::ALIGN) * crate::io::ALIGN);
+            let n = self.read_into(fh, off, &mut b[..size as usize])?;
+            Ok(reply(&b[..n]))
+        })
+    }
+
+    /// Reads up to `buf.len()` bytes at `off` into `buf`; returns how many (fewer only at
+    /// the end of the file). A page-aligned `buf` lets the tier's direct I/O land in it
+    /// with no bounce copy: the FUSE transports pass their reply buffers here.
+    pub fn read_into(&self, fh: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
         match self.handle(fh)? {
             Handle::Virtual(content) => {
                 let start = (off as usize).min(content.len());
-                let end = (start + size as usize).min(content.len());
-                Ok(reply(&content[start..end]))
+                let end = (start + buf.len()).min(content.len());
+                buf[..end - start].copy_from_slice(&content[start..end]);
+                Ok(end - start)
             }
             Handle::Dir(_) => Err(Error::IsDir),
             Handle::Control => Err(Error::Access("the control file is write-only")),
-            Handle::File { node, .. } => READ_BUF.with(|b| {
-                let mut b = b.borrow_mut();
+            Handle::File { node, .. } => {
                 let st = node.state.read();
                 let fsize = node.size();
                 if off >= fsize {
-                    return Ok(reply(&[]));
+                    return Ok(0);
                 }
-                let len = (size as u64).min(fsize - off) as usize;
-                // Read whole aligned blocks when we can, so the tier sees direct I/O.
-                b.resize(len.div_ceil(crate::io::ALIGN) * crate::io::ALIGN);
+                let len = (buf.len() as u64).min(fsize - off) as usize;
                 match &st.cache {
-                    Some(e) => self.cached_read(&node, &st, e, off, &mut b[..len])?,
-                    None => self.read_file(&st, off, &mut b[..len])?,
+                    Some(e) => self.cached_read(&node, &st, e, off, &mut buf[..len])?,
+                    None => self.read_file(&st, off, &mut buf[..len])?,
                 }
-                Ok(reply(&b[..len]))
-            }),
+                Ok(len)
+            }
         }
     }
 

@@ -287,6 +287,20 @@ impl TierFs {
         off: u64,
         len: u64,
     ) -> Result<std::result::Result<(), TierFail>> {
+        self.ledger.moved(crate::ledger::Class::Migration, len);
+        self.ledger.charge(crate::ledger::Class::Migration, || {
+            self.copy_range_blocks(node, st, m, off, len)
+        })
+    }
+
+    fn copy_range_blocks(
+        &self,
+        node: &FileNode,
+        st: &FileState,
+        m: &Migration,
+        off: u64,
+        len: u64,
+    ) -> Result<std::result::Result<(), TierFail>> {
         let mut buf = AlignedBuf::zeroed(MIGRATION_BLOCK as usize);
         let mut pos = off;
         while pos < off + len {

@@ -289,11 +289,26 @@ impl Mount<'_> {
             return;
         }
         self.mounted = false;
-        let out = Command::new(tierfs_bin())
-            .arg("unmount")
-            .arg(self.setup.mountpoint())
-            .output()
-            .expect("run tierfs unmount");
+        let unmount = || {
+            Command::new(tierfs_bin())
+                .arg("unmount")
+                .arg(self.setup.mountpoint())
+                .output()
+                .expect("run tierfs unmount")
+        };
+        // EBUSY for a moment is not a leak: another test of this binary that forks a child
+        // (Command::spawn) copies every open descriptor into it until its exec, so a file
+        // this test just closed can still be open there. Retry for a few seconds; a real
+        // leak stays busy and fails.
+        let mut out = unmount();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("Device or resource busy")
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            out = unmount();
+        }
         if !out.status.success() {
             // Last resort so a failed test does not leave a mount behind.
             let _ = Command::new("umount")

@@ -1,0 +1,689 @@
+//! The one request dispatcher under every transport: a decoded [`Request`] in, a call into
+//! the core ([`TierFs`]), a reply body out. It owns what the protocol negotiates (INIT) and
+//! the kernel-side state of kernel passthrough (backing ids), and contains handler panics.
+//! It does not know whether /dev/fuse or io_uring delivered the request.
+//!
+//! Reply bodies go into a buffer the transport owns: small ones into a reusable `Vec`, a
+//! READ's data straight into the transport's page-aligned reply buffer
+//! ([`Dispatcher::read`]), so the tier's direct I/O fills the memory the kernel copies from.
+
+use super::abi::{self, fattr, fopen, init, op, Pod};
+use super::request::{forget_items, Op, Request};
+use crate::error::Error;
+use crate::fs::{Attr, Ctx, Kind, SetAttr, TierFs};
+use crate::ledger::Class;
+use crate::sys::SetTime;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Largest request we negotiate: DeepSpeed's aio block size.
+pub const MAX_REQUEST: u32 = 1 << 20;
+/// Kernel background requests (async direct I/O in flight): 4 ranks x 2 threads x QD 8
+/// and headroom.
+pub const MAX_BACKGROUND: u16 = 256;
+/// How long the kernel may cache attributes and entries. Every change goes through this
+/// daemon, so the kernel's copy is only stale if someone edits a tier folder by hand.
+const TTL: Duration = Duration::from_secs(1);
+
+/// What a handler produced.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// Success; the body (possibly empty) is in the output buffer.
+    Ok,
+    /// Failure with this errno (positive).
+    Err(i32),
+    /// No reply at all (FORGET, BATCH_FORGET, INTERRUPT).
+    None,
+}
+
+/// What INIT settled.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Negotiated {
+    pub minor: u32,
+    /// The kernel agreed to FUSE over io_uring for this connection.
+    pub uring: bool,
+    /// The kernel offered io_uring (module parameter `enable_uring` is on).
+    pub uring_offered: bool,
+    pub passthrough: bool,
+}
+
+/// The dispatcher of one mount.
+pub struct Dispatcher {
+    fs: Arc<TierFs>,
+    /// The session's /dev/fuse descriptor, for the passthrough ioctls.
+    dev: RawFd,
+    /// Ask for FUSE over io_uring at INIT.
+    want_uring: AtomicBool,
+    /// Kernel passthrough registrations, one per inode, shared by all its passthrough
+    /// handles (the kernel requires one backing id per inode) and closed with the last one.
+    backing: Mutex<HashMap<u64, (u32, usize)>>,
+    /// Passthrough handles and their inode.
+    pt_handles: Mutex<HashMap<u64, u64>>,
+}
+
+fn errno(e: &Error) -> i32 {
+    if e.is_backing_failure() {
+        log::warn!("{e}");
+    }
+    e.errno()
+}
+
+fn time(t: SystemTime) -> (u64, u32) {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => (d.as_secs(), d.subsec_nanos()),
+        Err(e) => {
+            // Before 1970: the kernel reads the seconds as signed.
+            let d = e.duration();
+            let (s, n) = (d.as_secs() as i64, d.subsec_nanos());
+            if n == 0 {
+                ((-s) as u64, 0)
+            } else {
+                ((-s - 1) as u64, 1_000_000_000 - n)
+            }
+        }
+    }
+}
+
+fn set_time(secs: u64, nsec: u32) -> SystemTime {
+    let s = secs as i64;
+    if s >= 0 {
+        UNIX_EPOCH + Duration::new(s as u64, nsec)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(s.unsigned_abs()) + Duration::from_nanos(nsec as u64)
+    }
+}
+
+fn type_bits(k: Kind) -> u32 {
+    match k {
+        Kind::Dir => libc::S_IFDIR,
+        Kind::File => libc::S_IFREG,
+        Kind::Symlink => libc::S_IFLNK,
+        Kind::Fifo => libc::S_IFIFO,
+        Kind::Socket => libc::S_IFSOCK,
+        Kind::CharDevice => libc::S_IFCHR,
+        Kind::BlockDevice => libc::S_IFBLK,
+    }
+}
+
+/// The kernel's view of a node's attributes.
+pub fn fattr_of(a: &Attr) -> abi::Attr {
+    let (atime, atimensec) = time(a.atime);
+    let (mtime, mtimensec) = time(a.mtime);
+    let (ctime, ctimensec) = time(a.ctime);
+    abi::Attr {
+        ino: a.ino,
+        size: a.size,
+        blocks: a.blocks,
+        atime,
+        mtime,
+        ctime,
+        atimensec,
+        mtimensec,
+        ctimensec,
+        mode: type_bits(a.kind) | a.perm as u32,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: MAX_REQUEST,
+        flags: 0,
+    }
+}
+
+fn entry_out(a: &Attr) -> abi::EntryOut {
+    abi::EntryOut {
+        nodeid: a.ino,
+        generation: 0,
+        entry_valid: TTL.as_secs(),
+        attr_valid: TTL.as_secs(),
+        entry_valid_nsec: TTL.subsec_nanos(),
+        attr_valid_nsec: TTL.subsec_nanos(),
+        attr: fattr_of(a),
+    }
+}
+
+fn attr_out(a: &Attr) -> abi::AttrOut {
+    abi::AttrOut {
+        attr_valid: TTL.as_secs(),
+        attr_valid_nsec: TTL.subsec_nanos(),
+        dummy: 0,
+        attr: fattr_of(a),
+    }
+}
+
+fn open_flags(info: &crate::fs::OpenInfo) -> u32 {
+    if info.direct_io {
+        fopen::DIRECT_IO
+    } else {
+        fopen::PARALLEL_DIRECT_WRITES
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher for `fs` on the connection `dev`; `want_uring` asks the kernel for FUSE
+    /// over io_uring at INIT.
+    pub fn new(fs: Arc<TierFs>, dev: &impl AsRawFd, want_uring: bool) -> Dispatcher {
+        Dispatcher {
+            fs,
+            dev: dev.as_raw_fd(),
+            want_uring: AtomicBool::new(want_uring),
+            backing: Mutex::new(HashMap::new()),
+            pt_handles: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether to ask for FUSE over io_uring at INIT (decided before INIT: once the kernel
+    /// agrees, every request waits until the ring is registered).
+    pub fn set_want_uring(&self, want: bool) {
+        self.want_uring.store(want, Ordering::Relaxed);
+    }
+
+    pub fn fs(&self) -> &Arc<TierFs> {
+        &self.fs
+    }
+
+    /// Answers the kernel's INIT: what we ask for and what we settled on.
+    pub fn init(&self, i: &abi::InitIn) -> Result<(abi::InitOut, Negotiated), String> {
+        if i.major != abi::KERNEL_VERSION {
+            return Err(format!(
+                "the kernel speaks FUSE {}.{}, tierfs needs 7.{}",
+                i.major,
+                i.minor,
+                abi::MIN_KERNEL_MINOR
+            ));
+        }
+        if i.minor < abi::MIN_KERNEL_MINOR {
+            return Err(format!(
+                "the kernel's FUSE protocol 7.{} is older than 7.{} (Linux 5.9); upgrade the kernel",
+                i.minor,
+                abi::MIN_KERNEL_MINOR
+            ));
+        }
+        let offered = if i.flags as u64 & init::INIT_EXT != 0 {
+            i.flags as u64 | (i.flags2 as u64) << 32
+        } else {
+            i.flags as u64
+        };
+        let mut want = init::ASYNC_READ
+            | init::BIG_WRITES
+            | init::MAX_PAGES
+            | init::ASYNC_DIO
+            | init::PARALLEL_DIROPS
+            | init::HANDLE_KILLPRIV_V2
+            | init::INIT_EXT;
+        let mut neg = Negotiated {
+            minor: i.minor.min(abi::KERNEL_MINOR_VERSION),
+            ..Negotiated::default()
+        };
+        for (bit, name) in [
+            (init::ASYNC_DIO, "FUSE_ASYNC_DIO"),
+            (init::MAX_PAGES, "FUSE_MAX_PAGES"),
+            (init::PARALLEL_DIROPS, "FUSE_PARALLEL_DIROPS"),
+            (init::HANDLE_KILLPRIV_V2, "FUSE_HANDLE_KILLPRIV_V2"),
+        ] {
+            if offered & bit == 0 {
+                log::info!("the kernel lacks {name}");
+            }
+        }
+        let mut max_stack_depth = 0;
+        if self.fs.passthrough_enabled() {
+            if offered & init::PASSTHROUGH == 0 {
+                self.fs
+                    .disable_passthrough("this kernel has no FUSE passthrough (Linux >= 6.9)");
+            } else if crate::sys::euid() != 0 {
+                // Registering a backing file needs CAP_SYS_ADMIN.
+                self.fs.disable_passthrough(
+                    "not root (registering backing files needs CAP_SYS_ADMIN)",
+                );
+            } else {
+                want |= init::PASSTHROUGH;
+                max_stack_depth = 1;
+                neg.passthrough = true;
+            }
+        }
+        neg.uring_offered = offered & init::OVER_IO_URING != 0;
+        if self.want_uring.load(Ordering::Relaxed) && neg.uring_offered {
+            want |= init::OVER_IO_URING;
+            neg.uring = true;
+        }
+        let flags = want & offered;
+        let out = abi::InitOut {
+            major: abi::KERNEL_VERSION,
+            minor: abi::KERNEL_MINOR_VERSION,
+            max_readahead: i.max_readahead.min(MAX_REQUEST),
+            flags: flags as u32,
+            flags2: (flags >> 32) as u32,
+            max_background: MAX_BACKGROUND,
+            congestion_threshold: MAX_BACKGROUND * 3 / 4,
+            max_write: MAX_REQUEST,
+            time_gran: 1,
+            max_pages: (MAX_REQUEST / 4096) as u16,
+            max_stack_depth,
+            ..abi::InitOut::default()
+        };
+        Ok((out, neg))
+    }
+
+    /// Serves a READ into `buf` (at least `arg.size` bytes, page-aligned for direct I/O);
+    /// returns the bytes read.
+    pub fn read(&self, nodeid: u64, arg: &abi::ReadIn, buf: &mut [u8]) -> Result<usize, i32> {
+        self.fs.requests().count(op::READ);
+        let size = (arg.size as usize).min(buf.len());
+        let r = self.contain(op::READ, nodeid, || {
+            self.fs
+                .read_into(arg.fh, arg.offset, &mut buf[..size])
+                .map_err(|e| errno(&e))
+        });
+        if let Ok(n) = r {
+            self.fs.ledger().moved(Class::Demand, n as u64);
+        }
+        r
+    }
+
+    /// Serves any request but READ (and INIT, which the session answers); a reply body goes
+    /// into `out` (cleared first).
+    pub fn handle(&self, req: &Request, out: &mut Vec<u8>) -> Reply {
+        self.fs.requests().count(req.opcode);
+        out.clear();
+        let r = self.contain(req.opcode, req.nodeid, || self.serve(req, out));
+        match r {
+            Ok(r) => r,
+            // FORGET gets no reply, not even an error (a failed inode is not forgotten: it
+            // stays failed until remount anyway).
+            Err(_) if matches!(req.op, Op::Forget { .. } | Op::BatchForget { .. }) => Reply::None,
+            Err(e) => {
+                out.clear();
+                Reply::Err(e)
+            }
+        }
+    }
+
+    /// Runs a handler through the core's containment ([`TierFs::contain`]): EIO at once
+    /// for a failed inode; a panic becomes EIO for this request, logged with the operation
+    /// and inode, counted, and the inode failed until remount.
+    fn contain<T>(
+        &self,
+        opcode: u32,
+        ino: u64,
+        f: impl FnOnce() -> Result<T, i32>,
+    ) -> Result<T, i32> {
+        match self.fs.contain(op::name(opcode), ino, || Ok(f())) {
+            Ok(r) => r,
+            Err(e) => Err(errno(&e)),
+        }
+    }
+
+    fn serve(&self, req: &Request, out: &mut Vec<u8>) -> Result<Reply, i32> {
+        let fs = &self.fs;
+        let ctx = Ctx {
+            uid: req.uid,
+            gid: req.gid,
+        };
+        let ino = req.nodeid;
+        let e = |e: Error| errno(&e);
+        match &req.op {
+            Op::Init(_) => return Err(libc::EPROTO),
+            Op::Destroy => {}
+            Op::Lookup { name } => {
+                // A failed file is not handed out again.
+                let a = fs.lookup(ino, name).map_err(e)?;
+                fs.check_failed(a.ino).map_err(e)?;
+                out.extend_from_slice(entry_out(&a).bytes())
+            }
+            Op::Forget { nlookup } => {
+                fs.forget(ino, *nlookup);
+                return Ok(Reply::None);
+            }
+            Op::BatchForget { items, .. } => {
+                for f in forget_items(items) {
+                    fs.forget(f.nodeid, f.nlookup);
+                }
+                return Ok(Reply::None);
+            }
+            Op::Getattr => out.extend_from_slice(attr_out(&fs.getattr(ino).map_err(e)?).bytes()),
+            Op::Setattr(s) => {
+                if s.valid & fattr::KILL_SUIDGID != 0 {
+                    fs.kill_suidgid(ino).map_err(e)?;
+                }
+                let t = |now: u32, set: u32, secs: u64, nsec: u32| {
+                    if s.valid & now != 0 {
+                        Some(SetTime::Now)
+                    } else if s.valid & set != 0 {
+                        Some(SetTime::At(set_time(secs, nsec)))
+                    } else {
+                        None
+                    }
+                };
+                let sa = SetAttr {
+                    mode: (s.valid & fattr::MODE != 0).then_some(s.mode),
+                    uid: (s.valid & fattr::UID != 0).then_some(s.uid),
+                    gid: (s.valid & fattr::GID != 0).then_some(s.gid),
+                    size: (s.valid & fattr::SIZE != 0).then_some(s.size),
+                    atime: t(fattr::ATIME_NOW, fattr::ATIME, s.atime, s.atimensec),
+                    mtime: t(fattr::MTIME_NOW, fattr::MTIME, s.mtime, s.mtimensec),
+                };
+                out.extend_from_slice(attr_out(&fs.setattr(ino, sa).map_err(e)?).bytes())
+            }
+            Op::Readlink => out.extend_from_slice(fs.readlink(ino).map_err(e)?.as_bytes()),
+            Op::Symlink { name, target } => out.extend_from_slice(
+                entry_out(&fs.symlink(ino, name, Path::new(target), ctx).map_err(e)?).bytes(),
+            ),
+            Op::Mknod { name, arg } => out.extend_from_slice(
+                entry_out(
+                    &fs.mknod(ino, name, arg.mode & !arg.umask, arg.rdev, ctx)
+                        .map_err(e)?,
+                )
+                .bytes(),
+            ),
+            Op::Mkdir { name, arg } => out.extend_from_slice(
+                entry_out(&fs.mkdir(ino, name, arg.mode & !arg.umask, ctx).map_err(e)?).bytes(),
+            ),
+            Op::Unlink { name } => fs.unlink(ino, name).map_err(e)?,
+            Op::Rmdir { name } => fs.rmdir(ino, name).map_err(e)?,
+            Op::Rename {
+                name,
+                newdir,
+                newname,
+                flags,
+            } => {
+                // Both folders must be sound (contain checked the first).
+                fs.check_failed(*newdir).map_err(e)?;
+                fs.rename(ino, name, *newdir, newname, *flags).map_err(e)?
+            }
+            Op::Link { .. } => out.extend_from_slice(entry_out(&fs.link().map_err(e)?).bytes()),
+            Op::Open(o) => {
+                if o.open_flags & abi::OPEN_KILL_SUIDGID != 0 && fs.kill_suidgid(ino).map_err(e)? {
+                    self.invalidate_attr(ino);
+                }
+                let (fh, info) = fs.open(ino, o.flags as i32).map_err(e)?;
+                out.extend_from_slice(self.open_out(ino, fh, &info).bytes());
+            }
+            Op::Read(_) => return Err(libc::EPROTO),
+            Op::Write { arg, data } => {
+                if arg.write_flags & abi::WRITE_KILL_SUIDGID != 0
+                    && fs.kill_suidgid(ino).map_err(e)?
+                {
+                    self.invalidate_attr(ino);
+                }
+                let n = fs.write(arg.fh, arg.offset, data).map_err(e)?;
+                fs.ledger().moved(Class::Demand, n as u64);
+                out.extend_from_slice(
+                    abi::WriteOut {
+                        size: n,
+                        padding: 0,
+                    }
+                    .bytes(),
+                );
+            }
+            Op::Statfs => {
+                let s = fs.statfs();
+                let k = abi::Kstatfs {
+                    blocks: s.blocks,
+                    bfree: s.bfree,
+                    bavail: s.bavail,
+                    files: s.files,
+                    ffree: s.ffree,
+                    bsize: s.bsize,
+                    namelen: s.namelen,
+                    frsize: s.bsize,
+                    ..abi::Kstatfs::default()
+                };
+                out.extend_from_slice(k.bytes());
+            }
+            Op::Release(r) => {
+                self.release_backing(r.fh);
+                fs.release(r.fh).map_err(e)?;
+            }
+            Op::Fsync(f) => fs
+                .fsync(f.fh, f.fsync_flags & abi::FSYNC_FDATASYNC != 0)
+                .map_err(e)?,
+            Op::Setxattr { name, value, flags } => {
+                fs.setxattr(ino, name, value, *flags as i32).map_err(e)?
+            }
+            Op::Getxattr { name, size } => {
+                xattr_reply(&fs.getxattr(ino, name).map_err(e)?, *size, out)?
+            }
+            Op::Listxattr { size } => xattr_reply(&fs.listxattr(ino).map_err(e)?, *size, out)?,
+            Op::Removexattr { name } => fs.removexattr(ino, name).map_err(e)?,
+            // Writes are on the tier when acknowledged; flush only brings the books (a
+            // passthrough file's size) up to date before close returns.
+            Op::Flush(f) => fs.flush(f.fh).map_err(e)?,
+            Op::Opendir(_) => {
+                let fh = fs.opendir(ino).map_err(e)?;
+                out.extend_from_slice(
+                    abi::OpenOut {
+                        fh,
+                        open_flags: 0,
+                        backing_id: 0,
+                    }
+                    .bytes(),
+                );
+            }
+            Op::Readdir(r) => {
+                let entries = fs.readdir(r.fh, r.offset).map_err(e)?;
+                for (i, d) in entries.iter().enumerate().skip(r.offset as usize) {
+                    if !push_dirent(out, r.size as usize, d.ino, (i + 1) as u64, d.kind, &d.name) {
+                        break;
+                    }
+                }
+            }
+            Op::Releasedir(r) => fs.releasedir(r.fh),
+            Op::Fsyncdir(_) => fs.fsyncdir(ino).map_err(e)?,
+            // Mounted with default_permissions: the kernel checks modes itself.
+            Op::Access(_) => {}
+            Op::Create { name, arg } => {
+                let (a, fh, info) = fs
+                    .create(ino, name, arg.mode & !arg.umask, arg.flags as i32, ctx)
+                    .map_err(e)?;
+                out.extend_from_slice(entry_out(&a).bytes());
+                out.extend_from_slice(self.open_out(a.ino, fh, &info).bytes());
+            }
+            // The handler runs to completion; the kernel waits for its reply.
+            Op::Interrupt { .. } => return Ok(Reply::None),
+            Op::Fallocate(f) => fs
+                .fallocate(f.fh, f.offset, f.length, f.mode as i32)
+                .map_err(e)?,
+            // No ioctls of our own; tools probe a few (FS_IOC_GETFLAGS) and expect ENOTTY.
+            Op::Unsupported if req.opcode == op::IOCTL => return Err(libc::ENOTTY),
+            Op::Unsupported => return Err(libc::ENOSYS),
+        }
+        Ok(Reply::Ok)
+    }
+
+    /// Tells the kernel to drop its cached attributes of `ino` (after a change no reply
+    /// carries, such as set-user-ID cleared by a write): a notification on /dev/fuse.
+    fn invalidate_attr(&self, ino: u64) {
+        let body = abi::NotifyInvalInodeOut {
+            ino,
+            // Negative: attributes only, no page cache.
+            off: -1,
+            len: 0,
+        };
+        let h = abi::OutHeader {
+            len: (std::mem::size_of::<abi::OutHeader>() + std::mem::size_of_val(&body)) as u32,
+            error: abi::NOTIFY_INVAL_INODE,
+            unique: 0,
+        };
+        let mut msg = h.bytes().to_vec();
+        msg.extend_from_slice(body.bytes());
+        // SAFETY: writes our own initialized buffer to the /dev/fuse descriptor.
+        let n = unsafe { libc::write(self.dev, msg.as_ptr() as *const libc::c_void, msg.len()) };
+        if n < 0 {
+            log::debug!(
+                "invalidating the attributes of inode {ino}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+
+    /// The OPEN/CREATE reply, registering the backing file when the core offers passthrough.
+    fn open_out(&self, ino: u64, fh: u64, info: &crate::fs::OpenInfo) -> abi::OpenOut {
+        if let Some(piece) = &info.passthrough {
+            if let Some(id) = self.backing_for(ino, fh, piece.file()) {
+                return abi::OpenOut {
+                    fh,
+                    open_flags: fopen::PASSTHROUGH,
+                    backing_id: id as i32,
+                };
+            }
+        }
+        abi::OpenOut {
+            fh,
+            open_flags: open_flags(info),
+            backing_id: 0,
+        }
+    }
+
+    /// Registers the inode's backing file with the kernel (once per inode); `None` when the
+    /// kernel or our privileges refuse, after which passthrough is off for the mount.
+    fn backing_for(&self, ino: u64, fh: u64, file: &std::fs::File) -> Option<u32> {
+        let mut map = self.backing.lock();
+        if let Some((id, n)) = map.get_mut(&ino) {
+            *n += 1;
+            self.pt_handles.lock().insert(fh, ino);
+            return Some(*id);
+        }
+        let m = abi::BackingMap {
+            fd: file.as_raw_fd(),
+            flags: 0,
+            padding: 0,
+        };
+        // SAFETY: FUSE_DEV_IOC_BACKING_OPEN reads one fuse_backing_map from the pointer,
+        // which points to a live, correctly laid out struct for the duration of the call.
+        let id = unsafe { libc::ioctl(self.dev, abi::DEV_IOC_BACKING_OPEN, &m) };
+        if id > 0 {
+            map.insert(ino, (id as u32, 1));
+            self.pt_handles.lock().insert(fh, ino);
+            return Some(id as u32);
+        }
+        let err = std::io::Error::last_os_error();
+        drop(map);
+        self.fs
+            .disable_passthrough(&format!("the kernel refused a backing file ({err})"));
+        self.fs.passthrough_refused(fh);
+        None
+    }
+
+    fn release_backing(&self, fh: u64) {
+        let Some(ino) = self.pt_handles.lock().remove(&fh) else {
+            return;
+        };
+        let mut map = self.backing.lock();
+        if let Some((id, n)) = map.get_mut(&ino) {
+            *n -= 1;
+            if *n == 0 {
+                let id = *id;
+                map.remove(&ino);
+                // SAFETY: FUSE_DEV_IOC_BACKING_CLOSE reads one u32 from the pointer, which
+                // points to a live u32 for the duration of the call.
+                let r = unsafe { libc::ioctl(self.dev, abi::DEV_IOC_BACKING_CLOSE, &id) };
+                if r != 0 {
+                    log::warn!(
+                        "closing passthrough backing id {id}: {}",
+                        std::io::Error::last_os_error()
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn xattr_reply(v: &[u8], size: u32, out: &mut Vec<u8>) -> Result<(), i32> {
+    if size == 0 {
+        out.extend_from_slice(
+            abi::GetxattrOut {
+                size: v.len() as u32,
+                padding: 0,
+            }
+            .bytes(),
+        );
+    } else if v.len() > size as usize {
+        return Err(libc::ERANGE);
+    } else {
+        out.extend_from_slice(v);
+    }
+    Ok(())
+}
+
+/// Appends one directory entry if it fits in `max` bytes; false when it does not.
+fn push_dirent(
+    out: &mut Vec<u8>,
+    max: usize,
+    ino: u64,
+    off: u64,
+    kind: Kind,
+    name: &OsStr,
+) -> bool {
+    let name = name.as_bytes();
+    let len = (std::mem::size_of::<abi::DirentHead>() + name.len()).next_multiple_of(8);
+    if out.len() + len > max {
+        return false;
+    }
+    let h = abi::DirentHead {
+        ino,
+        off,
+        namelen: name.len() as u32,
+        typ: abi::dirent_type(type_bits(kind)),
+    };
+    out.extend_from_slice(h.bytes());
+    out.extend_from_slice(name);
+    out.resize(out.len().next_multiple_of(8), 0);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_before_1970_round_trip() {
+        for t in [
+            UNIX_EPOCH + Duration::new(1_000_000_000, 5),
+            UNIX_EPOCH,
+            UNIX_EPOCH - Duration::new(100, 250_000_000),
+            UNIX_EPOCH - Duration::from_secs(7),
+        ] {
+            let (s, n) = time(t);
+            assert_eq!(set_time(s, n), t, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn dirents_are_8_byte_aligned_and_stop_at_the_size() {
+        let mut out = Vec::new();
+        assert!(push_dirent(&mut out, 64, 5, 1, Kind::File, OsStr::new("a")));
+        assert_eq!(out.len(), 32);
+        assert_eq!(out.len() % 8, 0);
+        assert!(push_dirent(
+            &mut out,
+            64,
+            6,
+            2,
+            Kind::Dir,
+            OsStr::new("abcdefgh")
+        ));
+        assert_eq!(out.len(), 64);
+        assert!(!push_dirent(&mut out, 64, 7, 3, Kind::Dir, OsStr::new("x")));
+        let h = abi::DirentHead::read(&out[32..]).unwrap();
+        assert_eq!((h.ino, h.off, h.namelen), (6, 2, 8));
+        assert_eq!(h.typ, libc::DT_DIR as u32);
+    }
+
+    #[test]
+    fn xattr_size_probe_and_range() {
+        let mut out = Vec::new();
+        xattr_reply(b"value", 0, &mut out).unwrap();
+        assert_eq!(abi::GetxattrOut::read(&out).unwrap().size, 5);
+        out.clear();
+        assert_eq!(xattr_reply(b"value", 4, &mut out), Err(libc::ERANGE));
+        xattr_reply(b"value", 5, &mut out).unwrap();
+        assert_eq!(out, b"value");
+    }
+}

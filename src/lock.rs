@@ -560,6 +560,32 @@ mod tests {
         assert_eq!(Holder::parse(""), None);
     }
 
+    /// [`TierLock::acquire_with`] right after a release, retried for a while: a fork by
+    /// another test of this process (Command::spawn) copies the node lock's descriptor into
+    /// its child, which keeps the flock until it execs. A lock that stays held fails.
+    fn acquire_after_release(
+        d: &Path,
+        m: &Path,
+        break_lock: bool,
+        tier_flock: bool,
+    ) -> (TierLock, Option<TakenOver>) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match TierLock::acquire_with(
+                d,
+                m,
+                Holder::me("mount", None, false),
+                break_lock,
+                tier_flock,
+            ) {
+                Err(LockError::Held { .. }) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(50))
+                }
+                r => return r.unwrap(),
+            }
+        }
+    }
+
     #[test]
     fn a_free_tier_is_taken_and_released() {
         let (d, m) = meta();
@@ -569,7 +595,7 @@ mod tests {
         assert_eq!(holder_of(&m), Some(me));
         drop(l);
         assert!(!m.join(RECORD).exists(), "the record goes with the lock");
-        assert!(TierLock::acquire(d.path(), &m, Holder::me("mount", None, false), false).is_ok());
+        acquire_after_release(d.path(), &m, false, true);
     }
 
     #[test]
@@ -606,7 +632,7 @@ mod tests {
         let e = TierLock::acquire_with(d.path(), &m, me(), true, false).unwrap_err();
         assert!(matches!(e, LockError::Held { .. }), "{e}");
         drop(l);
-        let (l, _) = TierLock::acquire_with(d.path(), &m, me(), false, false).unwrap();
+        let (l, _) = acquire_after_release(d.path(), &m, false, false);
         drop(l);
         let md = std::fs::metadata(&m).unwrap();
         let name = format!("tierfs-node-lock-{}-{}", md.dev(), md.ino());
@@ -633,26 +659,20 @@ mod tests {
         reused.start += 1;
         std::fs::write(m.join(RECORD), reused.to_text()).unwrap();
         assert!(matches!(
-            TierLock::acquire(d.path(), &m, Holder::me("mount", None, false), false)
-                .unwrap()
-                .1,
+            acquire_after_release(d.path(), &m, false, true).1,
             Some(TakenOver::Stale(_))
         ));
         let mut rebooted = Holder::me("mount", None, false);
         rebooted.boot = "another-boot".into();
         std::fs::write(m.join(RECORD), rebooted.to_text()).unwrap();
         assert!(matches!(
-            TierLock::acquire(d.path(), &m, Holder::me("mount", None, false), false)
-                .unwrap()
-                .1,
+            acquire_after_release(d.path(), &m, false, true).1,
             Some(TakenOver::Stale(_))
         ));
         // The old format: stale when its pid is gone.
         std::fs::write(m.join(RECORD), format!("pid {}\n", dead_pid())).unwrap();
         assert!(matches!(
-            TierLock::acquire(d.path(), &m, Holder::me("mount", None, false), false)
-                .unwrap()
-                .1,
+            acquire_after_release(d.path(), &m, false, true).1,
             Some(TakenOver::Stale(_))
         ));
     }
@@ -694,7 +714,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a tierfs lock record"), "{e}");
-        assert!(TierLock::acquire(d.path(), &m, Holder::me("mount", None, false), true).is_ok());
+        acquire_after_release(d.path(), &m, true, true);
     }
 
     #[test]

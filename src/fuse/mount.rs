@@ -2,9 +2,10 @@
 //! otherwise), unmounting, and extra /dev/fuse descriptors for worker threads.
 //!
 //! An ordinary user cannot call `mount`; the setuid helper `fusermount3` (package fuse3)
-//! opens /dev/fuse itself, mounts, and hands the descriptor back over a socket. So a user
-//! can mount even where /dev/fuse is mode 0600 (container images often ship it so), which
-//! opening /dev/fuse ourselves would not allow.
+//! opens /dev/fuse, mounts, and hands the descriptor back over a socket. It opens the
+//! device with the user's own rights, so where /dev/fuse is mode 0600 (container images
+//! often ship it so) no user can mount FUSE at all: tierfs then says so and names the fix
+//! (`tests/mount_cli.rs`, `user_mount_with_dev_fuse_0600_says_what_to_fix`).
 
 use std::ffi::CString;
 use std::io;

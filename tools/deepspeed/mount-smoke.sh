@@ -5,7 +5,8 @@
 #
 #   tools/deepspeed/mount-smoke.sh [TIERFS_BINARY]     (default: target/debug/tierfs, built if missing)
 #
-# Environment: PASSTHROUGH (default "direct" as root, else "auto"), CACHE (a size such as
+# Environment: TIERFS_TRANSPORT (auto, uring, dev: the daemon's transport, checked),
+# PASSTHROUGH (default "direct" as root, else "auto"), CACHE (a size such as
 # "64MiB": mount with tierfs's host-memory cache of that size; default none), WORK (temp folder),
 # and everything smoke.sh reads (TIERFS_DS_VENV, TORCH_EXTENSIONS_DIR, SMOKE_STEPS).
 # The first run on a machine installs torch and deepspeed into a venv outside the repo
@@ -39,8 +40,17 @@ cleanup() {
 }
 trap cleanup EXIT
 "$BIN" mount --config "$WORK/tierfs.toml" "$WORK/mnt"
+# Which transport carries the requests (TIERFS_TRANSPORT, when set, must be the one used).
+TRANSPORT=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["fuse"]["transport"])' \
+  "$WORK/mnt/.tierfs/stats.json")
+echo "transport: $TRANSPORT"
+case "${TIERFS_TRANSPORT:-auto}" in
+  auto) ;;
+  "$TRANSPORT") ;;
+  *) echo "FAIL: TIERFS_TRANSPORT=$TIERFS_TRANSPORT but the mount uses $TRANSPORT" >&2; exit 1 ;;
+esac
 SMOKE_CLEANUP=1 "$ROOT/tools/deepspeed/smoke.sh" "$WORK/plain" "$WORK/mnt/ds"
-echo "--- tierfs after the run (passthrough = $PT, cache = ${CACHE:-none})"
+echo "--- tierfs after the run (passthrough = $PT, cache = ${CACHE:-none}, transport = $TRANSPORT)"
 "$BIN" stat "$WORK/mnt"
 if [ -n "${CACHE:-}" ]; then
   python3 - "$WORK/mnt/.tierfs/cache" <<'EOF'

@@ -4,14 +4,18 @@
 #
 #   tools/bench-mount.sh [RUNS] [SECONDS]        (defaults: 3 runs, 10 s each)
 #
-# Tiers: "nvme" 1200/800 MB/s read/write (RAM-backed, exact caps), "pfs" 400/300 MB/s (disk).
+# Tiers: "nvme" 1200/800 MB/s read/write (RAM-backed, exact caps), "pfs" 400/300 MB/s (disk;
+# PFS_RAM=1: RAM).
 # Workload: fio O_DIRECT 1 MiB requests, libaio, 6 jobs x iodepth 8 (DeepSpeed-like: several
 # files in flight at once), time-based, write then read of the same files. Targets:
 #   direct   fio on the nvme tier itself (what DeepSpeed gets today)
 #   whole-file       tierfs, layout = "whole-file", passthrough = "direct" (kernel passthrough as root)
 #   whole-file+nopt  the same with passthrough = "off": every byte through the daemon
 #   stripe           tierfs, layout = "stripe", 1 MiB units (always through the daemon)
-# (bandwidths from `tierfs probe` of these tiers). LAYOUTS="..." picks targets.
+# (bandwidths from `tierfs probe` of these tiers, probed once per invocation so every target
+# places its files by the same figures). LAYOUTS="..." picks targets; a target may end in
+# "@dev" (the /dev/fuse transport: TIERFS_TRANSPORT=dev) or "@before" (the binary named by
+# BEFORE=path, e.g. an older build, run in the same rounds).
 # Prints per-run MB/s (10^6 B/s) and the median per target; with --markdown, a table for
 # docs/PERFORMANCE.md. Environment: TIERBED (path of tierbed.sh), BENCH_DIR (work folder).
 set -euo pipefail
@@ -37,7 +41,13 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$BENCH_DIR" "$MNT"
 bash "$TIERBED" up nvme 6 1200 800 "$NVME" --ram --force >/dev/null
-bash "$TIERBED" up pfs 12 400 300 "$PFS" --force >/dev/null
+# PFS_RAM=1 keeps the pfs tier in RAM too (6 GiB): its caps then hold while other work on
+# the machine uses the disk (A/B comparisons of two builds).
+if [ "${PFS_RAM:-0}" = 1 ]; then
+  bash "$TIERBED" up pfs 6 400 300 "$PFS" --ram --force >/dev/null
+else
+  bash "$TIERBED" up pfs 12 400 300 "$PFS" --force >/dev/null
+fi
 
 cat >"$BENCH_DIR/probe.toml" <<EOT
 [[tier]]
@@ -55,8 +65,8 @@ echo "probing the tiers (tierfs probe --fresh) ..." >&2
 config() {  # TARGET -> config path (bandwidths come from the cached probe)
   # TARGET is a layout, optionally with "+nopt" for passthrough = "off" (daemon path only);
   # otherwise passthrough = "direct", so fio's O_DIRECT opens of whole files are passthrough
-  local c=$BENCH_DIR/$1.toml layout=${1%+nopt} pt=direct
-  [ "$1" = "$layout" ] || pt=off
+  local t=${1%@*}; local c=$BENCH_DIR/$1.toml layout=${t%+nopt} pt=direct
+  [ "$t" = "$layout" ] || pt=off
   { cat "$BENCH_DIR/probe.toml"
     printf '[placement]\nlayout = "%s"\n[mount]\nlog_file = "%s/daemon.log"\npassthrough = "%s"\n%s\n' \
       "$layout" "$BENCH_DIR" "$pt" "${MOUNT_EXTRA:-}"; } >"$c"
@@ -85,11 +95,21 @@ LAYOUTS=${LAYOUTS:-whole-file whole-file+nopt stripe}
 for run in $(seq 1 "$RUNS"); do
   rm -rf "$NVME/direct"; run_target direct "$NVME/direct"; rm -rf "$NVME/direct"
   for layout in $LAYOUTS; do
-    "$TIERFS" mount --config "$(config $layout)" "$MNT" 2>/dev/null
+    bin=$TIERFS transport=${TIERFS_TRANSPORT:-}
+    case $layout in
+      *@before) bin=${BEFORE:?"target $layout needs BEFORE=path of the other binary"} ;;
+      *@dev) transport=dev ;;
+    esac
+    if [ -n "$transport" ]; then
+      TIERFS_TRANSPORT=$transport "$bin" mount --config "$(config "$layout")" "$MNT" 2>/dev/null
+    else
+      env -u TIERFS_TRANSPORT "$bin" mount --config "$(config "$layout")" "$MNT" 2>/dev/null
+    fi
     run_target "$layout" "$MNT/bench"
-    cp "$MNT/.tierfs/tiers" "$BENCH_DIR/tiers-$layout.txt"
+    # What each target did: shares, bytes per tier, daemon CPU (kept per run).
+    cp "$MNT/.tierfs/tiers" "$BENCH_DIR/tiers-$layout-$run.txt"
     rm -rf "$MNT/bench"
-    "$TIERFS" unmount "$MNT"
+    "$bin" unmount "$MNT"
   done
 done
 

@@ -401,8 +401,20 @@ impl<'a> Beneath<'a> {
     /// renameat2 of `from` to `to`, both beneath this root, with `flags`
     /// (RENAME_NOREPLACE / RENAME_EXCHANGE; 0 for a plain rename).
     pub fn rename(&self, from: &Path, to: &Path, flags: u32) -> io::Result<()> {
+        self.rename_into(from, *self, to, flags)
+    }
+
+    /// [`Beneath::rename`] of `from` beneath this root to `to` beneath `dest`'s (another
+    /// tier folder: EXDEV where it is another file system).
+    pub fn rename_into(
+        &self,
+        from: &Path,
+        dest: Beneath<'_>,
+        to: &Path,
+        flags: u32,
+    ) -> io::Result<()> {
         let f = self.parent(from)?;
-        let t = self.parent(to)?;
+        let t = dest.parent(to)?;
         // SAFETY: valid descriptors and names for the call.
         check(unsafe { libc::renameat2(f.fd(), f.name.as_ptr(), t.fd(), t.name.as_ptr(), flags) })
     }
@@ -655,6 +667,18 @@ mod tests {
         let q = p.with_file_name("g");
         b.rename(&p, &q, libc::RENAME_NOREPLACE).unwrap();
         assert!(!b.exists(&p) && b.exists(&q));
+        // To another root and back.
+        let other = tempfile::tempdir_in(root).unwrap();
+        let o = Beneath::new(other.path());
+        let there = other.path().join("moved");
+        b.rename_into(&q, o, &there, 0).unwrap();
+        assert!(!b.exists(&q) && o.exists(&there));
+        assert_eq!(
+            b.rename(&there, &q, 0).unwrap_err().raw_os_error(),
+            Some(libc::EXDEV),
+            "a path outside the root is refused"
+        );
+        o.rename_into(&there, b, &q, 0).unwrap();
         let names: Vec<_> = b
             .read_dir(q.parent().unwrap())
             .unwrap()

@@ -123,7 +123,8 @@ impl TierFs {
                         // Non-file objects live on the first tier: move it there.
                         let from = self.tiers[t].path(&child_rel);
                         let to = self.tiers[0].path(&child_rel);
-                        if let Err(e) = self.tiers[0].fs().rename(&from, &to, 0) {
+                        let first = self.tiers[0].fs();
+                        if let Err(e) = self.tiers[t].fs().rename_into(&from, first, &to, 0) {
                             log::warn!("cannot move {} to the first tier: {e}", from.display());
                         }
                     }

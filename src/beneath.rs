@@ -668,7 +668,7 @@ mod tests {
         b.rename(&p, &q, libc::RENAME_NOREPLACE).unwrap();
         assert!(!b.exists(&p) && b.exists(&q));
         // To another root and back.
-        let other = tempfile::tempdir_in(root).unwrap();
+        let other = tempfile::tempdir().unwrap();
         let o = Beneath::new(other.path());
         let there = other.path().join("moved");
         b.rename_into(&q, o, &there, 0).unwrap();

@@ -1121,6 +1121,42 @@ fn path_max_minus_one(layout: &str) {
     assert_eq!(fs::read_link(&l).unwrap(), Path::new("target"));
     m.unmount();
 
+    // The offline tools reach the tiers the same way: fsck finds nothing wrong, export
+    // (into a folder whose path is shorter than the mountpoint's) copies it whole.
+    let cfg = s.config_path();
+    let out = s.tierfs(&["fsck", "--config", cfg.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{layout}: fsck: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dest = s.dir.path().join("e");
+    let out = s.tierfs(&[
+        "export",
+        "--config",
+        cfg.to_str().unwrap(),
+        dest.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{layout}: export: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exported = dest.join(g.strip_prefix(s.mountpoint()).unwrap());
+    assert_eq!(fs::read(&exported).unwrap(), data, "{layout}: exported");
+    let md = fs::metadata(&exported).unwrap();
+    assert_eq!(
+        (md.mode() & 0o7777, md.mtime()),
+        (0o604, 1_234_567),
+        "{layout}: exported"
+    );
+    assert_eq!(get_xattr(&exported, "user.deep").unwrap(), b"value");
+    assert_eq!(
+        fs::read_link(dest.join(l.strip_prefix(s.mountpoint()).unwrap())).unwrap(),
+        Path::new("target")
+    );
+
     let m = s.mount();
     assert_eq!(fs::read(&g).unwrap(), data, "{layout}: after a remount");
     let md = fs::metadata(&g).unwrap();

@@ -1,5 +1,5 @@
-//! Backing access beneath a tier folder: the one way the daemon reaches a piece, a folder,
-//! a symlink or a node on a tier.
+//! Backing access beneath a tier folder: the one way the daemon (and `fsck`/`export`)
+//! reaches a piece, a folder, a symlink or a node on a tier.
 //!
 //! Every call takes the tier folder's root and a path below it (as `Tier::path` and
 //! `Tier::limbo_path` give) and works relative to a descriptor of the root through the `*at`
@@ -14,7 +14,11 @@
 //!   prefix makes the absolute backing path longer than PATH_MAX: a relative path longer
 //!   than one `openat2` takes is walked in pieces of at most [`STEP`] bytes.
 //!
-//! The absolute paths stay what errors and logs name.
+//! The absolute paths stay what errors and logs name. The tier folder is opened by its path
+//! at each call, not held open, so a tier folder mounted over or replaced under the
+//! daemon is seen at once; a call on a name costs that open, one `openat2` for its folder
+//! and the call. Kernels without `openat2` (before 5.6) get a walk one name at a time with
+//! `O_NOFOLLOW`, refusing symlinks the same way.
 
 use std::ffi::{CString, OsStr};
 use std::fs::{File, Metadata};

@@ -1,5 +1,9 @@
 //! Thin, safe wrappers over the few libc calls std does not offer (xattrs, statvfs, flock,
 //! utimensat, fallocate, posix_fadvise). Each returns `io::Result` with the OS error.
+//!
+//! The path-taking ones are for paths outside a tier's data (the export's destination, a
+//! tier folder's own setup); a tier's files, folders and pieces are reached only through
+//! [`crate::beneath`].
 
 use std::ffi::{CString, OsStr};
 use std::io;

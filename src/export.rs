@@ -15,6 +15,7 @@
 //! temporary or a byte-identical duplicate, never overwrites (a second conflict gets a new
 //! name), and the empty stripe pieces it makes carry the file's layout xattr.
 
+use crate::beneath::Beneath;
 use crate::config::MountConfig;
 use crate::daemon::Failure;
 use crate::fs::TMP_PREFIX;
@@ -41,6 +42,12 @@ pub struct TierDir {
 }
 
 impl TierDir {
+    /// Calls on this tier's paths, relative to its folder and never through a symlink in
+    /// it, at any depth (as the daemon's, see [`crate::beneath`]).
+    pub fn fs(&self) -> Beneath<'_> {
+        Beneath::new(&self.root)
+    }
+
     /// The backing path of mount-relative `rel` on this tier.
     pub fn path(&self, rel: &Path) -> PathBuf {
         if rel.as_os_str().is_empty() {
@@ -142,7 +149,7 @@ fn list(tiers: &[TierDir], rel: &Path) -> Listing {
     let mut l = Listing::default();
     for (i, t) in tiers.iter().enumerate() {
         let dir = t.path(rel);
-        let rd = match fs::read_dir(&dir) {
+        let rd = match t.fs().read_dir(&dir) {
             Ok(rd) => rd,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 l.missing.push(i);
@@ -153,16 +160,8 @@ fn list(tiers: &[TierDir], rel: &Path) -> Listing {
                 continue;
             }
         };
-        for ent in rd {
-            let ent = match ent {
-                Ok(e) => e,
-                Err(e) => {
-                    l.errors.push((i, dir.clone(), e));
-                    break;
-                }
-            };
-            let name = ent.file_name();
-            let Some(kind) = ent.file_type().ok().and_then(EntKind::of) else {
+        for (name, ft) in rd {
+            let Some(kind) = EntKind::of(ft) else {
                 continue;
             };
             if name.as_bytes().starts_with(TMP_PREFIX.as_bytes()) {
@@ -186,13 +185,13 @@ pub enum LayoutRead {
 }
 
 /// The file id in a piece's layout xattr (see `layout::new_file_id`), if it has one.
-fn read_id(path: &Path) -> Option<u64> {
-    let v = sys::lgetxattr(path, OsStr::new(LAYOUT_XATTR)).ok()?;
+fn read_id(on: Beneath<'_>, path: &Path) -> Option<u64> {
+    let v = on.getxattr(path, OsStr::new(LAYOUT_XATTR)).ok()?;
     crate::layout::decode_id(&String::from_utf8_lossy(&v))
 }
 
-fn read_layout(path: &Path, ntiers: usize) -> LayoutRead {
-    match sys::lgetxattr(path, OsStr::new(LAYOUT_XATTR)) {
+fn read_layout(on: Beneath<'_>, path: &Path, ntiers: usize) -> LayoutRead {
+    match on.getxattr(path, OsStr::new(LAYOUT_XATTR)) {
         Ok(v) => {
             let s = String::from_utf8_lossy(&v).into_owned();
             match FileLayout::decode(&s, ntiers) {
@@ -468,8 +467,10 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
     let mut pieces: Vec<PieceRead> = Vec::new();
     for &t in on {
         let p = tiers[t].path(rel);
-        let read = read_layout(&p, n);
-        let (len, mtime) = fs::symlink_metadata(&p)
+        let read = read_layout(tiers[t].fs(), &p, n);
+        let (len, mtime) = tiers[t]
+            .fs()
+            .stat(&p)
             .map(|m| (m.len(), (m.mtime(), m.mtime_nsec())))
             .unwrap_or((0, (0, 0)));
         let taken = match &read {
@@ -494,7 +495,7 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
         pieces.push(PieceRead {
             tier: t,
             read,
-            id: read_id(&p),
+            id: read_id(tiers[t].fs(), &p),
             taken,
             len,
             mtime,
@@ -639,7 +640,7 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
         if *t == keep.0 {
             continue;
         }
-        let same = *len == keep.1 && files_equal(&tiers[*t].path(rel), &tiers[keep.0].path(rel));
+        let same = *len == keep.1 && files_equal(&tiers[*t], &tiers[keep.0], rel);
         if same {
             issues.push(Issue::repair(
                 rel,
@@ -675,9 +676,10 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
     (view, issues)
 }
 
-/// Whether two files have the same bytes.
-fn files_equal(a: &Path, b: &Path) -> bool {
-    let (Ok(mut fa), Ok(mut fb)) = (File::open(a), File::open(b)) else {
+/// Whether the pieces at `rel` on tiers `a` and `b` have the same bytes.
+fn files_equal(a: &TierDir, b: &TierDir, rel: &Path) -> bool {
+    let open = |t: &TierDir| t.fs().open(&t.path(rel), libc::O_RDONLY, 0);
+    let (Ok(mut fa), Ok(mut fb)) = (open(a), open(b)) else {
         return false;
     };
     let mut ba = vec![0u8; CHUNK];
@@ -714,10 +716,10 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> io::Result<usize> {
     Ok(done)
 }
 
-/// Copies user xattrs (not `user.tierfs.*`) from `from` to `to`; returns the names that
-/// could not be set.
-fn copy_user_xattrs(from: &Path, to: &Path) -> io::Result<usize> {
-    let names = match sys::llistxattr(from) {
+/// Copies user xattrs (not `user.tierfs.*`) from `from` (on the tier `on`) to `to`;
+/// returns the names that could not be set.
+fn copy_user_xattrs(on: Beneath<'_>, from: &Path, to: &Path) -> io::Result<usize> {
+    let names = match on.listxattr(from) {
         Ok(n) => n,
         Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => return Ok(0),
         Err(e) => return Err(e),
@@ -728,7 +730,7 @@ fn copy_user_xattrs(from: &Path, to: &Path) -> io::Result<usize> {
             continue;
         }
         let name = OsStr::from_bytes(&name);
-        let v = sys::lgetxattr(from, name)?;
+        let v = on.getxattr(from, name)?;
         sys::lsetxattr(to, name, &v, 0)?;
         n += 1;
     }
@@ -1058,17 +1060,18 @@ fn record(
 fn rename_aside(tiers: &[TierDir], t: usize, rel: &Path) -> io::Result<PathBuf> {
     const RENAME_NOREPLACE: u32 = 1;
     let from = tiers[t].path(rel);
+    let on = tiers[t].fs();
     for n in 1..1000 {
         let target = tiers[t].path(&conflict_path(rel, &tiers[t].name, n));
-        match sys::rename2(&from, &target, RENAME_NOREPLACE) {
+        match on.rename(&from, &target, RENAME_NOREPLACE) {
             Ok(()) => return Ok(target),
             Err(e) if e.raw_os_error() == Some(libc::EEXIST) => continue,
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 // No RENAME_NOREPLACE on this file system: check, then rename.
-                if fs::symlink_metadata(&target).is_ok() {
+                if on.exists(&target) {
                     continue;
                 }
-                fs::rename(&from, &target)?;
+                on.rename(&from, &target, 0)?;
                 return Ok(target);
             }
             Err(e) => return Err(e),
@@ -1081,105 +1084,110 @@ fn rename_aside(tiers: &[TierDir], t: usize, rel: &Path) -> io::Result<PathBuf> 
 fn apply(tiers: &[TierDir], rel: &Path, a: &Action) -> Result<String, String> {
     let t = a.tier();
     let p = tiers[t].path(rel);
+    let on = tiers[t].fs();
     let e = |e: io::Error| e.to_string();
     match a {
         Action::SetAside { .. } => {
             let got = rename_aside(tiers, t, rel).map_err(e)?;
             // A stripe piece set aside on a tier its own pattern does not name would be set
             // aside again by every mount: make it a plain whole file.
-            if let LayoutRead::Valid(FileLayout::Stripe(m)) = read_layout(&got, tiers.len()) {
+            if let LayoutRead::Valid(FileLayout::Stripe(m)) = read_layout(on, &got, tiers.len()) {
                 if !m.tiers.contains(&t) {
-                    let _ = sys::lremovexattr(&got, OsStr::new(LAYOUT_XATTR));
+                    let _ = on.removexattr(&got, OsStr::new(LAYOUT_XATTR));
                 }
             }
             Ok(format!("renamed to {}", got.display()))
         }
         Action::RemoveIdentical { keep, .. } => {
-            if !files_equal(&p, &tiers[*keep].path(rel)) {
+            if !files_equal(&tiers[t], &tiers[*keep], rel) {
                 return Err("the copies differ now; not removed".into());
             }
-            fs::remove_file(&p).map_err(e)?;
+            on.unlink(&p).map_err(e)?;
             Ok("removed the identical copy".into())
         }
         Action::CreatePiece {
             layout, id, like, ..
         } => {
-            let like_meta = like.and_then(|l| fs::symlink_metadata(tiers[l].path(rel)).ok());
+            let like_meta = like.and_then(|l| tiers[l].fs().stat(&tiers[l].path(rel)).ok());
             let mode = like_meta
                 .as_ref()
                 .map(|m| m.mode() & 0o7777)
                 .unwrap_or(0o600);
-            let f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(mode)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&p)
+            let f = on
+                .open(&p, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, mode)
                 .map_err(e)?;
             drop(f);
             let r = (|| -> io::Result<()> {
                 let encoded = layout.encode_with_id(*id);
-                sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0)?;
-                fs::set_permissions(&p, fs::Permissions::from_mode(mode))?;
+                on.setxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0)?;
+                on.chmod(&p, mode)?;
                 if let Some(m) = &like_meta {
                     if sys::euid() == 0 {
-                        std::os::unix::fs::lchown(&p, Some(m.uid()), Some(m.gid()))?;
+                        on.chown(&p, Some(m.uid()), Some(m.gid()))?;
                     }
                 }
                 Ok(())
             })();
             if let Err(err) = r {
-                let _ = fs::remove_file(&p);
+                let _ = on.unlink(&p);
                 return Err(err.to_string());
             }
             Ok("created an empty piece with the file's layout".into())
         }
         Action::SetLayout { layout, id, .. } => {
             let encoded = layout.encode_with_id(*id);
-            sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0).map_err(e)?;
+            on.setxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0)
+                .map_err(e)?;
             Ok(format!("set its layout xattr to {encoded:?}"))
         }
         Action::Rejoin { from, .. } => {
             const RENAME_NOREPLACE: u32 = 1;
             let src = tiers[t].path(from);
-            sys::rename2(&src, &p, RENAME_NOREPLACE).map_err(e)?;
+            on.rename(&src, &p, RENAME_NOREPLACE).map_err(e)?;
             Ok(format!("moved it back from {}", src.display()))
         }
         Action::Mkdir { like, .. } => {
-            fs::create_dir_all(&p).map_err(e)?;
-            if let Some(m) = like.and_then(|l| fs::metadata(tiers[l].path(rel)).ok()) {
-                fs::set_permissions(&p, fs::Permissions::from_mode(m.mode() & 0o7777))
-                    .map_err(e)?;
+            on.mkdir_all(&p).map_err(e)?;
+            if let Some(m) = like.and_then(|l| tiers[l].fs().stat(&tiers[l].path(rel)).ok()) {
+                on.chmod(&p, m.mode() & 0o7777).map_err(e)?;
                 if sys::euid() == 0 {
-                    std::os::unix::fs::lchown(&p, Some(m.uid()), Some(m.gid())).map_err(e)?;
+                    on.chown(&p, Some(m.uid()), Some(m.gid())).map_err(e)?;
                 }
             }
             Ok("created the folder".into())
         }
         Action::RemoveTemp { .. } => {
-            fs::remove_file(&p).map_err(e)?;
+            on.unlink(&p).map_err(e)?;
             Ok("removed".into())
         }
         Action::MoveToFirst { .. } => {
             let to = tiers[0].path(rel);
-            if fs::symlink_metadata(&to).is_ok() {
+            let first = tiers[0].fs();
+            if first.exists(&to) {
                 return Err(format!("{} exists", to.display()));
             }
-            match fs::rename(&p, &to) {
+            match on.rename_into(&p, first, &to, 0) {
                 Ok(()) => Ok(format!("moved to {}", to.display())),
                 Err(err) if err.raw_os_error() == Some(libc::EXDEV) => {
                     // Another file system: a symlink is recreated exactly; others are left.
-                    let m = fs::symlink_metadata(&p).map_err(e)?;
+                    let m = on.stat(&p).map_err(e)?;
                     if !m.file_type().is_symlink() {
                         return Err(format!(
                             "{} is on another file system; move it by hand",
                             to.display()
                         ));
                     }
-                    let target = fs::read_link(&p).map_err(e)?;
-                    std::os::unix::fs::symlink(&target, &to).map_err(e)?;
-                    let _ = copy_attrs(&m, &to, true);
-                    fs::remove_file(&p).map_err(e)?;
+                    let target = on.readlink(&p).map_err(e)?;
+                    first.symlink(&target, &to).map_err(e)?;
+                    if sys::euid() == 0 {
+                        let _ = first.chown(&to, Some(m.uid()), Some(m.gid()));
+                    }
+                    let _ = first.utimens(
+                        &to,
+                        SetTime::At(crate::sys::time_of(m.atime(), m.atime_nsec())),
+                        SetTime::At(crate::sys::time_of(m.mtime(), m.mtime_nsec())),
+                    );
+                    on.unlink(&p).map_err(e)?;
                     Ok(format!("recreated at {}", to.display()))
                 }
                 Err(err) => Err(err.to_string()),
@@ -1302,9 +1310,10 @@ impl SparseOut {
     }
 }
 
-/// Copies the bytes of a plain file (a whole-file piece) to `dest`; returns its size.
-fn copy_plain(src: &Path, dest: &Path) -> io::Result<u64> {
-    let mut f = File::open(src)?;
+/// Copies the bytes of a plain file (a whole-file piece at `src` on the tier `on`) to
+/// `dest`; returns its size.
+fn copy_plain(on: Beneath<'_>, src: &Path, dest: &Path) -> io::Result<u64> {
+    let mut f = on.open(src, libc::O_RDONLY, 0)?;
     let mut out = SparseOut::create(dest)?;
     let mut buf = vec![0u8; CHUNK];
     let mut off = 0u64;
@@ -1329,7 +1338,11 @@ fn copy_stripes(
 ) -> io::Result<u64> {
     let mut pieces: Vec<Option<File>> = (0..tiers.len()).map(|_| None).collect();
     for t in &v.pieces {
-        pieces[*t] = Some(File::open(tiers[*t].path(rel))?);
+        pieces[*t] = Some(
+            tiers[*t]
+                .fs()
+                .open(&tiers[*t].path(rel), libc::O_RDONLY, 0)?,
+        );
     }
     let mut out = SparseOut::create(dest)?;
     let mut buf = vec![0u8; CHUNK];
@@ -1360,8 +1373,8 @@ struct Exporter<'a> {
     root: bool,
     rep: ExportReport,
     xattr_warned: bool,
-    /// Folders made, with the backing folder whose attributes they get at the end.
-    dirs: Vec<(PathBuf, PathBuf)>,
+    /// Folders made, with the tier and backing folder whose attributes they get at the end.
+    dirs: Vec<(PathBuf, usize, PathBuf)>,
 }
 
 impl Exporter<'_> {
@@ -1371,8 +1384,8 @@ impl Exporter<'_> {
         self.rep.errors.push(line);
     }
 
-    fn xattrs(&mut self, rel: &Path, from: &Path, to: &Path) {
-        if let Err(e) = copy_user_xattrs(from, to) {
+    fn xattrs(&mut self, rel: &Path, tier: usize, from: &Path, to: &Path) {
+        if let Err(e) = copy_user_xattrs(self.tiers[tier].fs(), from, to) {
             if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
                 if !self.xattr_warned {
                     self.xattr_warned = true;
@@ -1390,7 +1403,9 @@ impl Exporter<'_> {
 
     fn file(&mut self, rel: &Path, v: &FileView, to: &Path) {
         let r = match &v.layout {
-            FileLayout::Whole { tier } => copy_plain(&self.tiers[*tier].path(rel), to),
+            FileLayout::Whole { tier } => {
+                copy_plain(self.tiers[*tier].fs(), &self.tiers[*tier].path(rel), to)
+            }
             FileLayout::Stripe(m) => copy_stripes(self.tiers, rel, v, m, to),
         };
         match r {
@@ -1409,8 +1424,8 @@ impl Exporter<'_> {
         }
         let Some(mt) = v.meta_tier() else { return };
         let from = self.tiers[mt].path(rel);
-        self.xattrs(rel, &from, to);
-        match fs::symlink_metadata(&from) {
+        self.xattrs(rel, mt, &from, to);
+        match self.tiers[mt].fs().stat(&from) {
             Ok(m) => {
                 if let Err(e) = copy_attrs(&m, to, false) {
                     self.fail(rel, "setting owner, mode and times", e);
@@ -1420,13 +1435,14 @@ impl Exporter<'_> {
         }
     }
 
-    fn other(&mut self, rel: &Path, from: &Path, kind: EntKind, to: &Path) {
-        let m = match fs::symlink_metadata(from) {
+    fn other(&mut self, rel: &Path, tier: usize, from: &Path, kind: EntKind, to: &Path) {
+        let on = self.tiers[tier].fs();
+        let m = match on.stat(from) {
             Ok(m) => m,
             Err(e) => return self.fail(rel, "stat", e),
         };
         let made = match kind {
-            EntKind::Symlink => fs::read_link(from).and_then(|target| {
+            EntKind::Symlink => on.readlink(from).and_then(|target| {
                 clear_entry(to)?;
                 std::os::unix::fs::symlink(target, to)
             }),
@@ -1450,7 +1466,7 @@ impl Exporter<'_> {
             self.rep.symlinks += 1;
         } else {
             self.rep.others += 1;
-            self.xattrs(rel, from, to);
+            self.xattrs(rel, tier, from, to);
         }
         if let Err(e) = copy_attrs(&m, to, kind == EntKind::Symlink) {
             self.fail(rel, "setting owner, mode and times", e);
@@ -1460,7 +1476,7 @@ impl Exporter<'_> {
     /// Exports a piece the mount would rename aside, under the name it would get.
     fn conflict(&mut self, rel: &Path, tier: usize, taken: &mut BTreeSet<OsString>) {
         let from = self.tiers[tier].path(rel);
-        let Ok(m) = fs::symlink_metadata(&from) else {
+        let Ok(m) = self.tiers[tier].fs().stat(&from) else {
             return;
         };
         let mut i = 1;
@@ -1479,11 +1495,11 @@ impl Exporter<'_> {
             name.display()
         );
         if m.is_file() {
-            match copy_plain(&from, &to) {
+            match copy_plain(self.tiers[tier].fs(), &from, &to) {
                 Ok(n) => {
                     self.rep.conflicts += 1;
                     self.rep.bytes += n;
-                    self.xattrs(&name, &from, &to);
+                    self.xattrs(&name, tier, &from, &to);
                     if let Err(e) = copy_attrs(&m, &to, false) {
                         self.fail(&name, "setting owner, mode and times", e);
                     }
@@ -1493,7 +1509,7 @@ impl Exporter<'_> {
         } else if !m.is_dir() {
             if let Some(k) = EntKind::of(m.file_type()) {
                 self.rep.conflicts += 1;
-                self.other(&name, &from, k, &to);
+                self.other(&name, tier, &from, k, &to);
             }
         }
     }
@@ -1511,8 +1527,8 @@ impl Exporter<'_> {
         // Folders take their attributes from the first tier, as in the mount.
         let src = if on.contains(&0) { 0 } else { on[0] };
         let from = self.tiers[src].path(rel);
-        self.xattrs(rel, &from, &to);
-        self.dirs.push((to, from));
+        self.xattrs(rel, src, &from, &to);
+        self.dirs.push((to, src, from));
         self.rep.folders += 1;
     }
 
@@ -1555,15 +1571,15 @@ impl Exporter<'_> {
                     Item::File(v) => self.file(&child, &v, &to),
                     Item::Other(t, k) => {
                         let from = self.tiers[t].path(&child);
-                        self.other(&child, &from, k, &to)
+                        self.other(&child, t, &from, k, &to)
                     }
                 }
             }
         }
         // Folder modes and times last, deepest first: writing inside a folder changes its
         // mtime, and a read-only folder would refuse its children.
-        for (to, from) in std::mem::take(&mut self.dirs).into_iter().rev() {
-            match fs::metadata(&from) {
+        for (to, t, from) in std::mem::take(&mut self.dirs).into_iter().rev() {
+            match self.tiers[t].fs().stat(&from) {
                 Ok(m) => {
                     if let Err(e) = copy_attrs(&m, &to, false) {
                         let rel = to.strip_prefix(self.dest).unwrap_or(&to).to_path_buf();
@@ -1596,8 +1612,8 @@ pub fn export(cfg: &MountConfig, tiers: &[TierDir], dest: &Path, root_attrs: boo
     if root_attrs {
         if let Some(t) = tiers.iter().position(|t| t.data.is_dir()) {
             let from = tiers[t].data.clone();
-            x.xattrs(Path::new(""), &from, dest);
-            x.dirs.push((dest.to_path_buf(), from));
+            x.xattrs(Path::new(""), t, &from, dest);
+            x.dirs.push((dest.to_path_buf(), t, from));
         }
     }
     x.run();
@@ -1808,7 +1824,7 @@ mod tests {
         let (r, out) = check(&cfg, &tiers, true);
         assert_eq!((r.problems(), r.repaired()), (1, 1), "{out}");
         assert_eq!(
-            read_layout(&tiers[1].data.join("s"), 2),
+            read_layout(tiers[1].fs(), &tiers[1].data.join("s"), 2),
             LayoutRead::Valid(layout)
         );
         let (r, out) = check(&cfg, &tiers, false);

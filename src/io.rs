@@ -131,7 +131,7 @@ impl Piece {
     }
 
     /// [`Piece::open`] of a `path` inside the tier folder `root`, following no symlink below
-    /// `root` (a symlink planted in a tier gives ELOOP; see [`crate::sys::open_beneath`]).
+    /// `root` (a symlink planted in a tier gives ELOOP; see [`crate::beneath`]).
     pub fn open_in(root: &Path, path: &Path, direct: bool) -> io::Result<Piece> {
         Self::open_with(Some(root), path, None, direct)
     }
@@ -155,7 +155,11 @@ impl Piece {
                 0
             };
             match root {
-                Some(r) => crate::sys::open_beneath(r, path, acc | cr | extra, create.unwrap_or(0)),
+                Some(r) => crate::beneath::Beneath::new(r).open(
+                    path,
+                    acc | cr | extra,
+                    create.unwrap_or(0),
+                ),
                 None => {
                     let mut o = OpenOptions::new();
                     o.read(true)

@@ -4,7 +4,8 @@
 //! Layers, bottom up:
 //! - [`config`], [`units`]: the TOML file, validated into a plan.
 //! - [`probe`]: measured tier bandwidth.
-//! - [`tier`]: an open, locked tier folder and its counters; [`lock`]: who holds a tier
+//! - [`tier`]: an open, locked tier folder and its counters; [`beneath`]: every backing
+//!   call, relative to a tier folder and never through a symlink in it; [`lock`]: who holds a tier
 //!   folder; [`io`]: full, never-short backing reads and writes with O_DIRECT where it is
 //!   allowed; [`sys`]: libc wrappers.
 //! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`layout`]: where a
@@ -17,6 +18,7 @@
 //!   [`prom`]: `tierfs stat --prom` for node_exporter.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod beneath;
 pub mod cache;
 pub mod cli;
 pub mod config;

@@ -1,12 +1,14 @@
 //! Thin, safe wrappers over the few libc calls std does not offer (xattrs, statvfs, flock,
 //! utimensat, fallocate, posix_fadvise). Each returns `io::Result` with the OS error.
+//!
+//! The path-taking ones are for paths outside a tier's data (the export's destination, a
+//! tier folder's own setup); a tier's files, folders and pieces are reached only through
+//! [`crate::beneath`].
 
 use std::ffi::{CString, OsStr};
-use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 fn cpath(p: &Path) -> io::Result<CString> {
@@ -33,21 +35,15 @@ fn check_size(r: libc::ssize_t) -> io::Result<usize> {
     }
 }
 
-/// Reads an xattr of `path` (not following a final symlink).
-pub fn lgetxattr(path: &Path, name: &OsStr) -> io::Result<Vec<u8>> {
-    let p = cpath(path)?;
-    let n = cname(name)?;
+/// Runs a size-returning call (an xattr read or list) twice: once with a null buffer for
+/// the length, then with a buffer that long; again if the value grew in between (ERANGE).
+pub(crate) fn sized(
+    mut call: impl FnMut(*mut libc::c_void, usize) -> libc::ssize_t,
+) -> io::Result<Vec<u8>> {
     loop {
-        // SAFETY: p and n are valid NUL-terminated strings; a null buffer with size 0 asks
-        // only for the value's length.
-        let len = check_size(unsafe {
-            libc::lgetxattr(p.as_ptr(), n.as_ptr(), std::ptr::null_mut(), 0)
-        })?;
+        let len = check_size(call(std::ptr::null_mut(), 0))?;
         let mut buf = vec![0u8; len];
-        // SAFETY: buf is valid for writes of buf.len() bytes.
-        let r =
-            unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        match check_size(r) {
+        match check_size(call(buf.as_mut_ptr().cast(), buf.len())) {
             Ok(got) => {
                 buf.truncate(got);
                 return Ok(buf);
@@ -57,6 +53,23 @@ pub fn lgetxattr(path: &Path, name: &OsStr) -> io::Result<Vec<u8>> {
             Err(e) => return Err(e),
         }
     }
+}
+
+/// The names in a NUL-separated xattr name list.
+pub(crate) fn split_names(list: &[u8]) -> Vec<Vec<u8>> {
+    list.split(|b| *b == 0)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.to_vec())
+        .collect()
+}
+
+/// Reads an xattr of `path` (not following a final symlink).
+pub fn lgetxattr(path: &Path, name: &OsStr) -> io::Result<Vec<u8>> {
+    let p = cpath(path)?;
+    let n = cname(name)?;
+    // SAFETY: p and n are valid NUL-terminated strings; `sized` passes a buffer valid for
+    // writes of the given length, or null with 0 (which asks only for the length).
+    sized(|buf, len| unsafe { libc::lgetxattr(p.as_ptr(), n.as_ptr(), buf, len) })
 }
 
 /// Sets an xattr of `path` (not following a final symlink). `flags`: XATTR_CREATE/REPLACE.
@@ -78,25 +91,10 @@ pub fn lsetxattr(path: &Path, name: &OsStr, value: &[u8], flags: i32) -> io::Res
 /// Lists xattr names of `path` (not following a final symlink).
 pub fn llistxattr(path: &Path) -> io::Result<Vec<Vec<u8>>> {
     let p = cpath(path)?;
-    loop {
-        // SAFETY: null buffer with size 0 asks for the list's length.
-        let len = check_size(unsafe { libc::llistxattr(p.as_ptr(), std::ptr::null_mut(), 0) })?;
-        let mut buf = vec![0u8; len];
-        // SAFETY: buf is valid for writes of buf.len() bytes.
-        let r = unsafe { libc::llistxattr(p.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-        match check_size(r) {
-            Ok(got) => {
-                buf.truncate(got);
-                return Ok(buf
-                    .split(|b| *b == 0)
-                    .filter(|s| !s.is_empty())
-                    .map(|s| s.to_vec())
-                    .collect());
-            }
-            Err(e) if e.raw_os_error() == Some(libc::ERANGE) => continue,
-            Err(e) => return Err(e),
-        }
-    }
+    // SAFETY: p is a valid string; `sized` passes a buffer valid for writes of the given
+    // length, or null with 0.
+    sized(|buf, len| unsafe { libc::llistxattr(p.as_ptr(), buf.cast(), len) })
+        .map(|b| split_names(&b))
 }
 
 /// Removes an xattr of `path` (not following a final symlink).
@@ -168,7 +166,7 @@ pub enum SetTime {
     At(std::time::SystemTime),
 }
 
-fn timespec(t: SetTime) -> libc::timespec {
+pub(crate) fn timespec(t: SetTime) -> libc::timespec {
     match t {
         SetTime::Omit => libc::timespec {
             tv_sec: 0,
@@ -277,106 +275,6 @@ pub fn lchmod(path: &Path, mode: u32) -> io::Result<()> {
             libc::AT_SYMLINK_NOFOLLOW,
         )
     })
-}
-
-/// ELOOP unless every component of `path` after `root` and before its last one is a real
-/// folder, not a symlink: a symlink planted in a tier folder must not lead the daemon
-/// outside it. (`root`, from the config, may itself contain symlinks.) Paths not under
-/// `root` are refused with EXDEV.
-pub fn no_symlink_below(root: &Path, path: &Path) -> io::Result<()> {
-    let rel = path
-        .strip_prefix(root)
-        .map_err(|_| io::Error::from_raw_os_error(libc::EXDEV))?;
-    let mut cur = root.to_path_buf();
-    let mut comps = rel.components().peekable();
-    while let Some(c) = comps.next() {
-        if comps.peek().is_none() {
-            break;
-        }
-        match c {
-            std::path::Component::Normal(n) => cur.push(n),
-            _ => return Err(io::Error::from_raw_os_error(libc::EXDEV)),
-        }
-        match std::fs::symlink_metadata(&cur) {
-            Ok(m) if m.file_type().is_symlink() => {
-                return Err(io::Error::from_raw_os_error(libc::ELOOP))
-            }
-            // A missing folder fails the operation itself with its own errno.
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-/// Opens `path`, which lies below `root`, with `flags` (and `mode` for O_CREAT) without
-/// following any symlink below `root`: openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS
-/// from `root`, race-free; on kernels without openat2 (before 5.6), [`no_symlink_below`]
-/// and O_NOFOLLOW.
-pub fn open_beneath(root: &Path, path: &Path, flags: i32, mode: u32) -> io::Result<File> {
-    use std::os::fd::FromRawFd;
-    // The other backing calls take the whole path; a file they could not reach (unlink,
-    // chmod) must not be created through the shorter relative one.
-    if path.as_os_str().len() >= libc::PATH_MAX as usize {
-        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
-    }
-    let rel = path
-        .strip_prefix(root)
-        .map_err(|_| io::Error::from_raw_os_error(libc::EXDEV))?;
-    let dir = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
-        .open(root)?;
-    let crel = cpath(rel)?;
-    // The kernel's `struct open_how` (libc's is non-exhaustive).
-    #[repr(C)]
-    struct OpenHow {
-        flags: u64,
-        mode: u64,
-        resolve: u64,
-    }
-    let how = OpenHow {
-        flags: (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW) as u64,
-        mode: if flags & libc::O_CREAT != 0 {
-            u64::from(mode)
-        } else {
-            0
-        },
-        resolve: libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS,
-    };
-    // SAFETY: the directory descriptor, the NUL-terminated path and `how` are valid for
-    // the call, and the size passed is that of `how`.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            crel.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd >= 0 {
-        // SAFETY: openat2 returned a new descriptor that nothing else owns.
-        return Ok(unsafe { File::from_raw_fd(fd as i32) });
-    }
-    let e = io::Error::last_os_error();
-    if e.raw_os_error() != Some(libc::ENOSYS) {
-        return Err(e);
-    }
-    no_symlink_below(root, path)?;
-    let p = cpath(path)?;
-    // SAFETY: p is a valid NUL-terminated path for the call.
-    let fd = unsafe {
-        libc::open(
-            p.as_ptr(),
-            flags | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-            mode as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: open returned a new descriptor that nothing else owns.
-    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 #[cfg(test)]

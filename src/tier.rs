@@ -656,10 +656,11 @@ impl Tier {
         self.limbo.join(ino.to_string())
     }
 
-    /// ELOOP if a folder on the way from this tier's root to `p` is a symlink (planted in
-    /// the tier folder by hand): the daemon never follows one out of the tier.
-    pub fn beneath(&self, p: &Path) -> std::io::Result<()> {
-        crate::sys::no_symlink_below(&self.root, p)
+    /// Backing calls on paths of this tier ([`Tier::path`], [`Tier::limbo_path`]), made
+    /// relative to its folder and never through a symlink in it (one planted in the tier
+    /// folder by hand gives ELOOP).
+    pub fn fs(&self) -> crate::beneath::Beneath<'_> {
+        crate::beneath::Beneath::new(&self.root)
     }
 
     /// The backing path of a relative path in this tier.

@@ -943,3 +943,272 @@ fn bug_st_blocks_counts_only_the_first_piece() {
         m.unmount();
     }
 }
+
+/// Character and block devices: made on the first tier (root only, as the kernel wants
+/// CAP_MKNOD), with the mode, owner and device number asked for, through a remount. The
+/// mount is `nodev`, so opening one through it is refused by the kernel (EACCES) before
+/// tierfs sees the open.
+#[test]
+fn device_nodes_keep_mode_and_rdev_across_a_remount() {
+    use std::os::unix::fs::FileTypeExt;
+    require!(fuse());
+    require!(root("mknod of a device node needs CAP_MKNOD"));
+    for layout in ["whole-file", "stripe"] {
+        let s = Setup::two(layout);
+        let m = s.mount();
+        let nodes = [
+            ("chr", libc::S_IFCHR | 0o640, libc::makedev(1, 3)),
+            ("blk", libc::S_IFBLK | 0o600, libc::makedev(7, 200)),
+            // A minor above 255 and a major above 255: the split encoding of both.
+            ("wide", libc::S_IFCHR | 0o604, libc::makedev(300, 70_000)),
+        ];
+        for (name, mode, dev) in nodes {
+            let c = std::ffi::CString::new(m.path(name).to_str().unwrap()).unwrap();
+            // SAFETY: a valid NUL-terminated path.
+            let r = unsafe { libc::mknod(c.as_ptr(), mode, dev) };
+            assert_eq!(
+                r,
+                0,
+                "{layout}: mknod {name}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        fs::create_dir(m.path("d")).unwrap();
+        let c = std::ffi::CString::new(m.path("d/sub").to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        let r = unsafe { libc::mknod(c.as_ptr(), libc::S_IFBLK | 0o644, libc::makedev(8, 1)) };
+        assert_eq!(r, 0, "{layout}: mknod d/sub");
+        std::os::unix::fs::lchown(m.path("chr"), Some(1234), Some(5678)).unwrap();
+        let check = |m: &Mount<'_>, when: &str| {
+            for (name, mode, dev) in nodes {
+                let md = fs::symlink_metadata(m.path(name)).unwrap();
+                let ft = md.file_type();
+                if mode & libc::S_IFMT == libc::S_IFCHR {
+                    assert!(ft.is_char_device(), "{layout} {when}: {name} is {ft:?}");
+                } else {
+                    assert!(ft.is_block_device(), "{layout} {when}: {name} is {ft:?}");
+                }
+                assert_eq!(md.mode(), mode, "{layout} {when}: {name} mode");
+                assert_eq!(md.rdev(), dev, "{layout} {when}: {name} rdev");
+                // The node is on the first tier, the same node.
+                let b = fs::symlink_metadata(s.backing(0, name)).unwrap();
+                assert_eq!(
+                    (b.mode(), b.rdev()),
+                    (mode, dev),
+                    "{layout} {when}: {name} on tier 0"
+                );
+                assert!(
+                    !s.backing(1, name).exists(),
+                    "{layout} {when}: {name} on tier 1"
+                );
+            }
+            let md = fs::symlink_metadata(m.path("chr")).unwrap();
+            assert_eq!((md.uid(), md.gid()), (1234, 5678), "{layout} {when}: owner");
+            let md = fs::symlink_metadata(m.path("d/sub")).unwrap();
+            assert!(md.file_type().is_block_device() && md.rdev() == libc::makedev(8, 1));
+            // nodev: the kernel refuses the open itself.
+            assert_eq!(
+                err_of(fs::File::open(m.path("chr"))),
+                libc::EACCES,
+                "{layout} {when}"
+            );
+        };
+        check(&m, "made");
+        m.unmount();
+        let m = s.mount();
+        check(&m, "after a remount");
+        fs::set_permissions(m.path("blk"), fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(
+            fs::symlink_metadata(m.path("blk")).unwrap().mode(),
+            libc::S_IFBLK | 0o644
+        );
+        fs::rename(m.path("blk"), m.path("d/blk2")).unwrap();
+        assert_eq!(
+            fs::symlink_metadata(m.path("d/blk2")).unwrap().rdev(),
+            libc::makedev(7, 200)
+        );
+        for n in ["chr", "wide", "d/blk2", "d/sub"] {
+            fs::remove_file(m.path(n)).unwrap();
+            assert!(!s.backing(0, n).exists(), "{layout}: {n} left on tier 0");
+        }
+        assert_no_stale(&m);
+        m.unmount();
+    }
+}
+
+/// Folders of 100-byte names below `root` up to a path of exactly `total` bytes (the file
+/// name takes the rest); returns the folder and the file name.
+fn deep_path(root: &Path, total: usize) -> (std::path::PathBuf, String) {
+    let mut dir = root.to_path_buf();
+    let mut i = 0;
+    while total - dir.as_os_str().len() > 1 + 100 + 1 + 100 {
+        dir.push(format!("{i:03}{}", "d".repeat(97)));
+        i += 1;
+    }
+    let name = "f".repeat(total - dir.as_os_str().len() - 1);
+    assert_eq!(dir.join(&name).as_os_str().len(), total);
+    (dir, name)
+}
+
+/// A path of PATH_MAX - 1 bytes through the mount (the longest the kernel takes) is longer
+/// than PATH_MAX on the tiers (`<tier>/data/` is longer than the mountpoint): every call
+/// reaches it relative to the tier folder, in steps. Created, written, read, renamed,
+/// stat'ed, xattr'd, kept through a remount and unlinked, both layouts.
+fn path_max_minus_one(layout: &str) {
+    use tierfs::beneath::Beneath;
+    require!(fuse());
+    let s = Setup::two(layout);
+    let m = s.mount();
+    let max = libc::PATH_MAX as usize - 1;
+    let (dir, name) = deep_path(&m.root(), max);
+    fs::create_dir_all(&dir).unwrap();
+    let f = dir.join(&name);
+    let rel = f.strip_prefix(m.root()).unwrap().to_path_buf();
+    assert!(
+        s.backing(0, rel.to_str().unwrap()).as_os_str().len() > max,
+        "the backing path must be over the limit for the test to mean anything"
+    );
+    // Three stripes' worth: both tiers hold a piece of a striped file.
+    let data = pattern(3 * MIB + 123, 7);
+    write_file(&f, &data);
+    assert_eq!(fs::read(&f).unwrap(), data, "{layout}: read back");
+    let md = fs::metadata(&f).unwrap();
+    assert_eq!(md.len(), data.len() as u64);
+    let on_tier = |i: usize, p: &Path| {
+        let t = s.tier_path(i);
+        Beneath::new(&t).stat(&t.join("data").join(p)).ok()
+    };
+    let holding: Vec<usize> = (0..2).filter(|i| on_tier(*i, &rel).is_some()).collect();
+    if layout == "stripe" {
+        assert_eq!(
+            holding,
+            vec![0, 1],
+            "a striped file has a piece on each tier"
+        );
+    } else {
+        assert_eq!(holding.len(), 1, "a whole file sits on one tier");
+    }
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o604)).unwrap();
+    // SAFETY: geteuid cannot fail.
+    let mut uid = unsafe { libc::geteuid() };
+    if have(is_root(), "chown to another user needs root") {
+        std::os::unix::fs::lchown(&f, Some(4321), None).unwrap();
+        uid = 4321;
+    }
+    let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_234_567);
+    fs::File::options()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let md = fs::metadata(&f).unwrap();
+    assert_eq!(
+        (md.mode() & 0o7777, md.uid(), md.mtime()),
+        (0o604, uid, 1_234_567)
+    );
+    set_xattr(&f, "user.deep", b"value").unwrap();
+    assert_eq!(get_xattr(&f, "user.deep").unwrap(), b"value");
+    assert!(list_xattr(&f).unwrap().contains(&"user.deep".to_string()));
+    // A rename to a name as long: the new path is PATH_MAX - 1 bytes too.
+    let g = dir.join("g".repeat(name.len()));
+    fs::rename(&f, &g).unwrap();
+    assert_eq!(err_of(fs::metadata(&f)), libc::ENOENT);
+    assert_eq!(fs::read(&g).unwrap(), data, "{layout}: after the rename");
+    // A symlink and a folder at the bottom.
+    let l = dir.join("l".repeat(name.len()));
+    std::os::unix::fs::symlink("target", &l).unwrap();
+    assert_eq!(fs::read_link(&l).unwrap(), Path::new("target"));
+    m.unmount();
+
+    // The offline tools reach the tiers the same way: fsck finds nothing wrong, export
+    // (into a folder whose path is shorter than the mountpoint's) copies it whole.
+    let cfg = s.config_path();
+    let out = s.tierfs(&["fsck", "--config", cfg.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{layout}: fsck: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dest = s.dir.path().join("e");
+    let out = s.tierfs(&[
+        "export",
+        "--config",
+        cfg.to_str().unwrap(),
+        dest.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{layout}: export: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let exported = dest.join(g.strip_prefix(s.mountpoint()).unwrap());
+    assert_eq!(fs::read(&exported).unwrap(), data, "{layout}: exported");
+    let md = fs::metadata(&exported).unwrap();
+    assert_eq!(
+        (md.mode() & 0o7777, md.mtime()),
+        (0o604, 1_234_567),
+        "{layout}: exported"
+    );
+    assert_eq!(get_xattr(&exported, "user.deep").unwrap(), b"value");
+    assert_eq!(
+        fs::read_link(dest.join(l.strip_prefix(s.mountpoint()).unwrap())).unwrap(),
+        Path::new("target")
+    );
+
+    let m = s.mount();
+    assert_eq!(fs::read(&g).unwrap(), data, "{layout}: after a remount");
+    let md = fs::metadata(&g).unwrap();
+    assert_eq!(
+        (md.mode() & 0o7777, md.uid(), md.mtime()),
+        (0o604, uid, 1_234_567)
+    );
+    assert_eq!(get_xattr(&g, "user.deep").unwrap(), b"value");
+    remove_xattr(&g, "user.deep").unwrap();
+    assert!(get_xattr(&g, "user.deep").is_err());
+    assert_eq!(fs::read_link(&l).unwrap(), Path::new("target"));
+    fs::remove_file(&l).unwrap();
+    // Truncate through a path (no open piece) and unlink.
+    fs::File::options()
+        .write(true)
+        .open(&g)
+        .unwrap()
+        .set_len(10)
+        .unwrap();
+    assert_eq!(fs::read(&g).unwrap(), &data[..10]);
+    fs::remove_file(&g).unwrap();
+    let grel = g.strip_prefix(m.root()).unwrap();
+    for i in 0..2 {
+        assert!(
+            on_tier(i, grel).is_none(),
+            "{layout}: piece left on tier {i}"
+        );
+        let drel = dir.strip_prefix(m.root()).unwrap();
+        assert!(
+            on_tier(i, drel).unwrap().is_dir(),
+            "{layout}: folders mirrored on tier {i}"
+        );
+    }
+    // The whole chain comes down.
+    let top = m.path("000");
+    let first = fs::read_dir(m.root())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_str().unwrap().starts_with("000"))
+        .unwrap_or(top);
+    fs::remove_dir_all(&first).unwrap();
+    assert!(!first.exists());
+    assert_no_stale(&m);
+    m.unmount();
+}
+
+#[test]
+fn path_max_minus_one_whole_file() {
+    path_max_minus_one("whole-file");
+}
+
+#[test]
+fn path_max_minus_one_stripe() {
+    path_max_minus_one("stripe");
+}

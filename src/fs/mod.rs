@@ -857,14 +857,6 @@ impl TierFs {
         Error::tier(&self.tiers[tier].name, op, path, e)
     }
 
-    /// ELOOP (logged with the tier and path) when a folder on the way to `p` in tier `t` is a
-    /// symlink someone planted there: nothing the daemon does may follow it out of the tier.
-    fn guard(&self, t: usize, op: &'static str, p: &Path) -> Result<()> {
-        self.tiers[t]
-            .beneath(p)
-            .map_err(|e| Error::tier(&self.tiers[t].name, op, p, e))
-    }
-
     /// Adjusts the per-tier `used` counters for a size change of a file.
     fn account_resize(&self, layout: &FileLayout, old: u64, new: u64) {
         match layout {
@@ -934,7 +926,7 @@ impl TierFs {
                 None if self.tiers[t].missing => 0,
                 None => self
                     .piece_path(tree, ino, t)
-                    .and_then(|p| Ok(fs::symlink_metadata(p)?.blocks()))
+                    .and_then(|p| Ok(self.tiers[t].fs().stat(&p)?.blocks()))
                     .unwrap_or(0),
             }
         };
@@ -1001,7 +993,9 @@ impl TierFs {
                         .map_err(|e| self.tier_err(primary, "fstat", Path::new("(open file)"), e))?
                 } else {
                     let path = self.piece_path(tree, ino, primary)?;
-                    fs::symlink_metadata(&path)
+                    self.tiers[primary]
+                        .fs()
+                        .stat(&path)
                         .map_err(|e| self.tier_err(primary, "stat", &path, e))?
                 };
                 // While the kernel writes through passthrough, the piece's size is the truth.
@@ -1024,8 +1018,10 @@ impl TierFs {
                 }
                 let rel = tree.rel(ino).ok_or(Error::NotFound)?;
                 let path = self.tiers[0].path(&rel);
-                let m =
-                    fs::symlink_metadata(&path).map_err(|e| self.tier_err(0, "stat", &path, e))?;
+                let m = self.tiers[0]
+                    .fs()
+                    .stat(&path)
+                    .map_err(|e| self.tier_err(0, "stat", &path, e))?;
                 Ok(self.attr_from_meta(ino, kind, &m, None))
             }
         }
@@ -1037,15 +1033,10 @@ impl TierFs {
     /// A file with a piece on a tier missing from a degraded mount has no complete set of
     /// paths: changing it (rename, unlink, chmod, ...) answers EIO, so the piece on the
     /// missing tier never goes out of step with the others.
+    ///
+    /// The paths are for the tier's [`crate::beneath`] calls, never for a path-taking call of
+    /// its own: those reach nothing through a symlink in a tier, and any depth.
     fn backing_paths(&self, tree: &Tree, ino: u64) -> Result<Vec<(usize, PathBuf)>> {
-        let paths = self.backing_paths_unchecked(tree, ino)?;
-        for (t, p) in &paths {
-            self.guard(*t, "resolve", p)?;
-        }
-        Ok(paths)
-    }
-
-    fn backing_paths_unchecked(&self, tree: &Tree, ino: u64) -> Result<Vec<(usize, PathBuf)>> {
         let node = tree.get(ino)?;
         if let NodeData::File(f) = &node.data {
             if let Some(t) = f
@@ -1091,26 +1082,24 @@ impl TierFs {
 
     /// Where a file's piece on `tier` is: at its path, or in limbo once unlinked.
     fn piece_path(&self, tree: &Tree, ino: u64, tier: usize) -> Result<PathBuf> {
-        let p = if tree.get(ino)?.limbo {
+        Ok(if tree.get(ino)?.limbo {
             self.tiers[tier].limbo_path(ino)
         } else {
             self.tiers[tier].path(&tree.rel(ino).ok_or(Error::NotFound)?)
-        };
-        self.guard(tier, "resolve", &p)?;
-        Ok(p)
+        })
     }
 
     /// Moves an unlinked file's pieces to limbo (the kernel may still open or stat it).
     fn to_limbo(&self, tree: &Tree, ino: u64) -> Result<()> {
-        let mut moved: Vec<(PathBuf, PathBuf)> = Vec::new();
+        let mut moved: Vec<(usize, PathBuf, PathBuf)> = Vec::new();
         for (t, p) in self.backing_paths(tree, ino)? {
             let l = self.tiers[t].limbo_path(ino);
-            match fs::rename(&p, &l) {
-                Ok(()) => moved.push((l, p)),
+            match self.tiers[t].fs().rename(&p, &l, 0) {
+                Ok(()) => moved.push((t, l, p)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => {
-                    for (l, p) in moved {
-                        let _ = fs::rename(l, p);
+                    for (u, l, p) in moved {
+                        let _ = self.tiers[u].fs().rename(&l, &p, 0);
                     }
                     return Err(self.tier_err(t, "unlink", &p, e));
                 }
@@ -1137,8 +1126,8 @@ impl TierFs {
         }
         if n.limbo {
             if let Ok(paths) = self.backing_paths(tree, ino) {
-                for (_, p) in paths {
-                    let _ = fs::remove_file(p);
+                for (t, p) in paths {
+                    let _ = self.tiers[t].fs().unlink(&p);
                 }
             }
         }
@@ -1162,7 +1151,9 @@ impl TierFs {
     /// Gives a new backing object the caller's ownership when we are root.
     fn chown_new(&self, path: &Path, ctx: Ctx, tier: usize) -> Result<()> {
         if self.euid == 0 && (ctx.uid != 0 || ctx.gid != 0) {
-            std::os::unix::fs::lchown(path, Some(ctx.uid), Some(ctx.gid))
+            self.tiers[tier]
+                .fs()
+                .chown(path, Some(ctx.uid), Some(ctx.gid))
                 .map_err(|e| self.tier_err(tier, "chown", path, e))?;
         }
         Ok(())
@@ -1260,7 +1251,10 @@ impl TierFs {
             if node.kind() != Kind::Symlink {
                 for (t, p) in &paths {
                     // Never through a symlink planted in place of the piece or folder.
-                    sys::lchmod(p, mode & 0o7777).map_err(|e| self.tier_err(*t, "chmod", p, e))?;
+                    self.tiers[*t]
+                        .fs()
+                        .chmod(p, mode & 0o7777)
+                        .map_err(|e| self.tier_err(*t, "chmod", p, e))?;
                 }
                 for (t, p) in &open_pieces {
                     if paths.is_empty() {
@@ -1273,7 +1267,9 @@ impl TierFs {
         }
         if s.uid.is_some() || s.gid.is_some() {
             for (t, p) in &paths {
-                std::os::unix::fs::lchown(p, s.uid, s.gid)
+                self.tiers[*t]
+                    .fs()
+                    .chown(p, s.uid, s.gid)
                     .map_err(|e| self.tier_err(*t, "chown", p, e))?;
             }
             if paths.is_empty() {
@@ -1287,7 +1283,10 @@ impl TierFs {
             let a = s.atime.unwrap_or(SetTime::Omit);
             let m = s.mtime.unwrap_or(SetTime::Omit);
             for (t, p) in &paths {
-                sys::lutimens(p, a, m).map_err(|e| self.tier_err(*t, "utimens", p, e))?;
+                self.tiers[*t]
+                    .fs()
+                    .utimens(p, a, m)
+                    .map_err(|e| self.tier_err(*t, "utimens", p, e))?;
             }
             if let NodeData::File(f) = &node.data {
                 if f.state.read().cache.is_some() {
@@ -1312,7 +1311,9 @@ impl TierFs {
         }
         let rel = tree.rel(ino).ok_or(Error::NotFound)?;
         let p = self.tiers[0].path(&rel);
-        fs::read_link(&p)
+        self.tiers[0]
+            .fs()
+            .readlink(&p)
             .map(|t| t.into_os_string())
             .map_err(|e| self.tier_err(0, "readlink", &p, e))
     }
@@ -1324,23 +1325,23 @@ impl TierFs {
             return Err(Error::Exists);
         }
         let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
-        let mut made: Vec<PathBuf> = Vec::new();
+        let mut made: Vec<(usize, PathBuf)> = Vec::new();
         for t in self.tiers.iter().filter(|t| !t.missing) {
             let p = t.path(&rel);
             let r = t
-                .beneath(&p)
-                .and_then(|_| fs::create_dir(&p))
-                .and_then(|_| sys::lchmod(&p, mode & 0o7777));
+                .fs()
+                .mkdir(&p, 0o777)
+                .and_then(|_| t.fs().chmod(&p, mode & 0o7777));
             if let Err(e) = r
                 .map_err(|e| self.tier_err(t.index, "mkdir", &p, e))
                 .and_then(|_| self.chown_new(&p, ctx, t.index))
             {
-                for m in made {
-                    let _ = fs::remove_dir(m);
+                for (u, m) in made {
+                    let _ = self.tiers[u].fs().rmdir(&m);
                 }
                 return Err(e);
             }
-            made.push(p);
+            made.push((t.index, p));
         }
         let ino = tree.insert(
             parent,
@@ -1364,16 +1365,21 @@ impl TierFs {
         }
         let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
         let p = self.tiers[0].path(&rel);
-        self.guard(0, "symlink", &p)?;
-        std::os::unix::fs::symlink(target, &p).map_err(|e| self.tier_err(0, "symlink", &p, e))?;
+        self.tiers[0]
+            .fs()
+            .symlink(target, &p)
+            .map_err(|e| self.tier_err(0, "symlink", &p, e))?;
         self.chown_new(&p, ctx, 0)?;
         let ino = tree.insert(parent, name, NodeData::Other(Kind::Symlink));
         self.remember(&mut tree, ino);
         self.attr_locked(&tree, ino)
     }
 
-    /// mknod: regular files become ordinary tierfs files; FIFOs and sockets live on the
-    /// first tier; device nodes are refused (a pooled data filesystem has no use for them).
+    /// mknod: regular files become ordinary tierfs files; FIFOs, sockets and character
+    /// and block devices live on the first tier. The kernel lets only CAP_MKNOD make a
+    /// device node and the backing mknod needs it of the daemon too (EPERM otherwise);
+    /// `rdev` is the kernel's 32-bit encoding, the C library's for majors below 4096.
+    /// Opening a device through the mount is the kernel's affair (`nodev` refuses it).
     pub fn mknod(&self, parent: u64, name: &OsStr, mode: u32, rdev: u32, ctx: Ctx) -> Result<Attr> {
         let fmt = mode & libc::S_IFMT;
         if fmt == libc::S_IFREG || fmt == 0 {
@@ -1384,7 +1390,9 @@ impl TierFs {
         let kind = match fmt {
             libc::S_IFIFO => Kind::Fifo,
             libc::S_IFSOCK => Kind::Socket,
-            _ => return Err(Error::NotPermitted("device nodes are not supported")),
+            libc::S_IFCHR => Kind::CharDevice,
+            libc::S_IFBLK => Kind::BlockDevice,
+            _ => return Err(Error::Invalid("mknod of an unknown file type")),
         };
         self.check_writable_parent(parent, name)?;
         let mut tree = self.tree.write();
@@ -1393,8 +1401,10 @@ impl TierFs {
         }
         let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
         let p = self.tiers[0].path(&rel);
-        self.guard(0, "mknod", &p)?;
-        sys::mknod(&p, mode, rdev as u64).map_err(|e| self.tier_err(0, "mknod", &p, e))?;
+        self.tiers[0]
+            .fs()
+            .mknod(&p, mode, u64::from(rdev))
+            .map_err(|e| self.tier_err(0, "mknod", &p, e))?;
         self.chown_new(&p, ctx, 0)?;
         let ino = tree.insert(parent, name, NodeData::Other(kind));
         self.remember(&mut tree, ino);
@@ -1432,9 +1442,9 @@ impl TierFs {
             let is_dir = matches!(tree.get(ino)?.data, NodeData::Dir { .. });
             for (t, p) in paths {
                 let r = if is_dir {
-                    fs::remove_dir(&p)
+                    self.tiers[t].fs().rmdir(&p)
                 } else {
-                    fs::remove_file(&p)
+                    self.tiers[t].fs().unlink(&p)
                 };
                 match r {
                     Ok(()) => {}
@@ -1600,9 +1610,9 @@ impl TierFs {
             for (tier, p) in tpaths {
                 if !src.contains(&tier) {
                     let r = if kind == Kind::Dir {
-                        fs::remove_dir(&p)
+                        self.tiers[tier].fs().rmdir(&p)
                     } else {
-                        fs::remove_file(&p)
+                        self.tiers[tier].fs().unlink(&p)
                     };
                     if let Err(e) = r {
                         if e.kind() != std::io::ErrorKind::NotFound {
@@ -1616,26 +1626,33 @@ impl TierFs {
         for &t in &src {
             let from = self.tiers[t].path(&from_rel);
             let to = self.tiers[t].path(&to_rel);
-            let mut r = self.tiers[t]
-                .beneath(&from)
-                .and_then(|_| self.tiers[t].beneath(&to))
-                .and_then(|_| fs::rename(&from, &to));
+            let tfs = self.tiers[t].fs();
+            let mut r = tfs.rename(&from, &to, 0);
             if let Err(e) = &r {
-                if e.kind() == std::io::ErrorKind::NotFound && kind == Kind::Dir && !from.exists() {
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && kind == Kind::Dir
+                    && !tfs.exists(&from)
+                {
                     // The folder was missing on this tier: make it where it goes.
-                    r = fs::create_dir_all(&to);
+                    r = tfs.mkdir_all(&to);
                 }
             }
             if let Err(e) = r {
                 // Undo what moved so the tiers stay in agreement.
                 for &u in &done {
-                    let _ = fs::rename(self.tiers[u].path(&to_rel), self.tiers[u].path(&from_rel));
+                    let _ = self.tiers[u].fs().rename(
+                        &self.tiers[u].path(&to_rel),
+                        &self.tiers[u].path(&from_rel),
+                        0,
+                    );
                 }
                 if let Some(old) = target_in_limbo {
                     // And put the replaced file back under its name.
                     if let Ok(paths) = self.backing_paths(&tree, old) {
                         for (u, l) in paths {
-                            let _ = fs::rename(l, self.tiers[u].path(&to_rel));
+                            let _ = self.tiers[u]
+                                .fs()
+                                .rename(&l, &self.tiers[u].path(&to_rel), 0);
                         }
                     }
                     if let Some(n) = tree.nodes.get_mut(&old) {
@@ -1760,15 +1777,17 @@ impl TierFs {
                 if let Err(e) = &r {
                     if e.kind() == std::io::ErrorKind::NotFound {
                         // The folder is missing on this tier (a failed mirror): make it.
-                        if let (Some(dir), Ok(())) = (p.parent(), tier.beneath(&p)) {
-                            let _ = fs::create_dir_all(dir);
+                        if let Some(dir) = p.parent() {
+                            let _ = tier.fs().mkdir_all(dir);
                         }
                         r = Piece::open_new_in(&tier.root, &p, mode, tier.direct_io);
                     }
                 }
                 let piece = r.map_err(|e| self.tier_err(t, "create", &p, e))?;
-                made.push(p.clone());
-                if let Err(e) = sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0)
+                made.push((t, p.clone()));
+                if let Err(e) =
+                    tier.fs()
+                        .setxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0)
                 {
                     if matches!(layout, FileLayout::Stripe(_)) {
                         return Err(self.tier_err(t, "set layout xattr on", &p, e));
@@ -1783,8 +1802,8 @@ impl TierFs {
             Ok(())
         })();
         if let Err(e) = result {
-            for p in made {
-                let _ = fs::remove_file(p);
+            for (t, p) in made {
+                let _ = self.tiers[t].fs().unlink(&p);
             }
             return Err(e);
         }
@@ -2511,10 +2530,9 @@ impl TierFs {
                     .map_err(|e| self.tier_err(t, "truncate", Path::new("(open file)"), e));
             }
             let p = self.piece_path(tree, ino, t)?;
-            fs::OpenOptions::new()
-                .write(true)
-                .custom_flags_nofollow()
-                .open(&p)
+            self.tiers[t]
+                .fs()
+                .open(&p, libc::O_WRONLY, 0)
                 .and_then(|file| file.set_len(len))
                 .map_err(|e| self.tier_err(t, "truncate", &p, e))
         };
@@ -2716,7 +2734,9 @@ impl TierFs {
             return Ok(());
         }
         for (t, p) in self.backing_paths(&tree, ino)? {
-            fs::File::open(&p)
+            self.tiers[t]
+                .fs()
+                .open(&p, libc::O_RDONLY, 0)
                 .and_then(|d| d.sync_all())
                 .map_err(|e| self.tier_err(t, "fsync", &p, e))?;
         }
@@ -2765,7 +2785,6 @@ impl TierFs {
         } else {
             self.tiers[t].path(&tree.rel(ino).ok_or(Error::NotFound)?)
         };
-        self.guard(t, "resolve", &p)?;
         Ok((t, p))
     }
 
@@ -2790,7 +2809,10 @@ impl TierFs {
             return Err(Error::NotPermitted("user xattrs on symlinks"));
         }
         let (t, p) = self.xattr_path(ino)?;
-        sys::lsetxattr(&p, name, value, flags).map_err(|e| self.tier_err(t, "setxattr", &p, e))
+        self.tiers[t]
+            .fs()
+            .setxattr(&p, name, value, flags)
+            .map_err(|e| self.tier_err(t, "setxattr", &p, e))
     }
 
     pub fn getxattr(&self, ino: u64, name: &OsStr) -> Result<Vec<u8>> {
@@ -2798,11 +2820,14 @@ impl TierFs {
             return Err(Error::NoAttr);
         }
         let (t, p) = self.xattr_path(ino)?;
-        sys::lgetxattr(&p, name).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENODATA) => Error::NoAttr,
-            Some(libc::EOPNOTSUPP) => Error::NoAttr,
-            _ => self.tier_err(t, "getxattr", &p, e),
-        })
+        self.tiers[t]
+            .fs()
+            .getxattr(&p, name)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENODATA) => Error::NoAttr,
+                Some(libc::EOPNOTSUPP) => Error::NoAttr,
+                _ => self.tier_err(t, "getxattr", &p, e),
+            })
     }
 
     pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>> {
@@ -2810,7 +2835,7 @@ impl TierFs {
             return Ok(Vec::new());
         }
         let (t, p) = self.xattr_path(ino)?;
-        let names = match sys::llistxattr(&p) {
+        let names = match self.tiers[t].fs().listxattr(&p) {
             Ok(n) => n,
             Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Vec::new(),
             Err(e) => return Err(self.tier_err(t, "listxattr", &p, e)),
@@ -2831,10 +2856,13 @@ impl TierFs {
         }
         Self::xattr_name_ok(name).map_err(|_| Error::NoAttr)?;
         let (t, p) = self.xattr_path(ino)?;
-        sys::lremovexattr(&p, name).map_err(|e| match e.raw_os_error() {
-            Some(libc::ENODATA) => Error::NoAttr,
-            _ => self.tier_err(t, "removexattr", &p, e),
-        })
+        self.tiers[t]
+            .fs()
+            .removexattr(&p, name)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENODATA) => Error::NoAttr,
+                _ => self.tier_err(t, "removexattr", &p, e),
+            })
     }
 
     // ----- introspection (for the stats files) -----------------------------------------
@@ -2952,15 +2980,4 @@ fn piece_id(p: &Piece) -> u64 {
 fn sys_egid() -> u32 {
     // SAFETY: getegid cannot fail.
     unsafe { libc::getegid() }
-}
-
-trait NoFollow {
-    fn custom_flags_nofollow(&mut self) -> &mut Self;
-}
-
-impl NoFollow for fs::OpenOptions {
-    fn custom_flags_nofollow(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        self.custom_flags(libc::O_NOFOLLOW)
-    }
 }

@@ -227,7 +227,7 @@ impl TierFs {
                     Err(e) => {
                         for u in layout.tiers() {
                             if pieces[u].is_some() {
-                                let _ = fs::remove_file(self.tmp_path(u, ino, suffix));
+                                let _ = self.tiers[u].fs().unlink(&self.tmp_path(u, ino, suffix));
                             }
                         }
                         return Err(self.tier_err(t, "create", &p, e));
@@ -260,7 +260,7 @@ impl TierFs {
     /// Removes a move's temporaries and returns its charge (it will not switch over).
     fn drop_move(&self, ino: u64, m: Migration) {
         for t in m.layout.tiers() {
-            let _ = fs::remove_file(self.tmp_path(t, ino, m.suffix));
+            let _ = self.tiers[t].fs().unlink(&self.tmp_path(t, ino, m.suffix));
         }
         if let Some(c) = m.charge {
             self.placer.release(c);
@@ -344,12 +344,14 @@ impl TierFs {
             .metadata()
             .map_err(|e| self.tier_err(primary, "fstat", Path::new("(open file)"), e))?;
         let old_primary = final_path(primary);
-        let user_xattrs: Vec<(Vec<u8>, Vec<u8>)> = sys::llistxattr(&old_primary)
+        let pfs = self.tiers[primary].fs();
+        let user_xattrs: Vec<(Vec<u8>, Vec<u8>)> = pfs
+            .listxattr(&old_primary)
             .unwrap_or_default()
             .into_iter()
             .filter(|n| n.starts_with(b"user.") && n.as_slice() != LAYOUT_XATTR.as_bytes())
             .filter_map(|n| {
-                let v = sys::lgetxattr(&old_primary, OsStr::from_bytes(&n)).ok()?;
+                let v = pfs.getxattr(&old_primary, OsStr::from_bytes(&n)).ok()?;
                 Some((n, v))
             })
             .collect();
@@ -370,15 +372,16 @@ impl TierFs {
                 .file()
                 .sync_all()
                 .map_err(|e| self.tier_err(t, "fsync", &p, e))?;
-            if let Err(e) = sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0) {
+            let tfs = self.tiers[t].fs();
+            if let Err(e) = tfs.setxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0) {
                 if matches!(layout, FileLayout::Stripe(_)) {
                     return Err(self.tier_err(t, "set layout xattr on", &p, e));
                 }
             }
-            let _ = std::os::unix::fs::lchown(&p, Some(meta.uid()), Some(meta.gid()));
+            let _ = tfs.chown(&p, Some(meta.uid()), Some(meta.gid()));
             if t == layout.primary() {
                 for (n, v) in &user_xattrs {
-                    let _ = sys::lsetxattr(&p, OsStr::from_bytes(n), v, 0);
+                    let _ = tfs.setxattr(&p, OsStr::from_bytes(n), v, 0);
                 }
             }
         }
@@ -398,7 +401,10 @@ impl TierFs {
         );
         for t in layout.tiers() {
             let (from, to) = (self.tmp_path(t, ino, m.suffix), final_path(t));
-            fs::rename(&from, &to).map_err(|e| self.tier_err(t, "rename", &to, e))?;
+            self.tiers[t]
+                .fs()
+                .rename(&from, &to, 0)
+                .map_err(|e| self.tier_err(t, "rename", &to, e))?;
         }
         let old = st.layout.clone();
         let new_tiers = layout.tiers();
@@ -406,7 +412,7 @@ impl TierFs {
         for t in old.tiers() {
             if !new_tiers.contains(&t) {
                 let p = final_path(t);
-                if let Err(e) = fs::remove_file(&p) {
+                if let Err(e) = self.tiers[t].fs().unlink(&p) {
                     // A read-only tier keeps its stale piece; the mount-time scan prefers
                     // the newer copy and sets the old one aside.
                     log::warn!("cannot remove the old piece {}: {e}", p.display());

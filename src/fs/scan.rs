@@ -21,34 +21,31 @@ impl TierFs {
             // A tier left out of a degraded mount is neither read nor mirrored to.
             for t in self.tiers.iter().filter(|t| !t.missing) {
                 let dir = t.path(&rel);
-                let rd = match fs::read_dir(&dir) {
+                let tfs = t.fs();
+                let rd = match tfs.read_dir(&dir) {
                     Ok(rd) => rd,
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         // A folder missing on one tier (made by hand, or a failed mirror).
-                        fs::create_dir_all(&dir)
+                        tfs.mkdir_all(&dir)
                             .map_err(|e| Error::tier(&t.name, "mkdir", &dir, e))?;
                         continue;
                     }
                     Err(e) => return Err(Error::tier(&t.name, "readdir", &dir, e)),
                 };
-                for ent in rd {
-                    let ent = ent.map_err(|e| Error::tier(&t.name, "readdir", &dir, e))?;
-                    let name = ent.file_name();
+                for (name, ft) in rd {
+                    let path = dir.join(&name);
                     if name.as_bytes().starts_with(TMP_PREFIX.as_bytes()) {
-                        log::info!("removing leftover temporary {}", ent.path().display());
-                        let _ = fs::remove_file(ent.path());
+                        log::info!("removing leftover temporary {}", path.display());
+                        let _ = tfs.unlink(&path);
                         continue;
                     }
                     if ino == ROOT_INO && name == self.stats_dir {
                         log::warn!(
                             "{} hides the stats folder; it is not shown (rename it on the tier)",
-                            ent.path().display()
+                            path.display()
                         );
                         continue;
                     }
-                    let ft = ent
-                        .file_type()
-                        .map_err(|e| Error::tier(&t.name, "stat", ent.path(), e))?;
                     if let Some(k) = kind_of(ft) {
                         found.entry(name).or_default().push((t.index, k));
                     }
@@ -73,7 +70,7 @@ impl TierFs {
                     for t in self.tiers.iter().filter(|t| !t.missing) {
                         if !on.iter().any(|(i, k)| *i == t.index && *k == Kind::Dir) {
                             let p = t.path(&child_rel);
-                            let _ = fs::create_dir_all(&p);
+                            let _ = t.fs().mkdir_all(&p);
                         }
                     }
                     let c = tree.insert(
@@ -126,7 +123,8 @@ impl TierFs {
                         // Non-file objects live on the first tier: move it there.
                         let from = self.tiers[t].path(&child_rel);
                         let to = self.tiers[0].path(&child_rel);
-                        if let Err(e) = fs::rename(&from, &to) {
+                        let first = self.tiers[0].fs();
+                        if let Err(e) = self.tiers[t].fs().rename_into(&from, first, &to, 0) {
                             log::warn!("cannot move {} to the first tier: {e}", from.display());
                         }
                     }
@@ -136,7 +134,7 @@ impl TierFs {
                     if new_rel.parent() == Some(rel.as_path()) {
                         if let (Some(n), Ok(m)) = (
                             new_rel.file_name(),
-                            fs::symlink_metadata(self.tiers[t].path(&new_rel)),
+                            self.tiers[t].fs().stat(&self.tiers[t].path(&new_rel)),
                         ) {
                             if let Some(k) = kind_of(m.file_type()) {
                                 entries.push_back((n.to_os_string(), vec![(t, k)]));
@@ -199,7 +197,10 @@ impl TierFs {
             for (from, t) in moves {
                 let src = self.tiers[t].path(&parts[from].rel);
                 let dst = self.tiers[t].path(&parts[keep].rel);
-                match sys::rename2(&src, &dst, libc::RENAME_NOREPLACE) {
+                match self.tiers[t]
+                    .fs()
+                    .rename(&src, &dst, libc::RENAME_NOREPLACE)
+                {
                     Ok(()) => {
                         log::warn!(
                             "/{}: its piece on tier '{}' was at /{} (a rename that did not \
@@ -227,7 +228,7 @@ impl TierFs {
                     .iter()
                     .filter_map(|t| {
                         let p = self.tiers[*t].path(&parts[keep].rel);
-                        Some(m.logical_end(*t, fs::symlink_metadata(p).ok()?.len()))
+                        Some(m.logical_end(*t, self.tiers[*t].fs().stat(&p).ok()?.len()))
                     })
                     .max()
                     .unwrap_or(0);
@@ -268,8 +269,12 @@ impl TierFs {
                 );
                 // The piece carries the layout like every other, or the next mount
                 // would take it for a whole file of its own.
-                if fs::File::create(&p).is_ok() {
-                    let _ = sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), sf.encoded.as_bytes(), 0);
+                let tfs = self.tiers[*t].fs();
+                if tfs
+                    .open(&p, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, 0o666)
+                    .is_ok()
+                {
+                    let _ = tfs.setxattr(&p, OsStr::new(LAYOUT_XATTR), sf.encoded.as_bytes(), 0);
                 }
             }
         }
@@ -282,7 +287,10 @@ impl TierFs {
         for n in 1..1000 {
             let to_rel = crate::layout::conflict_path(rel, &self.tiers[tier].name, n);
             let to = self.tiers[tier].path(&to_rel);
-            match sys::rename2(&from, &to, libc::RENAME_NOREPLACE) {
+            match self.tiers[tier]
+                .fs()
+                .rename(&from, &to, libc::RENAME_NOREPLACE)
+            {
                 Ok(()) => {
                     log::warn!("{}: {why}; renamed to {}", from.display(), to.display());
                     self.aside.lock().push((to_rel, tier));
@@ -317,7 +325,8 @@ impl TierFs {
         let mut raw = Vec::new();
         for &t in on {
             let p = self.tiers[t].path(rel);
-            let x = sys::lgetxattr(&p, OsStr::new(LAYOUT_XATTR));
+            let tfs = self.tiers[t].fs();
+            let x = tfs.getxattr(&p, OsStr::new(LAYOUT_XATTR));
             raw.push(
                 x.as_ref()
                     .map(|v| String::from_utf8_lossy(v).into_owned())
@@ -336,7 +345,7 @@ impl TierFs {
                 },
                 Err(_) => FileLayout::Whole { tier: t },
             };
-            let len = fs::symlink_metadata(&p).map(|m| m.len()).unwrap_or(0);
+            let len = tfs.stat(&p).map(|m| m.len()).unwrap_or(0);
             layouts.push((t, l, len));
             bare.push(raw.last().is_some_and(|r| r.is_empty()));
         }
@@ -357,7 +366,11 @@ impl TierFs {
                 // from a creation a crash interrupted: claim it.
                 if bare[i] && *len == 0 && m.tiers.contains(t) {
                     let p = self.tiers[*t].path(rel);
-                    if sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0).is_ok() {
+                    let tfs = self.tiers[*t].fs();
+                    if tfs
+                        .setxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0)
+                        .is_ok()
+                    {
                         have.push(*t);
                         log::info!(
                             "{}: empty piece of an interrupted creation, adopted",
@@ -395,7 +408,7 @@ impl TierFs {
                     );
                     continue;
                 }
-                if !have.contains(t) && !self.tiers[*t].path(rel).exists() {
+                if !have.contains(t) && !self.tiers[*t].fs().exists(&self.tiers[*t].path(rel)) {
                     missing.push(*t);
                 }
             }
@@ -412,7 +425,9 @@ impl TierFs {
         let newest = layouts
             .iter()
             .max_by_key(|(t, _, _)| {
-                fs::symlink_metadata(self.tiers[*t].path(rel))
+                self.tiers[*t]
+                    .fs()
+                    .stat(&self.tiers[*t].path(rel))
                     .map(|m| (m.mtime(), m.mtime_nsec()))
                     .unwrap_or((0, 0))
             })?
@@ -422,13 +437,22 @@ impl TierFs {
                 continue;
             }
             let p = self.tiers[*t].path(rel);
-            if *len == newest.2 && files_equal(&p, &self.tiers[newest.0].path(rel)) {
+            let open = |t: usize, p: &Path| self.tiers[t].fs().open(p, libc::O_RDONLY, 0).ok();
+            let same = *len == newest.2
+                && match (
+                    open(*t, &p),
+                    open(newest.0, &self.tiers[newest.0].path(rel)),
+                ) {
+                    (Some(a), Some(b)) => files_equal(a, b),
+                    _ => false,
+                };
+            if same {
                 log::warn!(
                     "{}: duplicate of the copy on tier '{}'; removed",
                     p.display(),
                     self.tiers[newest.0].name
                 );
-                let _ = fs::remove_file(&p);
+                let _ = self.tiers[*t].fs().unlink(&p);
             } else {
                 self.set_aside(
                     *t,
@@ -451,11 +475,8 @@ pub(super) struct StripeFound {
     missing: Vec<usize>,
 }
 
-fn files_equal(a: &Path, b: &Path) -> bool {
+fn files_equal(mut fa: fs::File, mut fb: fs::File) -> bool {
     use std::io::Read;
-    let (Ok(mut fa), Ok(mut fb)) = (fs::File::open(a), fs::File::open(b)) else {
-        return false;
-    };
     let mut ba = vec![0u8; 1 << 20];
     let mut bb = vec![0u8; 1 << 20];
     loop {

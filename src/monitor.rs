@@ -78,6 +78,14 @@ pub struct TierSample {
     pub est_write_bps: Option<f64>,
     #[serde(default)]
     pub paused: bool,
+    /// The tier queues ([`crate::tier::Queueing`]); for a shared tier, the live nodes and
+    /// this node's part of it (bytes/s) in the job's ledger.
+    #[serde(default)]
+    pub saturated: bool,
+    #[serde(default)]
+    pub shared_live: Option<u64>,
+    #[serde(default)]
+    pub shared_allot_bps: Option<f64>,
 }
 
 /// One sample of a mount.
@@ -129,6 +137,9 @@ impl Sample {
                     est_read_bps: t.est_read_bps,
                     est_write_bps: t.est_write_bps,
                     paused: t.paused,
+                    saturated: t.saturated,
+                    shared_live: t.shared.as_ref().map(|x| x.live_nodes as u64),
+                    shared_allot_bps: t.shared.as_ref().map(|x| x.allot_bps),
                     ..TierSample::default()
                 })
                 .collect(),
@@ -330,7 +341,7 @@ impl Format {
 }
 
 /// CSV columns, in order.
-pub const CSV_COLUMNS: [&str; 30] = [
+pub const CSV_COLUMNS: [&str; 33] = [
     "time",
     "elapsed_s",
     "pid",
@@ -361,6 +372,9 @@ pub const CSV_COLUMNS: [&str; 30] = [
     "est_read_bps",
     "est_write_bps",
     "paused",
+    "saturated",
+    "shared_live",
+    "shared_allot_bps",
 ];
 
 fn csv_opt_u(v: Option<u64>) -> String {
@@ -419,6 +433,9 @@ pub fn write_sample(w: &mut impl Write, f: Format, s: &Sample) -> std::io::Resul
                     csv_opt_f(t.est_read_bps),
                     csv_opt_f(t.est_write_bps),
                     t.paused.to_string(),
+                    t.saturated.to_string(),
+                    csv_opt_u(t.shared_live),
+                    csv_opt_f(t.shared_allot_bps),
                 ];
                 writeln!(w, "{}", row.join(","))?;
             }
@@ -538,6 +555,9 @@ pub fn read_samples(r: impl BufRead) -> Result<Vec<Sample>, String> {
             est_read_bps: of("est_read_bps")?,
             est_write_bps: of("est_write_bps")?,
             paused: get("paused") == "true",
+            saturated: get("saturated") == "true",
+            shared_live: ou("shared_live")?,
+            shared_allot_bps: of("shared_allot_bps")?,
         };
         match out.last_mut() {
             Some(s) if s.elapsed_s == elapsed_s && s.time == time => s.tiers.push(tier),

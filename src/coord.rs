@@ -205,11 +205,20 @@ fn replace_file(path: &Path, bytes: &[u8], mtime: Option<SystemTime>) -> std::io
     r
 }
 
+/// What a ledger folder holds.
+#[derive(Debug, Default)]
+pub struct Listing {
+    /// The valid entries, by node name.
+    pub entries: Vec<Entry>,
+    /// Files left out: (file name, why).
+    pub bad: Vec<(String, String)>,
+}
+
 /// Reads the entries of a ledger folder: every `node-*.json`. A file that is not a valid
 /// entry (torn by a client that does not rename atomically, garbage, another format, a name
-/// that does not match its node) is left out and reported in the second list as
-/// (file name, why); the caller warns once per file.
-pub fn read_entries(dir: &Path) -> std::io::Result<(Vec<Entry>, Vec<(String, String)>)> {
+/// that does not match its node) is left out and listed in `bad`; the caller warns once per
+/// file.
+pub fn read_entries(dir: &Path) -> std::io::Result<Listing> {
     let mut ok = Vec::new();
     let mut bad = Vec::new();
     for d in std::fs::read_dir(dir)? {
@@ -238,7 +247,7 @@ pub fn read_entries(dir: &Path) -> std::io::Result<(Vec<Entry>, Vec<(String, Str
         }
     }
     ok.sort_by(|a, b| a.node.cmp(&b.node));
-    Ok((ok, bad))
+    Ok(Listing { entries: ok, bad })
 }
 
 /// The probe figure cached for the job, (read, write) bytes/s.
@@ -260,7 +269,8 @@ pub enum ProbeOutcome {
 
 /// One bandwidth probe per job: the node that creates `probe.elect` in `dir` with
 /// `O_EXCL` runs `probe` and caches the figure in `probe.json` (replaced atomically); the
-/// others wait up to `wait` for it. Probing the shared tier from every node at once would
+/// others wait up to `wait` for it, or until the winner writes `probe.failed` (its probe
+/// failed: they need not wait it out). Probing the shared tier from every node at once would
 /// measure 1/N of it each and load it N times. Errors (an unwritable folder, a winner that
 /// never finished) leave the caller to probe on its own.
 pub fn shared_probe(
@@ -279,6 +289,7 @@ pub fn shared_probe(
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let elect = dir.join("probe.elect");
+    let failed = dir.join("probe.failed");
     match std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -286,7 +297,10 @@ pub fn shared_probe(
     {
         Ok(mut f) => {
             let _ = writeln!(f, "node {node} pid {}", std::process::id());
-            let (r, w) = probe()?;
+            let (r, w) = probe().inspect_err(|e| {
+                // The others stop waiting at once and try on their own.
+                let _ = replace_file(&failed, format!("node {node}: {e}\n").as_bytes(), None);
+            })?;
             let rec = ProbeRecord {
                 read_bps: r,
                 write_bps: w,
@@ -302,6 +316,13 @@ pub fn shared_probe(
             loop {
                 if let Some(f) = read_cache() {
                     return Ok((f, ProbeOutcome::Cached));
+                }
+                if let Ok(why) = std::fs::read_to_string(&failed) {
+                    return Err(format!(
+                        "the probe elected in {} failed ({})",
+                        elect.display(),
+                        why.trim()
+                    ));
                 }
                 if Instant::now() >= deadline {
                     let who = std::fs::read_to_string(&elect).unwrap_or_default();
@@ -435,13 +456,10 @@ impl SharedTier {
             );
             st.unwritable = false;
         }
-        let (mut entries, bad) = match read_entries(&self.dir) {
-            Ok(x) => x,
-            Err(e) => {
-                log::warn!("cannot read the ledger {}: {e}", self.dir.display());
-                (Vec::new(), Vec::new())
-            }
-        };
+        let Listing { mut entries, bad } = read_entries(&self.dir).unwrap_or_else(|e| {
+            log::warn!("cannot read the ledger {}: {e}", self.dir.display());
+            Listing::default()
+        });
         for (name, why) in bad {
             if st.warned.get(&name) != Some(&why) {
                 log::warn!(
@@ -624,8 +642,8 @@ mod tests {
         .unwrap();
         std::fs::write(d.path().join("probe.json"), b"{}").unwrap();
         std::fs::write(d.path().join(".node-a.json.tmp-1"), b"{").unwrap();
-        let (ok, bad) = read_entries(d.path()).unwrap();
-        assert_eq!(ok, vec![good]);
+        let Listing { entries, bad } = read_entries(d.path()).unwrap();
+        assert_eq!(entries, vec![good]);
         let mut names: Vec<&str> = bad.iter().map(|(n, _)| n.as_str()).collect();
         names.sort();
         assert_eq!(
@@ -723,6 +741,18 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.contains("node x pid 1"), "{e}");
+        // A winner whose probe fails says so, and the others stop waiting at once.
+        let d3 = tempfile::tempdir().unwrap();
+        let e = shared_probe(d3.path(), "w", Duration::from_secs(60), || {
+            Err("no room".into())
+        })
+        .unwrap_err();
+        assert_eq!(e, "no room");
+        let t = Instant::now();
+        let e =
+            shared_probe(d3.path(), "y", Duration::from_secs(60), || Ok((1.0, 1.0))).unwrap_err();
+        assert!(e.contains("failed (node w: no room)"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(5));
     }
 
     #[test]

@@ -4,20 +4,25 @@
 #   tools/bench-nodes.sh [--nodes "1 2 4"] [--runs 3] [--steps 6] [--targets "direct tierfs solo"]
 #                        [--scenario busy|idle|writer] [--out DIR]
 #
-# Root; tierbed (tools/tierbed.sh, else ../shared/tierbed/tierbed.sh; $TIERBED overrides).
+# Root; tierbed with --ram and --force ($TIERBED, else /work/shared/tierbed/tierbed.sh).
 # On one machine, as a job's nodes share a Lustre file system: node i has its own fast tier
-# (tierbed "${PREFIX}-f<i>", RAM, $FAST MB/s read/write, default "1200 800") and its own
-# replay; every node's slow tier is its own folder (node<i>, as ${HOSTNAME} would be) on ONE
-# shared tierbed tier ("${PREFIX}-slow", disk, $SLOW, default "400 300"). State in
-# TIERBED_HOME (default /var/lib/tierbed-nodes); everything is taken down at the end.
+# (tierbed "${PREFIX}-nvme<i>" at /mnt/${PREFIX}-nvme<i>, RAM, $FAST MB/s read/write, default
+# "1200 800") and its own replay; every node's slow tier is its own folder (node<i>, as
+# ${HOSTNAME} would be) on ONE shared tierbed tier ("${PREFIX}-pfs" at /mnt/${PREFIX}-pfs,
+# disk, $SLOW, default "400 300"), where the ledger folder is too. PREFIX defaults to
+# "nodes"; state in TIERBED_HOME (default /var/lib/tierbed-nodes); everything is taken down
+# at the end. Sizes: FAST_GB (2), SLOW_GB (6; each probe needs 1 GiB free, solo probes N at once). --smoke: N = 2,
+# 1 run, 2 steps, 8 MiB subgroups, small tiers: only shows that the bench works (its numbers
+# mean nothing).
 #
 # Targets, each run with all N nodes at once (the order is interleaved in every run):
 #   direct   each node's replay on its fast tier itself: the "fast tier alone" time
 #   tierfs   tierfs per node (stripe, adapt, passthrough $PASSTHROUGH (default "direct")),
-#            the nodes coordinated through a ledger on the shared tier ([coordination]);
-#            the shared tier's bandwidth is not stated: one node probes it for the job
-#   solo     the same without [coordination] (what tierfs did before issue #17: each node
-#            probes the shared tier and follows its own estimates)
+#            the nodes coordinated through a ledger on the shared tier (shared_ledger,
+#            shared_job, shared_node on the pfs tier); the shared tier's bandwidth is not
+#            stated: one node probes it for the job
+#   solo     the same without the shared_* keys (what tierfs did before issue #17: each
+#            node probes the shared tier and follows its own estimates)
 #   private  each node with a slow tier of its own capped at SLOW/N (what a perfect split
 #            of the shared tier gives each node: the same floor, no coordination needed);
 #            the gap between it and the floor is the daemon's cost, not the sharing's
@@ -36,12 +41,12 @@
 # the slow tier's share per node (median of the recorded samples while the replay ran) and
 # the load average. Each tierfs node is recorded (`tierfs record`, with the online
 # estimates) and the first run's records are plotted (`tierfs plot`) to OUT/N<n>-<target>-node<i>.png.
-# Summary in OUT/summary.md.
+# Summary in OUT/summary.md, with each node's view of the ledger (live nodes, its part of
+# the shared tier) from stats.json over time in OUT/rec/*.shared.tsv.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-if [ -n "${TIERBED:-}" ]; then TB=$TIERBED
-elif [ -f "$HERE/tools/tierbed.sh" ]; then TB=$HERE/tools/tierbed.sh
-else TB=$HERE/../shared/tierbed/tierbed.sh; fi
+TB=${TIERBED:-/work/shared/tierbed/tierbed.sh}
+grep -q -- '--ram' "$TB" 2>/dev/null || { echo "bench-nodes.sh: $TB: no tierbed with --ram (set TIERBED)" >&2; exit 2; }
 TIERFS=${TIERFS:-$HERE/target/release/tierfs}
 REPLAY=${REPLAY:-$HERE/target/release/tierfs-replay}
 export TIERBED_HOME=${TIERBED_HOME:-/var/lib/tierbed-nodes}
@@ -61,6 +66,8 @@ while [ $# -gt 0 ]; do
     --targets) TARGETS=$2; shift 2 ;;
     --scenario) SCEN=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --smoke) NODES=2; RUNS=1; STEPS=2; FAST_GB=1; SLOW_GB=3
+             REPLAY_ARGS="--ranks 1 --subgroups 4 --subgroup-bytes 8MiB --engine libaio"; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
@@ -70,7 +77,7 @@ case $SCEN in busy|idle|writer) ;; *) echo "--scenario: busy, idle or writer" >&
 [ -x "$TIERFS" ] && [ -x "$REPLAY" ] || (cd "$HERE" && cargo build --release)
 mkdir -p "$OUT"
 MAXN=0; for n in $NODES; do [ "$n" -gt "$MAXN" ] && MAXN=$n; done
-SLOWMNT=/mnt/tb-$P-slow
+SLOWMNT=/mnt/$P-pfs
 UP=()
 cleanup() {
   set +e
@@ -83,21 +90,21 @@ up() { # NAME GB R W DIR [--ram]
   bash "$TB" up "$1" "$2" "$3" "$4" "$5" ${6:-} --force >/dev/null
   UP+=("$1")
 }
-for i in $(seq 1 "$MAXN"); do up "$P-f$i" "$FAST_GB" "$FAST_R" "$FAST_W" "/mnt/tb-$P-f$i" --ram; done
-up "$P-slow" "$SLOW_GB" "$SLOW_R" "$SLOW_W" "$SLOWMNT"
+for i in $(seq 1 "$MAXN"); do up "$P-nvme$i" "$FAST_GB" "$FAST_R" "$FAST_W" "/mnt/$P-nvme$i" --ram; done
+up "$P-pfs" "$SLOW_GB" "$SLOW_R" "$SLOW_W" "$SLOWMNT"
 if [[ " $TARGETS " == *" private "* ]]; then
-  for i in $(seq 1 "$MAXN"); do up "$P-p$i" 2 "$SLOW_R" "$SLOW_W" "/mnt/tb-$P-p$i"; done
+  for i in $(seq 1 "$MAXN"); do up "$P-priv$i" 2 "$SLOW_R" "$SLOW_W" "/mnt/$P-priv$i"; done
 fi
 echo "tiers up: $MAXN x fast $FAST_R/$FAST_W MB/s (RAM), shared slow $SLOW_R/$SLOW_W MB/s (disk); load $(cut -d' ' -f1-3 /proc/loadavg)"
 
 config() { # N I TARGET -> config file path
   local n=$1 i=$2 tg=$3 f="$OUT/cfg/N$1-$3-node$2.toml" slow
   mkdir -p "$OUT/cfg"
-  if [ "$tg" = private ]; then slow=/mnt/tb-$P-p$i/node$i; else slow=$SLOWMNT/node$i; fi
+  if [ "$tg" = private ]; then slow=/mnt/$P-priv$i/node$i; else slow=$SLOWMNT/node$i; fi
   cat >"$f" <<EOT
 [[tier]]
 name = "nvme"
-path = "/mnt/tb-$P-f$i/t"
+path = "/mnt/$P-nvme$i/t"
 create = true
 read_bandwidth = "${FAST_R}MB/s"
 write_bandwidth = "${FAST_W}MB/s"
@@ -105,6 +112,15 @@ write_bandwidth = "${FAST_W}MB/s"
 name = "pfs"
 path = "$slow"
 create = true
+EOT
+  if [ "$tg" = tierfs ]; then
+    cat >>"$f" <<EOT
+shared_ledger = "$SLOWMNT/ledger"
+shared_job = "$JOB"
+shared_node = "node$i"
+EOT
+  fi
+  cat >>"$f" <<EOT
 [placement]
 layout = "stripe"
 adapt = true
@@ -114,15 +130,6 @@ passthrough = "$PASSTHROUGH"
 log_file = "$OUT/logs/N$n-$tg-node$i.log"
 scratch = true
 EOT
-  if [ "$tg" = tierfs ]; then
-    cat >>"$f" <<EOT
-[coordination]
-ledger = "$SLOWMNT/ledger"
-job = "$JOB"
-node = "node$i"
-tiers = ["pfs"]
-EOT
-  fi
   echo "$f"
 }
 cpu_of() { # PID -> utime+stime ticks
@@ -138,7 +145,7 @@ for n in $NODES; do
     for tg in $TARGETS; do
       [ "$tg" = private ] && [ "$n" = 1 ] && continue
       if [ "$tg" = private ]; then
-        for i in $(seq 1 "$n"); do bash "$TB" rate "$P-p$i" $((SLOW_R / n)) $((SLOW_W / n)) >/dev/null; done
+        for i in $(seq 1 "$n"); do bash "$TB" rate "$P-priv$i" $((SLOW_R / n)) $((SLOW_W / n)) >/dev/null; done
       fi
       JOB="bench-$n-$r-$$"
       tag="N$n-$tg-r$r"
@@ -146,7 +153,7 @@ for n in $NODES; do
       DIRS=(); PIDS=(); RECS=()
       for i in $(seq 1 "$n"); do
         if [ "$tg" = direct ]; then
-          DIRS+=("/mnt/tb-$P-f$i/direct"); mkdir -p "${DIRS[-1]}"; PIDS+=(0)
+          DIRS+=("/mnt/$P-nvme$i/direct"); mkdir -p "${DIRS[-1]}"; PIDS+=(0)
         else
           m=$OUT/mnt/node$i; mkdir -p "$m"
           rm -f "$OUT/logs/N$n-$tg-node$i.log"
@@ -202,7 +209,7 @@ for n in $NODES; do
         for i in $(seq 1 "$n"); do "$TIERFS" unmount "$OUT/mnt/node$i" >/dev/null 2>&1 || true; done
         for i in $(seq 1 "$n"); do cp "$OUT/logs/N$n-$tg-node$i.log" "$OUT/logs/$tag-node$i.log" 2>/dev/null || true; done
       else
-        for i in $(seq 1 "$n"); do rm -rf "/mnt/tb-$P-f$i/direct"; done
+        for i in $(seq 1 "$n"); do rm -rf "/mnt/$P-nvme$i/direct"; done
       fi
       rm -rf "$SLOWMNT/ledger/$JOB"
       python3 - "$OUT/res/$tag.meta.json" <<EOF
@@ -259,6 +266,20 @@ def slow_share(rec, t0=None):
     ew = [v[1] for v in vals if v[1]]
     return sh, (st.median(ew) if ew else None)
 fmt = lambda v: "-" if v is None else f"{v:.2f}"
+# Shares over time, per recorded node: the slow tier's Eq. 1 share and its view of the ledger.
+for rec in sorted(glob.glob(f"{out}/rec/*.jsonl")):
+    with open(rec[:-len(".jsonl")] + ".shared.tsv", "w") as tsv:
+        tsv.write("elapsed_s\tshare\tshared_live\tshared_allot_MBps\tsaturated\tpaused\n")
+        for l in open(rec):
+            try:
+                smp = json.loads(l)
+            except ValueError:
+                continue
+            for t in smp["tiers"]:
+                if t["name"] == "pfs":
+                    a = t.get("shared_allot_bps")
+                    tsv.write(f'{smp["elapsed_s"]:.1f}\t{t["share"]:.3f}\t{t.get("shared_live") or "-"}\t'
+                              f'{"-" if a is None else f"{a / 1e6:.0f}"}\t{t.get("saturated", False)}\t{t.get("paused", False)}\n')
 metas = [json.load(open(m)) for m in glob.glob(f"{out}/res/*.meta.json")]
 ns = sorted({m["n"] for m in metas})
 targets = []

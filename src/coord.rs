@@ -360,6 +360,9 @@ struct State {
     /// from one fault to another).
     warned: HashMap<String, String>,
     plan: Option<Plan>,
+    /// [`SharedTier::leave`] ran: no more entries (a period racing the unmount must not
+    /// write the file back).
+    left: bool,
 }
 
 /// One shared tier's coordination, as a daemon runs it.
@@ -371,6 +374,9 @@ pub struct SharedTier {
     /// node saw it saturate.
     probed_bps: f64,
     state: parking_lot::Mutex<State>,
+    /// The last plan, apart from `state`: the stats and the estimator read it without
+    /// waiting for a period's ledger I/O on a PFS that may be slow to answer.
+    plan: parking_lot::Mutex<Option<Plan>>,
 }
 
 impl SharedTier {
@@ -387,13 +393,15 @@ impl SharedTier {
                 unwritable: false,
                 warned: HashMap::new(),
                 plan: None,
+                left: false,
             }),
+            plan: parking_lot::Mutex::new(None),
         }
     }
 
     /// The last plan, `None` while the node runs on its own estimates.
     pub fn plan(&self) -> Option<Plan> {
-        self.state.lock().plan
+        *self.plan.lock()
     }
 
     /// One period: publishes this node's entry (its bytes on the tier so far `tier_bytes`,
@@ -408,6 +416,9 @@ impl SharedTier {
         saturated: bool,
     ) -> Option<Plan> {
         let mut st = self.state.lock();
+        if st.left {
+            return None;
+        }
         let (rate, demand) = match st.last {
             Some((t, tb, ab)) => {
                 let dt = now.saturating_duration_since(t).as_secs_f64().max(1e-3);
@@ -447,6 +458,7 @@ impl SharedTier {
                 st.unwritable = true;
             }
             st.plan = None;
+            *self.plan.lock() = None;
             return None;
         }
         if st.unwritable {
@@ -491,12 +503,16 @@ impl SharedTier {
             );
         }
         st.plan = Some(plan);
+        *self.plan.lock() = Some(plan);
         Some(plan)
     }
 
     /// Removes this node's entry (a clean unmount: the others need not wait for it to go
     /// stale).
     pub fn leave(&self) {
+        // Under the state lock: a period running now finishes first, none runs after.
+        let mut st = self.state.lock();
+        st.left = true;
         let _ = std::fs::remove_file(self.dir.join(entry_name(&self.node)));
     }
 }
@@ -688,6 +704,11 @@ mod tests {
         assert_eq!(allot, 400.0);
         a.leave();
         assert!(!dir.join("node-a.json").exists());
+        assert_eq!(a.tick(t + Duration::from_secs(1), 0, 0, false), None);
+        assert!(
+            !dir.join("node-a.json").exists(),
+            "a period after leave wrote it back"
+        );
     }
 
     #[test]

@@ -870,6 +870,20 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
             })
             .map_err(|e| Failure::runtime(format!("cannot start the estimator thread: {e}")))?;
     }
+    // The shared tiers' ledger (none without shared_ledger): a period about every second,
+    // on its own thread since the ledger is on a PFS that may stall.
+    if fs.tick_shared() {
+        let fs = fs.clone();
+        std::thread::Builder::new()
+            .name("tierfs-ledger".into())
+            .spawn(move || {
+                while !STOP.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    fs.tick_shared();
+                }
+            })
+            .map_err(|e| Failure::runtime(format!("cannot start the ledger thread: {e}")))?;
+    }
     // The cache's writer and prefetcher (none without a [cache] section).
     TierFs::start_cache_threads(&fs)
         .map_err(|e| Failure::runtime(format!("cannot start the cache threads: {e}")))?;

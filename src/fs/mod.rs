@@ -648,22 +648,9 @@ impl TierFs {
         for t in &self.tiers {
             changed |= t.sample_bandwidth();
         }
-        if self.shared.iter().any(Option::is_some) {
-            // The job's view moves with the other nodes, not only with this one's traffic:
-            // every period counts.
-            let bytes = |t: &Tier| {
-                t.counters.bytes_read.load(Ordering::Relaxed)
-                    + t.counters.bytes_written.load(Ordering::Relaxed)
-            };
-            let all: u64 = self.tiers.iter().map(bytes).sum();
-            let now = std::time::Instant::now();
-            for (t, sh) in self.tiers.iter().zip(&self.shared) {
-                if let Some(sh) = sh {
-                    sh.tick(now, bytes(t), all, t.queueing.saturated());
-                }
-            }
-            changed = true;
-        }
+        // The job's view of a shared tier moves with the other nodes, not only with this
+        // one's traffic: every period counts.
+        changed |= self.shared.iter().any(Option::is_some);
 
         if changed {
             self.recompute_shares();
@@ -719,6 +706,28 @@ impl TierFs {
             }
             self.placer.set_shares(new);
         }
+    }
+
+    /// One period of every shared tier's ledger ([`crate::coord::SharedTier::tick`]): this
+    /// node's rate, demand and saturation out, the job's view in. Runs on a thread of its
+    /// own (the daemon's `tierfs-ledger`), so a PFS slow to answer holds up neither the
+    /// estimator nor the stats. False when no tier is shared (no thread needed).
+    pub fn tick_shared(&self) -> bool {
+        if self.shared.iter().all(Option::is_none) {
+            return false;
+        }
+        let bytes = |t: &Tier| {
+            t.counters.bytes_read.load(Ordering::Relaxed)
+                + t.counters.bytes_written.load(Ordering::Relaxed)
+        };
+        let all: u64 = self.tiers.iter().map(bytes).sum();
+        let now = std::time::Instant::now();
+        for (t, sh) in self.tiers.iter().zip(&self.shared) {
+            if let Some(sh) = sh {
+                sh.tick(now, bytes(t), all, t.queueing.saturated());
+            }
+        }
+        true
     }
 
     /// A tier's coordination with the job's other nodes, if it is shared.

@@ -267,18 +267,31 @@ pub enum ProbeOutcome {
     Elected,
 }
 
+/// Why [`shared_probe`] has no figure.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SharedProbeError {
+    /// This node was elected and its own probe failed: probing again would fail the same.
+    #[error("{0}")]
+    Probe(String),
+    /// The ledger gave no figure (unwritable, another node's probe failed or never
+    /// finished): the caller probes on its own.
+    #[error("{0}")]
+    Ledger(String),
+}
+
 /// One bandwidth probe per job: the node that creates `probe.elect` in `dir` with
 /// `O_EXCL` runs `probe` and caches the figure in `probe.json` (replaced atomically); the
 /// others wait up to `wait` for it, or until the winner writes `probe.failed` (its probe
 /// failed: they need not wait it out). Probing the shared tier from every node at once would
-/// measure 1/N of it each and load it N times. Errors (an unwritable folder, a winner that
-/// never finished) leave the caller to probe on its own.
+/// measure 1/N of it each and load it N times. A figure that cannot be cached is still
+/// returned (with a warning).
 pub fn shared_probe(
     dir: &Path,
     node: &str,
     wait: Duration,
     probe: impl FnOnce() -> Result<(f64, f64), String>,
-) -> Result<((f64, f64), ProbeOutcome), String> {
+) -> Result<((f64, f64), ProbeOutcome), SharedProbeError> {
+    use SharedProbeError::Ledger;
     let cache = dir.join("probe.json");
     let read_cache = || -> Option<(f64, f64)> {
         let r: ProbeRecord = serde_json::from_slice(&std::fs::read(&cache).ok()?).ok()?;
@@ -287,7 +300,8 @@ pub fn shared_probe(
     if let Some(f) = read_cache() {
         return Ok((f, ProbeOutcome::Cached));
     }
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Ledger(format!("cannot create {}: {e}", dir.display())))?;
     let elect = dir.join("probe.elect");
     let failed = dir.join("probe.failed");
     match std::fs::OpenOptions::new()
@@ -297,18 +311,27 @@ pub fn shared_probe(
     {
         Ok(mut f) => {
             let _ = writeln!(f, "node {node} pid {}", std::process::id());
-            let (r, w) = probe().inspect_err(|e| {
+            let (r, w) = probe().map_err(|e| {
                 // The others stop waiting at once and try on their own.
                 let _ = replace_file(&failed, format!("node {node}: {e}\n").as_bytes(), None);
+                SharedProbeError::Probe(e)
             })?;
             let rec = ProbeRecord {
                 read_bps: r,
                 write_bps: w,
                 node: node.to_string(),
             };
-            let text = serde_json::to_vec(&rec).map_err(|e| e.to_string())?;
-            replace_file(&cache, &text, None)
-                .map_err(|e| format!("cannot write {}: {e}", cache.display()))?;
+            let written = serde_json::to_vec(&rec)
+                .map_err(std::io::Error::other)
+                .and_then(|text| replace_file(&cache, &text, None));
+            if let Err(e) = written {
+                log::warn!(
+                    "cannot cache the probe in {} ({e}): the job's other nodes will probe on \
+                     their own after {} s",
+                    cache.display(),
+                    wait.as_secs()
+                );
+            }
             Ok(((r, w), ProbeOutcome::Elected))
         }
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
@@ -318,26 +341,26 @@ pub fn shared_probe(
                     return Ok((f, ProbeOutcome::Cached));
                 }
                 if let Ok(why) = std::fs::read_to_string(&failed) {
-                    return Err(format!(
+                    return Err(Ledger(format!(
                         "the probe elected in {} failed ({})",
                         elect.display(),
                         why.trim()
-                    ));
+                    )));
                 }
                 if Instant::now() >= deadline {
                     let who = std::fs::read_to_string(&elect).unwrap_or_default();
-                    return Err(format!(
+                    return Err(Ledger(format!(
                         "{} ({}) was elected to probe but left no figure in {} within {} s",
                         elect.display(),
                         who.trim(),
                         cache.display(),
                         wait.as_secs()
-                    ));
+                    )));
                 }
                 std::thread::sleep(Duration::from_millis(200));
             }
         }
-        Err(e) => Err(format!("cannot create {}: {e}", elect.display())),
+        Err(e) => Err(Ledger(format!("cannot create {}: {e}", elect.display()))),
     }
 }
 
@@ -760,7 +783,8 @@ mod tests {
         let e = shared_probe(d2.path(), "y", Duration::from_millis(300), || {
             Ok((1.0, 1.0))
         })
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("node x pid 1"), "{e}");
         // A winner whose probe fails says so, and the others stop waiting at once.
         let d3 = tempfile::tempdir().unwrap();
@@ -768,10 +792,11 @@ mod tests {
             Err("no room".into())
         })
         .unwrap_err();
-        assert_eq!(e, "no room");
+        assert_eq!(e, SharedProbeError::Probe("no room".into()));
         let t = Instant::now();
-        let e =
-            shared_probe(d3.path(), "y", Duration::from_secs(60), || Ok((1.0, 1.0))).unwrap_err();
+        let e = shared_probe(d3.path(), "y", Duration::from_secs(60), || Ok((1.0, 1.0)))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("failed (node w: no room)"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(5));
     }

@@ -696,7 +696,11 @@ pub fn open_tiers_degraded(
                         );
                         (r, w)
                     }
-                    Err(e) => {
+                    // This node's own probe failed: a second try would fail the same.
+                    Err(crate::coord::SharedProbeError::Probe(e)) => {
+                        return Err(Failure::runtime(e))
+                    }
+                    Err(crate::coord::SharedProbeError::Ledger(e)) => {
                         log::warn!(
                             "tier '{}': no bandwidth for the job from {}: {e}; probing it \
                              from this node",

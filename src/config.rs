@@ -20,6 +20,9 @@
 //! write_bandwidth = "2GB/s"           # default: probed at mount
 //! read_bandwidth = "3GB/s"            # default: probed at mount
 //! capacity = "800GiB"                 # default: the device's free space
+//! shared_ledger = "/lus/proj/ledger"  # a tier the job's nodes share: where they meet
+//! shared_job = "${SLURM_JOB_ID}"      # with shared_ledger: the job, same on every node
+//! shared_node = "${HOSTNAME}"         # this node's name in the ledger (the default)
 //!
 //! [placement]
 //! layout = "whole-file"               # or "stripe"
@@ -90,6 +93,20 @@ pub struct TierConfig {
     /// Requests in flight on this tier at most, across all ranks; `None`: the FUSE threads
     /// divided evenly among the tiers, so a slow tier can never hold every thread.
     pub max_in_flight: Option<usize>,
+    /// The tier is shared by the nodes of a job, which coordinate their shares of it
+    /// through a ledger ([`crate::coord`]); `None`: node-local estimates only.
+    pub shared: Option<SharedConfig>,
+}
+
+/// A tier's `shared_ledger`, `shared_job` and `shared_node`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SharedConfig {
+    /// The ledger folder on the shared file system (absolute, `${NAME}` expanded); the
+    /// job's entries go in `<ledger>/<job>/<tier name>/`.
+    pub ledger: PathBuf,
+    pub job: String,
+    /// This node's name in the ledger: unique within the job. Default `${HOSTNAME}`.
+    pub node: String,
 }
 
 /// The validated `[placement]` section.
@@ -347,6 +364,9 @@ struct RawTier {
     read_bandwidth: Option<Human>,
     capacity: Option<Human>,
     max_in_flight: Option<i64>,
+    shared_ledger: Option<String>,
+    shared_job: Option<String>,
+    shared_node: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -745,6 +765,8 @@ impl MountConfig {
                 }
             };
 
+            let shared = shared_config(t, &key, vars, &mut p);
+
             let Some(path) = path else { continue };
             for (j, o) in &tiers {
                 if let Some(why) = overlap(&path, &t.name, *j, o) {
@@ -759,8 +781,28 @@ impl MountConfig {
                 write_bandwidth,
                 capacity,
                 max_in_flight,
+                shared,
             };
             tiers.push((i, tier));
+        }
+        // A ledger inside a tier folder would be that node's own data (or, in data/,
+        // visible in the mount): it must be a folder of its own.
+        for (i, t) in &tiers {
+            let Some(sh) = &t.shared else { continue };
+            for (j, o) in &tiers {
+                if sh.ledger.starts_with(&o.path) {
+                    p.add(
+                        &format!("tier[{i}].shared_ledger"),
+                        format_args!(
+                            "{} is inside tier[{j}]'s folder {} ('{}'); put the ledger in a \
+                             folder of its own on the shared file system",
+                            sh.ledger.display(),
+                            o.path.display(),
+                            o.name
+                        ),
+                    );
+                }
+            }
         }
         let tiers: Vec<TierConfig> = tiers.into_iter().map(|(_, t)| t).collect();
 
@@ -977,6 +1019,11 @@ impl MountConfig {
                 None => {
                     let _ = writeln!(s, "# max_in_flight: not set, threads / number of tiers");
                 }
+            }
+            if let Some(sh) = &t.shared {
+                let _ = writeln!(s, "shared_ledger = {}", path_str(&sh.ledger));
+                let _ = writeln!(s, "shared_job = {}", toml_str(&sh.job));
+                let _ = writeln!(s, "shared_node = {}", toml_str(&sh.node));
             }
         }
         let _ = writeln!(s, "\n[placement]");
@@ -1285,6 +1332,71 @@ fn check_writable(dir: &Path) -> io::Result<()> {
 // ---------------------------------------------------------------------------------------
 // ${VAR} expansion.
 
+/// A tier's `shared_*` keys, validated: all or none of ledger and job, ids that fit in a
+/// file name. Problems are added to `p`.
+fn shared_config(
+    t: &RawTier,
+    key: &dyn Fn(&str) -> String,
+    vars: &dyn Fn(&str) -> Option<String>,
+    p: &mut Problems,
+) -> Option<SharedConfig> {
+    if t.shared_ledger.is_none() && t.shared_job.is_none() {
+        if t.shared_node.is_some() {
+            p.add(
+                &key("shared_node"),
+                "set without shared_ledger and shared_job; add them, or remove shared_node",
+            );
+        }
+        return None;
+    }
+    let Some(ledger) = t.shared_ledger.as_deref() else {
+        p.add(
+            &key("shared_ledger"),
+            "missing; shared_job needs a ledger folder on the shared file system, e.g. \
+             shared_ledger = \"/lus/proj/tierfs-ledger\"",
+        );
+        return None;
+    };
+    let Some(job) = t.shared_job.as_deref() else {
+        p.add(
+            &key("shared_job"),
+            "missing; a shared_ledger needs the job's id, the same on every node, e.g. \
+             shared_job = \"${SLURM_JOB_ID}\"",
+        );
+        return None;
+    };
+    let ledger = expand_path(ledger, vars)
+        .map_err(|e| p.add(&key("shared_ledger"), e))
+        .ok();
+    let mut id = |field: &str, written: &str| -> Option<String> {
+        let v = expand_with(written, vars)
+            .map_err(|e| p.add(&key(field), e))
+            .ok()?;
+        if crate::coord::is_valid_name(&v) {
+            Some(v)
+        } else {
+            p.add(
+                &key(field),
+                format_args!(
+                    "{v:?} is not a valid id; use 1 to 64 letters, digits, '_', '.' or '-' \
+                     (not \".\" or \"..\")"
+                ),
+            );
+            None
+        }
+    };
+    let job = id("shared_job", job);
+    let node = id(
+        "shared_node",
+        t.shared_node.as_deref().unwrap_or("${HOSTNAME}"),
+    );
+    Some(SharedConfig {
+        ledger: ledger?,
+        job: job?,
+        node: node?,
+    })
+}
+
 /// Expands `${NAME}` in `s` with the values of this process ([`process_var`]). Only the
 /// braced form expands; a lone `$` (as in `$HOSTNAME`) is kept as written.
 pub fn expand_vars(s: &str) -> Result<String, String> {
@@ -1531,6 +1643,39 @@ path = "/lus/proj/tierfs/${HOSTNAME}"
         assert!(parse(probed).unwrap().placement.adapt);
         let forced = format!("{TWO}[placement]\nadapt = true\n");
         assert!(parse(&forced).unwrap().placement.adapt);
+    }
+
+    #[test]
+    fn shared_keys_expand_and_default_the_node_to_the_host() {
+        let vars = |n: &str| match n {
+            "SLURM_JOB_ID" => Some("4711".to_string()),
+            "HOSTNAME" => Some("nid001".to_string()),
+            _ => None,
+        };
+        let text = "[[tier]]\nname = \"pfs\"\npath = \"/lus/t/${HOSTNAME}\"\n\
+                    shared_ledger = \"/lus/ledger\"\nshared_job = \"job-${SLURM_JOB_ID}\"\n";
+        let c = MountConfig::parse_with_vars(text, Path::new("/c.toml"), &vars).unwrap();
+        let sh = c.tiers[0].shared.as_ref().unwrap();
+        assert_eq!(sh.ledger, Path::new("/lus/ledger"));
+        assert_eq!((sh.job.as_str(), sh.node.as_str()), ("job-4711", "nid001"));
+        // The effective config says it, and reads back the same.
+        let again =
+            MountConfig::parse_with_vars(&c.to_toml(), Path::new("/c.toml"), &vars).unwrap();
+        assert_eq!(again.tiers[0].shared.as_ref().unwrap().node, "nid001");
+        // Without the keys: not shared.
+        let plain = "[[tier]]\nname = \"a\"\npath = \"/a\"\n";
+        let c = MountConfig::parse_with_vars(plain, Path::new("/c.toml"), &vars).unwrap();
+        assert!(c.tiers[0].shared.is_none());
+        // A job id that is not set is named.
+        let e = MountConfig::parse_with_vars(text, Path::new("/c.toml"), &|n: &str| {
+            (n == "HOSTNAME").then(|| "h".to_string())
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("tier[0].shared_job") && e.contains("SLURM_JOB_ID"),
+            "{e}"
+        );
     }
 
     #[test]

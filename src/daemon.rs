@@ -659,6 +659,62 @@ pub fn open_tiers_degraded(
             (Some(r), Some(w)) => (r, w, BandwidthSource::Config),
             (Some(r), None) => (r, r, BandwidthSource::Config),
             (None, Some(w)) => (w, w, BandwidthSource::Config),
+            (None, None) if t.shared.is_some() => {
+                let sh = t.shared.as_ref().expect("checked");
+                let dir = crate::coord::ledger_dir(&sh.ledger, &sh.job, &t.name);
+                progress(&format!(
+                    "tier '{}' is shared by job {}: taking its bandwidth from {} (one node \
+                     probes it for the job)",
+                    t.name,
+                    sh.job,
+                    dir.display()
+                ));
+                let cache = Tier::probe_cache(&t.path);
+                let local = || {
+                    probe::probe_cached(&t.path.join(crate::tier::META_DIR), &cache, reprobe, &ProbeOptions::default())
+                        .map(|p| (p.read_bps, p.write_bps))
+                        .map_err(|e| format!("{e}\n(set read_bandwidth/write_bandwidth for tier '{}' in the config to skip probing)", t.name))
+                };
+                let (r, w) = match crate::coord::shared_probe(
+                    &dir,
+                    &sh.node,
+                    crate::coord::PROBE_WAIT,
+                    local,
+                ) {
+                    Ok(((r, w), how)) => {
+                        log::info!(
+                            "tier '{}': bandwidth {} ({:.0} MB/s read, {:.0} MB/s write)",
+                            t.name,
+                            match how {
+                                crate::coord::ProbeOutcome::Cached => "from the job's ledger",
+                                crate::coord::ProbeOutcome::Elected => {
+                                    "probed by this node for the job"
+                                }
+                            },
+                            r / 1e6,
+                            w / 1e6
+                        );
+                        (r, w)
+                    }
+                    // This node's own probe failed: a second try would fail the same.
+                    Err(crate::coord::SharedProbeError::Probe(e)) => {
+                        return Err(Failure::runtime(e))
+                    }
+                    Err(crate::coord::SharedProbeError::Ledger(e)) => {
+                        log::warn!(
+                            "tier '{}': no bandwidth for the job from {}: {e}; probing it \
+                             from this node",
+                            t.name,
+                            dir.display()
+                        );
+                        let c = Tier::probe_cache(&t.path);
+                        let p = probe::probe_cached(&t.path.join(crate::tier::META_DIR), &c, reprobe, &ProbeOptions::default())
+                            .map_err(|e| Failure::runtime(format!("{e}\n(set read_bandwidth/write_bandwidth for tier '{}' in the config to skip probing)", t.name)))?;
+                        (p.read_bps, p.write_bps)
+                    }
+                };
+                (r, w, BandwidthSource::Probe)
+            }
             (None, None) => {
                 let cache = Tier::probe_cache(&t.path);
                 if reprobe || !cache.exists() {
@@ -818,6 +874,20 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
             })
             .map_err(|e| Failure::runtime(format!("cannot start the estimator thread: {e}")))?;
     }
+    // The shared tiers' ledger (none without shared_ledger): a period about every second,
+    // on its own thread since the ledger is on a PFS that may stall.
+    if fs.tick_shared() {
+        let fs = fs.clone();
+        std::thread::Builder::new()
+            .name("tierfs-ledger".into())
+            .spawn(move || {
+                while !STOP.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    fs.tick_shared();
+                }
+            })
+            .map_err(|e| Failure::runtime(format!("cannot start the ledger thread: {e}")))?;
+    }
     // The cache's writer and prefetcher (none without a [cache] section).
     TierFs::start_cache_threads(&fs)
         .map_err(|e| Failure::runtime(format!("cannot start the cache threads: {e}")))?;
@@ -872,6 +942,7 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
     // The estimator leaves with the session.
     STOP.store(true, Ordering::SeqCst);
     let lost = fs.shutdown();
+    fs.leave_shared();
     if config.mount.scratch {
         remove_scratch(&fs, &mountpoint);
     }

@@ -23,6 +23,7 @@ pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod control;
+pub mod coord;
 pub mod daemon;
 pub mod dsconfig;
 pub mod engine;

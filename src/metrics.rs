@@ -132,6 +132,18 @@ pub const TIER_PAUSED: Metric = gauge(
     "tierfs_tier_paused",
     "1 while adapt gives the tier no new data because it measured too slow next to the fastest tier (placement.min_share).",
 );
+pub const TIER_SATURATED: Metric = gauge(
+    "tierfs_tier_saturated",
+    "1 while the tier queues: its latency per byte rose to twice its best or more while its throughput did not grow.",
+);
+pub const TIER_SHARED_LIVE_NODES: Metric = gauge(
+    "tierfs_tier_shared_live_nodes",
+    "For a tier the job's nodes share (shared_ledger): the live nodes in its ledger, this one included; absent otherwise or while the ledger cannot be written.",
+);
+pub const TIER_SHARED_ALLOT_BANDWIDTH: Metric = gauge(
+    "tierfs_tier_shared_allot_bytes_per_second",
+    "For a shared tier: this node's part of the tier's estimated capacity (bytes/s), from the job's ledger; absent otherwise or while the ledger cannot be written.",
+);
 pub const TIER_HEALTHY: Metric = gauge(
     "tierfs_tier_healthy",
     "1 while the tier takes new data, 0 after it failed (EIO, EROFS).",
@@ -257,6 +269,9 @@ pub const ALL: &[Metric] = &[
     TIER_EST_WRITE_BANDWIDTH,
     TIER_SHARE,
     TIER_PAUSED,
+    TIER_SATURATED,
+    TIER_SHARED_LIVE_NODES,
+    TIER_SHARED_ALLOT_BANDWIDTH,
     TIER_HEALTHY,
     TIER_DIRECT_IO,
     TIER_PASSTHROUGH_OPEN,
@@ -407,6 +422,15 @@ pub fn render(s: &Snapshot) -> String {
             n if n == TIER_EST_WRITE_BANDWIDTH.name => per_tier(s, |t| t.est_write_bps.map(Float)),
             n if n == TIER_SHARE.name => per_tier(s, |t| Some(Float(t.share))),
             n if n == TIER_PAUSED.name => per_tier(s, |t| Some(flag(t.paused))),
+            n if n == TIER_SATURATED.name => per_tier(s, |t| Some(flag(t.saturated))),
+            n if n == TIER_SHARED_LIVE_NODES.name => per_tier(s, |t| {
+                let sh = t.shared.as_ref().filter(|x| x.coordinated)?;
+                Some(Int(sh.live_nodes as u64))
+            }),
+            n if n == TIER_SHARED_ALLOT_BANDWIDTH.name => per_tier(s, |t| {
+                let sh = t.shared.as_ref().filter(|x| x.coordinated)?;
+                Some(Float(sh.allot_bps))
+            }),
             n if n == TIER_HEALTHY.name => per_tier(s, |t| Some(flag(t.healthy))),
             n if n == TIER_DIRECT_IO.name => per_tier(s, |t| Some(flag(t.direct_io))),
             n if n == TIER_PASSTHROUGH_OPEN.name => per_tier(s, |t| Some(Int(t.passthrough_open))),

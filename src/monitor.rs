@@ -70,6 +70,22 @@ pub struct TierSample {
     pub write_mbps: Option<f64>,
     pub device_read_mbps: Option<f64>,
     pub device_write_mbps: Option<f64>,
+    /// The online estimates (bytes/s; None until measured) and the pause, so a recording
+    /// shows why the shares moved.
+    #[serde(default)]
+    pub est_read_bps: Option<f64>,
+    #[serde(default)]
+    pub est_write_bps: Option<f64>,
+    #[serde(default)]
+    pub paused: bool,
+    /// The tier queues ([`crate::tier::Queueing`]); for a shared tier, the live nodes and
+    /// this node's part of it (bytes/s) in the job's ledger.
+    #[serde(default)]
+    pub saturated: bool,
+    #[serde(default)]
+    pub shared_live: Option<u64>,
+    #[serde(default)]
+    pub shared_allot_bps: Option<f64>,
 }
 
 /// One sample of a mount.
@@ -118,6 +134,12 @@ impl Sample {
                     passthrough_opens: t.passthrough_opens,
                     device_read: t.device_read,
                     device_written: t.device_written,
+                    est_read_bps: t.est_read_bps,
+                    est_write_bps: t.est_write_bps,
+                    paused: t.paused,
+                    saturated: t.saturated,
+                    shared_live: t.shared.as_ref().map(|x| x.live_nodes as u64),
+                    shared_allot_bps: t.shared.as_ref().map(|x| x.allot_bps),
                     ..TierSample::default()
                 })
                 .collect(),
@@ -319,7 +341,7 @@ impl Format {
 }
 
 /// CSV columns, in order.
-pub const CSV_COLUMNS: [&str; 27] = [
+pub const CSV_COLUMNS: [&str; 33] = [
     "time",
     "elapsed_s",
     "pid",
@@ -347,6 +369,12 @@ pub const CSV_COLUMNS: [&str; 27] = [
     "write_MBps",
     "device_read_MBps",
     "device_write_MBps",
+    "est_read_bps",
+    "est_write_bps",
+    "paused",
+    "saturated",
+    "shared_live",
+    "shared_allot_bps",
 ];
 
 fn csv_opt_u(v: Option<u64>) -> String {
@@ -402,6 +430,12 @@ pub fn write_sample(w: &mut impl Write, f: Format, s: &Sample) -> std::io::Resul
                     csv_opt_f(t.write_mbps),
                     csv_opt_f(t.device_read_mbps),
                     csv_opt_f(t.device_write_mbps),
+                    csv_opt_f(t.est_read_bps),
+                    csv_opt_f(t.est_write_bps),
+                    t.paused.to_string(),
+                    t.saturated.to_string(),
+                    csv_opt_u(t.shared_live),
+                    csv_opt_f(t.shared_allot_bps),
                 ];
                 writeln!(w, "{}", row.join(","))?;
             }
@@ -518,6 +552,12 @@ pub fn read_samples(r: impl BufRead) -> Result<Vec<Sample>, String> {
             write_mbps: of("write_MBps")?,
             device_read_mbps: of("device_read_MBps")?,
             device_write_mbps: of("device_write_MBps")?,
+            est_read_bps: of("est_read_bps")?,
+            est_write_bps: of("est_write_bps")?,
+            paused: get("paused") == "true",
+            saturated: get("saturated") == "true",
+            shared_live: ou("shared_live")?,
+            shared_allot_bps: of("shared_allot_bps")?,
         };
         match out.last_mut() {
             Some(s) if s.elapsed_s == elapsed_s && s.time == time => s.tiers.push(tier),

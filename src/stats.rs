@@ -76,6 +76,27 @@ pub struct TierStats {
     pub est_read_bps: Option<f64>,
     #[serde(default)]
     pub est_write_bps: Option<f64>,
+    /// The tier queues: its latency per byte rose while its throughput did not
+    /// ([`crate::tier::Queueing`]).
+    #[serde(default)]
+    pub saturated: bool,
+    /// A tier the job's nodes share (`shared_ledger`): this node's view of the ledger.
+    #[serde(default)]
+    pub shared: Option<SharedStats>,
+}
+
+/// A shared tier's coordination, as `stats.json` shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SharedStats {
+    pub ledger: String,
+    pub node: String,
+    /// False while the ledger cannot be written (the node runs on its own estimates).
+    pub coordinated: bool,
+    /// Live nodes (this one included), the tier's estimated capacity and this node's part
+    /// of it, bytes/s; zero while not coordinated.
+    pub live_nodes: usize,
+    pub capacity_bps: f64,
+    pub allot_bps: f64,
 }
 
 /// A path as the stats files show it: one line, one way to read it back. A file name
@@ -304,6 +325,19 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
                 queue: t.queue.stats(),
                 est_read_bps: t.est_read.get(),
                 est_write_bps: t.est_write.get(),
+                saturated: t.queueing.saturated(),
+                shared: fs.shared_tier(t.index).map(|sh| {
+                    let plan = sh.plan();
+                    let p = plan.unwrap_or_default();
+                    SharedStats {
+                        ledger: sh.dir.display().to_string(),
+                        node: sh.node.clone(),
+                        coordinated: plan.is_some(),
+                        live_nodes: p.live,
+                        capacity_bps: p.capacity_bps,
+                        allot_bps: p.allot_bps,
+                    }
+                }),
             }
         })
         .collect();

@@ -187,6 +187,89 @@ impl Estimate {
     }
 }
 
+/// Queueing seen from one node: a tier whose latency per byte rises while the throughput it
+/// delivers does not is saturated, whoever else loads it. The busy-time estimates cannot
+/// tell: a queue keeps the tier busy, and a writer from outside the job shows up only as
+/// longer requests. Little's law in one line: with the tier able to serve more, deeper
+/// queues bring more throughput at the same latency; saturated, they bring only latency.
+///
+/// The reference is the period with the lowest latency per byte seen (and its throughput);
+/// a period is saturated when its latency per byte is at least [`QUEUE_LATENCY`] times that
+/// while its throughput is at most [`QUEUE_THROUGHPUT`] times the reference's.
+#[derive(Debug, Default)]
+pub struct Queueing {
+    state: parking_lot::Mutex<QueueState>,
+}
+
+#[derive(Debug, Default)]
+struct QueueState {
+    /// Counters at the last period: (nanoseconds of request latency, bytes, requests, when).
+    last: Option<(u64, u64, u64, std::time::Instant)>,
+    /// (latency ns per byte, throughput bytes/s) of the least queued period so far.
+    reference: Option<(f64, f64)>,
+    saturated: bool,
+}
+
+/// Latency per byte against the reference that counts as queueing ...
+pub const QUEUE_LATENCY: f64 = 2.0;
+/// ... while the throughput has not grown beyond this multiple of the reference's.
+pub const QUEUE_THROUGHPUT: f64 = 1.25;
+/// A period must have completed this many requests and bytes to be judged.
+pub const QUEUE_MIN_REQUESTS: u64 = 8;
+pub const QUEUE_MIN_BYTES: u64 = 4 << 20;
+
+/// One period's judgement: `lat_per_byte` (ns/byte) and `tput` (bytes/s) against the
+/// `reference`, which it updates when this period is less queued. Pure, for the tests.
+pub fn judge_queueing(reference: &mut Option<(f64, f64)>, lat_per_byte: f64, tput: f64) -> bool {
+    match *reference {
+        Some((l, _)) if lat_per_byte >= l => {
+            lat_per_byte >= QUEUE_LATENCY * l && tput <= QUEUE_THROUGHPUT * reference.unwrap().1
+        }
+        _ => {
+            *reference = Some((lat_per_byte, tput));
+            false
+        }
+    }
+}
+
+impl Queueing {
+    /// Takes one period from the running totals (`lat_ns` summed over completed requests,
+    /// `bytes`, `requests`) at `now`; returns whether the tier is saturated now. A period
+    /// with too little traffic keeps the last judgement.
+    pub fn sample(&self, lat_ns: u64, bytes: u64, requests: u64, now: std::time::Instant) -> bool {
+        let mut st = self.state.lock();
+        let Some((l0, b0, r0, t0)) = st.last else {
+            st.last = Some((lat_ns, bytes, requests, now));
+            return false;
+        };
+        let (dl, db, dr) = (
+            lat_ns.saturating_sub(l0),
+            bytes.saturating_sub(b0),
+            requests.saturating_sub(r0),
+        );
+        if dr < QUEUE_MIN_REQUESTS || db < QUEUE_MIN_BYTES {
+            if now.saturating_duration_since(t0) > std::time::Duration::from_secs(5) {
+                // Quiet for a while: no queue of ours to judge, and no claim of one.
+                st.last = Some((lat_ns, bytes, requests, now));
+                st.saturated = false;
+            }
+            return st.saturated;
+        }
+        let dt = now.saturating_duration_since(t0).as_secs_f64().max(1e-3);
+        st.last = Some((lat_ns, bytes, requests, now));
+        let was = st.saturated;
+        st.saturated = judge_queueing(&mut st.reference, dl as f64 / db as f64, db as f64 / dt);
+        if st.saturated != was {
+            log::debug!("queueing: saturated {}", st.saturated);
+        }
+        st.saturated
+    }
+
+    pub fn saturated(&self) -> bool {
+        self.state.lock().saturated
+    }
+}
+
 /// Where a tier's bandwidth figure came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -229,6 +312,8 @@ pub struct Tier {
     /// Online bandwidth estimates from the daemon's own traffic.
     pub est_read: Estimate,
     pub est_write: Estimate,
+    /// Whether the tier queues (latency per byte up, throughput not).
+    pub queueing: Queueing,
     /// Left out of a degraded mount (its folder was missing or unusable): nothing of it is
     /// opened, created or read.
     pub missing: bool,
@@ -412,6 +497,7 @@ impl Tier {
             queue: crate::sched::TierQueue::new(DEFAULT_MAX_IN_FLIGHT, false),
             est_read: Estimate::default(),
             est_write: Estimate::default(),
+            queueing: Queueing::default(),
             missing: false,
             last_sample_ns: AtomicU64::new(epoch_ns().max(1)),
             last_probe_ns: AtomicU64::new(0),
@@ -447,6 +533,7 @@ impl Tier {
             queue: crate::sched::TierQueue::new(DEFAULT_MAX_IN_FLIGHT, false),
             est_read: Estimate::default(),
             est_write: Estimate::default(),
+            queueing: Queueing::default(),
             missing: true,
             last_sample_ns: AtomicU64::new(0),
             last_probe_ns: AtomicU64::new(0),
@@ -531,6 +618,23 @@ impl Tier {
             c.bytes_written.load(Ordering::Relaxed),
             c.write_busy.total_ns(),
         );
+        let was = self.queueing.saturated();
+        let now = self.queueing.sample(
+            c.read_ns.load(Ordering::Relaxed) + c.write_ns.load(Ordering::Relaxed),
+            c.bytes_read.load(Ordering::Relaxed) + c.bytes_written.load(Ordering::Relaxed),
+            c.reads.load(Ordering::Relaxed) + c.writes.load(Ordering::Relaxed),
+            std::time::Instant::now(),
+        );
+        if now != was {
+            if now {
+                log::info!(
+                    "tier '{}' queues: its latency per byte rose to {QUEUE_LATENCY}x or more                      while its throughput did not; it is saturated",
+                    self.name
+                );
+            } else {
+                log::info!("tier '{}' no longer queues", self.name);
+            }
+        }
         if r.is_some() || w.is_some() {
             self.last_sample_ns
                 .store(epoch_ns().max(1), Ordering::Relaxed);
@@ -1009,6 +1113,41 @@ mod tests {
         assert!(t.sample_bandwidth());
         assert!(!t.sample_bandwidth());
         assert!(d.path().join(META_DIR).join("probe-live").exists());
+    }
+
+    #[test]
+    fn queueing_is_latency_up_with_throughput_flat() {
+        let mut r = None;
+        // First period: the reference.
+        assert!(!judge_queueing(&mut r, 10.0, 100.0));
+        // Deeper queues that the tier serves: latency a bit up, throughput well up.
+        assert!(!judge_queueing(&mut r, 15.0, 300.0));
+        // Latency doubled, throughput the same: saturated (by us or anyone).
+        assert!(judge_queueing(&mut r, 20.0, 110.0));
+        // A writer from outside: latency up, our throughput down.
+        assert!(judge_queueing(&mut r, 40.0, 50.0));
+        // Latency doubled but throughput doubled too: a deeper queue that paid off.
+        assert!(!judge_queueing(&mut r, 20.0, 200.0));
+        // A faster period becomes the reference.
+        assert!(!judge_queueing(&mut r, 5.0, 100.0));
+        assert_eq!(r, Some((5.0, 100.0)));
+        assert!(!judge_queueing(&mut r, 9.0, 100.0));
+        assert!(judge_queueing(&mut r, 10.0, 100.0));
+    }
+
+    #[test]
+    fn queueing_samples_periods_with_enough_traffic() {
+        let q = Queueing::default();
+        let t0 = std::time::Instant::now();
+        let s = std::time::Duration::from_secs(1);
+        let mib = 1u64 << 20;
+        assert!(!q.sample(0, 0, 0, t0));
+        // 64 MiB in 64 requests at 1 ms each, then the same bytes at 4 ms each.
+        assert!(!q.sample(64_000_000, 64 * mib, 64, t0 + s));
+        assert!(q.sample(64_000_000 + 256_000_000, 128 * mib, 128, t0 + 2 * s));
+        // Too little traffic to judge: the judgement stands, until the tier is quiet 5 s.
+        assert!(q.sample(330_000_000, 128 * mib + 1, 129, t0 + 3 * s));
+        assert!(!q.sample(330_000_000, 128 * mib + 1, 129, t0 + 9 * s));
     }
 
     #[test]

@@ -471,6 +471,17 @@ fn config_rows() {
     config_row("C39", &cache("size = \"1GiB\"\nmax_file = \"2GiB\""));
     config_row("C40", &format!("{T}[mount]\nengine = \"aio\"\n"));
     config_row("C41", &format!("{T}[placement]\nmin_share = 0.7\n"));
+    config_row("C44", &format!("{T}shared_job = \"j1\"\n"));
+    config_row("C45", &format!("{T}shared_ledger = \"/lus/ledger\"\n"));
+    config_row(
+        "C46",
+        &format!("{T}shared_ledger = \"/lus/ledger\"\nshared_job = \"a/b\"\n"),
+    );
+    config_row("C47", &format!("{T}shared_node = \"n1\"\n"));
+    config_row(
+        "C48",
+        &format!("{T}shared_ledger = \"@DIR@/a/ledger\"\nshared_job = \"j1\"\n"),
+    );
     // Several problems: all reported at once.
     config_row(
         "C30",

@@ -446,6 +446,8 @@ pub struct TierFs {
     scratch: bool,
     /// Inodes failed by a panic in a request, and the panic count (`contain`).
     contain: contain::Containment,
+    /// Per tier: its coordination with the job's other nodes (`shared_ledger`), if shared.
+    shared: Vec<Option<crate::coord::SharedTier>>,
 }
 
 fn name_ok(name: &OsStr) -> Result<()> {
@@ -557,7 +559,22 @@ impl TierFs {
             shut: Mutex::new(None),
             scratch: config.mount.scratch,
             contain: contain::Containment::default(),
+            shared: Vec::new(),
         };
+        let shared = config
+            .tiers
+            .iter()
+            .zip(&fs.tiers)
+            .map(|(c, t)| {
+                let sh = c.shared.as_ref().filter(|_| !t.missing)?;
+                Some(crate::coord::SharedTier::new(
+                    crate::coord::ledger_dir(&sh.ledger, &sh.job, &t.name),
+                    &sh.node,
+                    placement::effective_bandwidth(t.read_bps, t.write_bps),
+                ))
+            })
+            .collect();
+        let fs = TierFs { shared, ..fs };
         fs.scan()?;
         Ok(fs)
     }
@@ -631,6 +648,9 @@ impl TierFs {
         for t in &self.tiers {
             changed |= t.sample_bandwidth();
         }
+        // The job's view of a shared tier moves with the other nodes, not only with this
+        // one's traffic: every period counts.
+        changed |= self.shared.iter().any(Option::is_some);
 
         if changed {
             self.recompute_shares();
@@ -642,29 +662,83 @@ impl TierFs {
     /// the configured or probed figures stay), pausing tiers too slow to be worth their
     /// risk.
     pub fn recompute_shares(&self) {
-        if self.adapt {
-            let bws: Vec<f64> = self
+        let shared = self.shared.iter().any(Option::is_some);
+        if self.adapt || shared {
+            let mut bws: Vec<f64> = self
                 .tiers
                 .iter()
                 .map(|t| {
-                    let (r, w) = t.current_bandwidth();
+                    let (r, w) = if self.adapt {
+                        t.current_bandwidth()
+                    } else {
+                        (t.read_bps, t.write_bps)
+                    };
                     placement::effective_bandwidth(r, w)
                 })
                 .collect();
-            let new = Self::paused_shares(&self.tiers, &bws, self.min_share);
+            // A shared tier gives this node no more than its part of the job's view.
+            for (bw, sh) in bws.iter_mut().zip(&self.shared) {
+                if let Some(plan) = sh.as_ref().and_then(|s| s.plan()) {
+                    *bw = bw.min(plan.allot_bps);
+                }
+            }
+            let new = if self.adapt {
+                Self::paused_shares(&self.tiers, &bws, self.min_share)
+            } else {
+                placement::shares(&bws)
+            };
             let old = self.placer.shares();
             if new.iter().zip(&old).any(|(a, b)| (a - b).abs() > 0.02) {
                 log::info!(
-                    "shares now {} (online bandwidth)",
+                    "shares now {} ({})",
                     self.tiers
                         .iter()
                         .zip(&new)
                         .map(|(t, s)| format!("{}={:.1}%", t.name, s * 100.0))
                         .collect::<Vec<_>>()
-                        .join(" ")
+                        .join(" "),
+                    match (self.adapt, shared) {
+                        (true, false) => "online bandwidth",
+                        (true, true) => "online bandwidth, shared tier ledger",
+                        _ => "shared tier ledger",
+                    }
                 );
             }
             self.placer.set_shares(new);
+        }
+    }
+
+    /// One period of every shared tier's ledger ([`crate::coord::SharedTier::tick`]): this
+    /// node's rate, demand and saturation out, the job's view in. Runs on a thread of its
+    /// own (the daemon's `tierfs-ledger`), so a PFS slow to answer holds up neither the
+    /// estimator nor the stats. False when no tier is shared (no thread needed).
+    pub fn tick_shared(&self) -> bool {
+        if self.shared.iter().all(Option::is_none) {
+            return false;
+        }
+        let bytes = |t: &Tier| {
+            t.counters.bytes_read.load(Ordering::Relaxed)
+                + t.counters.bytes_written.load(Ordering::Relaxed)
+        };
+        let all: u64 = self.tiers.iter().map(bytes).sum();
+        let now = std::time::Instant::now();
+        for (t, sh) in self.tiers.iter().zip(&self.shared) {
+            if let Some(sh) = sh {
+                sh.tick(now, bytes(t), all, t.queueing.saturated());
+            }
+        }
+        true
+    }
+
+    /// A tier's coordination with the job's other nodes, if it is shared.
+    pub fn shared_tier(&self, index: usize) -> Option<&crate::coord::SharedTier> {
+        self.shared.get(index).and_then(Option::as_ref)
+    }
+
+    /// Takes this node out of the shared tiers' ledgers (a clean unmount).
+    pub fn leave_shared(&self) {
+        for sh in self.shared.iter().flatten() {
+            sh.leave();
         }
     }
 
@@ -703,10 +777,19 @@ impl TierFs {
         if !self.adapt {
             return;
         }
+        // A shared tier's base is this node's part of it: a cut the ledger made is no
+        // reason to probe it.
         let base: Vec<f64> = self
             .tiers
             .iter()
-            .map(|t| placement::effective_bandwidth(t.read_bps, t.write_bps))
+            .zip(&self.shared)
+            .map(|(t, sh)| {
+                let bw = placement::effective_bandwidth(t.read_bps, t.write_bps);
+                match sh.as_ref().and_then(|s| s.plan()) {
+                    Some(p) => bw.min(p.allot_bps),
+                    None => bw,
+                }
+            })
             .collect();
         // A tier too slow on paper to ever resume is not probed for nothing: its base
         // share counts as paused whenever it is below the resume point.

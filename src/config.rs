@@ -1601,8 +1601,14 @@ path = "/lus/proj/tierfs/${HOSTNAME}"
 
     #[test]
     fn default_layout_is_whole_files_where_passthrough_can_serve_them() {
-        assert_eq!(default_layout_for(Passthrough::Auto, true), Layout::WholeFile);
-        assert_eq!(default_layout_for(Passthrough::Direct, true), Layout::WholeFile);
+        assert_eq!(
+            default_layout_for(Passthrough::Auto, true),
+            Layout::WholeFile
+        );
+        assert_eq!(
+            default_layout_for(Passthrough::Direct, true),
+            Layout::WholeFile
+        );
         assert_eq!(default_layout_for(Passthrough::Off, true), Layout::Stripe);
         assert_eq!(default_layout_for(Passthrough::Auto, false), Layout::Stripe);
         let off = parse(&format!("{TWO}\n[mount]\npassthrough = \"off\"\n")).unwrap();

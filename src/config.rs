@@ -202,11 +202,13 @@ impl EngineKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Passthrough {
-    /// For whole files opened without O_DIRECT, where the kernel and privileges allow.
-    /// O_DIRECT opens stay with the daemon: the kernel gives a passthrough open its own
-    /// backing file with the open's flags, so a later `fcntl(F_SETFL)` that clears O_DIRECT
-    /// (GNU dd's last partial block with `oflag=direct`) would not take effect and the
-    /// unaligned write would fail with EINVAL.
+    /// For whole files opened without O_DIRECT, where the kernel and privileges allow, and
+    /// for DeepSpeed's swap files (`*.tensor.swp`) opened with it. Other O_DIRECT opens stay
+    /// with the daemon: the kernel gives a passthrough open its own backing file with the
+    /// open's flags, so a later `fcntl(F_SETFL)` that clears O_DIRECT (GNU dd's last partial
+    /// block with `oflag=direct`) would not take effect and the unaligned write would fail
+    /// with EINVAL. DeepSpeed opens its swap files O_DIRECT for every read and write and
+    /// never clears the flag, so they take the kernel's path.
     Auto,
     /// Also O_DIRECT opens (on tiers that take 1 KiB-aligned direct I/O): the fast path for
     /// DeepSpeed, which never changes O_DIRECT on an open file.
@@ -279,10 +281,29 @@ pub const DEFAULT_WRITEBACK_DELAY: f64 = 5.0;
 /// Smallest accepted `cache.size`.
 pub const MIN_CACHE: u64 = 16 << 20;
 
-/// `placement.layout` when the file does not say: stripes, because DeepSpeed's swapper
+/// `placement.layout` when the file does not say and the daemon cannot use kernel
+/// passthrough (not root, or `passthrough = "off"`): stripes, because DeepSpeed's swapper
 /// moves one file at a time per handle, and only stripes put every tier to work on it
 /// (docs/PERFORMANCE.md: the replay's optimizer step at the pooled floor with stripes).
 pub const DEFAULT_LAYOUT: Layout = Layout::Stripe;
+
+/// `placement.layout` when the file does not say: whole files where the daemon can hand
+/// them to the kernel (root, passthrough not off), else [`DEFAULT_LAYOUT`]. Real DeepSpeed
+/// is CPU-bound beside its swap I/O, and a whole file in passthrough costs the daemon no
+/// CPU while a stripe's every byte crosses it: as root, whole files ran 0.85-0.89x the nvme
+/// tier's step time against 0.93-1.00x for stripes (docs/PERFORMANCE.md, issue #14).
+pub fn default_layout(passthrough: Passthrough) -> Layout {
+    default_layout_for(passthrough, crate::sys::euid() == 0)
+}
+
+/// [`default_layout`] for a daemon that is root or not.
+pub fn default_layout_for(passthrough: Passthrough, root: bool) -> Layout {
+    if passthrough != Passthrough::Off && root {
+        Layout::WholeFile
+    } else {
+        DEFAULT_LAYOUT
+    }
+}
 /// `placement.stripe_unit` when the file does not say: 1 MiB.
 pub const DEFAULT_STRIPE_UNIT: u64 = 1 << 20;
 /// Smallest accepted `placement.stripe_unit`: 64 KiB.
@@ -806,16 +827,17 @@ impl MountConfig {
         }
         let tiers: Vec<TierConfig> = tiers.into_iter().map(|(_, t)| t).collect();
 
-        let layout = match raw.placement.layout.as_deref() {
-            None => DEFAULT_LAYOUT,
-            Some("whole-file") => Layout::WholeFile,
-            Some("stripe") => Layout::Stripe,
+        // None: the default, which depends on passthrough (below).
+        let layout_given = match raw.placement.layout.as_deref() {
+            None => None,
+            Some("whole-file") => Some(Layout::WholeFile),
+            Some("stripe") => Some(Layout::Stripe),
             Some(other) => {
                 p.add(
                     "placement.layout",
                     format_args!("{other:?} is not a layout; use \"whole-file\" or \"stripe\""),
                 );
-                DEFAULT_LAYOUT
+                Some(DEFAULT_LAYOUT)
             }
         };
         let stripe_unit = match raw.placement.stripe_unit.as_ref() {
@@ -905,6 +927,8 @@ impl MountConfig {
                 Passthrough::Auto
             }
         };
+
+        let layout = layout_given.unwrap_or_else(|| default_layout(passthrough));
 
         let engine = match raw.mount.engine.as_deref() {
             None | Some("io_uring") => EngineKind::IoUring,
@@ -1711,13 +1735,31 @@ path = "/lus/proj/tierfs/${HOSTNAME}"
             (pfs.read_bandwidth, pfs.write_bandwidth, pfs.capacity),
             (None, None, None)
         );
-        assert_eq!(c.placement.layout, Layout::Stripe);
+        assert_eq!(c.placement.layout, default_layout(Passthrough::Auto));
         assert_eq!(c.placement.stripe_unit, 1 << 20);
         assert_eq!(c.mount.stats_dir, ".tierfs");
         assert!(!c.mount.allow_other);
         assert_eq!(c.mount.log_file, None);
         assert_eq!(c.mount.threads, DEFAULT_THREADS);
         assert_eq!(c.source, Path::new("/etc/tierfs/test.toml"));
+    }
+
+    #[test]
+    fn default_layout_is_whole_files_where_passthrough_can_serve_them() {
+        assert_eq!(
+            default_layout_for(Passthrough::Auto, true),
+            Layout::WholeFile
+        );
+        assert_eq!(
+            default_layout_for(Passthrough::Direct, true),
+            Layout::WholeFile
+        );
+        assert_eq!(default_layout_for(Passthrough::Off, true), Layout::Stripe);
+        assert_eq!(default_layout_for(Passthrough::Auto, false), Layout::Stripe);
+        let off = parse(&format!("{TWO}\n[mount]\npassthrough = \"off\"\n")).unwrap();
+        assert_eq!(off.placement.layout, Layout::Stripe);
+        let given = parse(&format!("{TWO}\n[placement]\nlayout = \"stripe\"\n")).unwrap();
+        assert_eq!(given.placement.layout, Layout::Stripe);
     }
 
     #[test]

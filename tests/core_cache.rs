@@ -433,3 +433,72 @@ fn a_block_written_small_then_grown_past_reads_as_a_hole() {
         );
     }
 }
+
+/// With a cache and `passthrough = "direct"`, a whole file on the fastest tier opens in
+/// kernel passthrough (and is never prefetched: the kernel serves it with no daemon CPU),
+/// while a whole file on a slower tier is staged: no passthrough, so its reads come from
+/// what the prefetcher loaded and its writes land in memory first.
+#[test]
+fn only_the_fastest_tiers_files_open_in_passthrough_with_a_cache() {
+    let d = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[[tier]]\nname = \"fast\"\npath = \"{0}/a\"\ncreate = true\nread_bandwidth = \"3GB/s\"\n\
+         write_bandwidth = \"2GB/s\"\n[[tier]]\nname = \"slow\"\npath = \"{0}/b\"\ncreate = true\n\
+         read_bandwidth = \"1GB/s\"\nwrite_bandwidth = \"1GB/s\"\n[placement]\nlayout = \"whole-file\"\n\
+         [mount]\npassthrough = \"direct\"\n[cache]\nsize = \"16MiB\"\n",
+        d.path().display()
+    );
+    let config = MountConfig::parse(&text, Path::new("staging.toml")).unwrap();
+    config.prepare_tier_dirs().unwrap();
+    let tiers = tierfs::daemon::open_tiers(&config, false, |_| {}).unwrap();
+    let fs = Arc::new(TierFs::new(&config, tiers).unwrap());
+    let data = content(7, 1, 3 * MIB);
+    let mut on = Vec::new();
+    for i in 0..6 {
+        let name = format!("f{i}");
+        let (a, fh, _) = fs
+            .create(ROOT_INO, OsStr::new(&name), 0o600, libc::O_WRONLY, CTX)
+            .unwrap();
+        for (k, chunk) in data.chunks(MIB).enumerate() {
+            fs.write(fh, (k * MIB) as u64, chunk).unwrap();
+        }
+        fs.release(fh).unwrap();
+        // Written back and out of memory, so the next open decides afresh.
+        fs.control(format!("drop {name}\n").as_bytes()).unwrap();
+        let fast = d.path().join("a/data").join(&name).exists();
+        let slow = d.path().join("b/data").join(&name).exists();
+        assert!(fast != slow, "{name}: a whole file is on one tier");
+        on.push((a.ino, name, fast));
+    }
+    assert!(
+        on.iter().any(|f| f.2) && on.iter().any(|f| !f.2),
+        "both tiers used: {on:?}"
+    );
+    for (ino, name, fast) in &on {
+        let (fh, info) = fs.open(*ino, libc::O_RDONLY | libc::O_DIRECT).unwrap();
+        assert_eq!(
+            info.passthrough.is_some(),
+            *fast,
+            "{name}: passthrough exactly for the fastest tier's files"
+        );
+        fs.release(fh).unwrap();
+    }
+    // Asked prefetches: the slow tier's file is loaded, the fast tier's left to the kernel.
+    let slow = on.iter().find(|f| !f.2).unwrap().0;
+    let fast = on.iter().find(|f| f.2).unwrap().0;
+    let before = fs.cache_view().prefetch_files;
+    fs.prefetch(fast, true).unwrap();
+    assert_eq!(
+        fs.cache_view().prefetch_files,
+        before,
+        "the fast tier's file was prefetched"
+    );
+    fs.prefetch(slow, true).unwrap();
+    assert_eq!(
+        fs.cache_view().prefetch_files,
+        before + 1,
+        "the slow tier's file was not prefetched"
+    );
+    assert!(read_file(&fs, slow, data.len()) == data);
+    assert!(read_file(&fs, fast, data.len()) == data);
+}

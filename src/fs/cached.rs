@@ -24,8 +24,9 @@ impl TierFs {
     }
 
     /// At an open (state lock held for writing, pieces open): records a read in the order,
-    /// queues prefetches, and admits the file if the policy wants it more than what it
-    /// would displace.
+    /// queues prefetches, and with `admit` admits the file if the policy wants it more than
+    /// what it would displace (not when kernel passthrough is to serve it instead).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn cache_on_open(
         &self,
         ino: u64,
@@ -34,6 +35,7 @@ impl TierFs {
         node: &Arc<FileNode>,
         st: &mut FileState,
         read: bool,
+        admit: bool,
     ) {
         let Some(c) = &self.cache else { return };
         if read {
@@ -47,7 +49,7 @@ impl TierFs {
         match &st.cache {
             Some(e) => c.touch(e),
             None => {
-                if st.pt_opens == 0 {
+                if st.pt_opens == 0 && admit {
                     let rank = c.rank_of(parent, ino, name.as_bytes());
                     self.admit(c, ino, parent, name.as_bytes(), node, st, rank);
                 }
@@ -635,7 +637,19 @@ impl TierFs {
             let f = f.clone();
             let mut st = f.state.write();
             if st.cache.is_none() {
+                // A whole file on the fastest tier opens in kernel passthrough (DeepSpeed's
+                // O_DIRECT opens too, with "direct"): memory would only take the kernel's
+                // place, and spend the daemon's CPU, for it.
+                let direct_in_kernel = match self.passthrough_mode() {
+                    crate::config::Passthrough::Direct => true,
+                    crate::config::Passthrough::Auto => is_deepspeed_swap(n.name.as_ref()),
+                    crate::config::Passthrough::Off => false,
+                };
+                let passthrough_serves = self.passthrough_enabled()
+                    && direct_in_kernel
+                    && matches!(st.layout, FileLayout::Whole { tier } if self.kernel_first(tier));
                 if st.pt_opens > 0
+                    || passthrough_serves
                     || st.migration.is_some()
                     || st.layout.tiers().iter().any(|t| self.tiers[*t].missing)
                 {

@@ -829,10 +829,17 @@ impl TierFs {
     /// when the inode has no daemon-served open (the kernel keeps one mode per inode), or
     /// already has passthrough opens (then it must); on a healthy tier with room to spare,
     /// since a passthrough write that hits ENOSPC cannot be rescued by moving the file; and
-    /// O_DIRECT opens only with `passthrough = "direct"` (see [`crate::config::Passthrough`])
-    /// and on a tier that takes 1 KiB-aligned direct I/O, since DeepSpeed's tails are not
-    /// 4 KiB-aligned and the kernel passes the caller's alignment straight to the tier.
-    fn passthrough_piece(&self, st: &FileState, size: u64, flags: i32) -> Option<Arc<Piece>> {
+    /// O_DIRECT opens only with `passthrough = "direct"`, or with `"auto"` for DeepSpeed's
+    /// swap files (see [`crate::config::Passthrough`]), and on a tier that takes 1 KiB-aligned
+    /// direct I/O, since DeepSpeed's tails are not 4 KiB-aligned and the kernel passes the
+    /// caller's alignment straight to the tier.
+    fn passthrough_piece(
+        &self,
+        st: &FileState,
+        name: &OsStr,
+        size: u64,
+        flags: i32,
+    ) -> Option<Arc<Piece>> {
         if !self.passthrough.load(Ordering::Relaxed) {
             return None;
         }
@@ -847,17 +854,22 @@ impl TierFs {
         if st.pt_opens > 0 {
             return Some(piece);
         }
-        if st.opens > 0 {
+        if st.opens > 0 || self.stages_instead(tier) {
             return None;
         }
         let t = &self.tiers[tier];
         if !t.is_healthy() || t.room() < size.saturating_add(PASSTHROUGH_HEADROOM) {
             return None;
         }
-        if flags & libc::O_DIRECT != 0
-            && (self.passthrough_mode != crate::config::Passthrough::Direct || !t.small_direct_io)
-        {
-            return None;
+        if flags & libc::O_DIRECT != 0 {
+            let allowed = match self.passthrough_mode {
+                crate::config::Passthrough::Direct => true,
+                crate::config::Passthrough::Auto => is_deepspeed_swap(name),
+                crate::config::Passthrough::Off => false,
+            };
+            if !allowed || !t.small_direct_io {
+                return None;
+            }
         }
         // The kernel writes a passthrough file with the daemon's credentials, which keep
         // set-user-ID and set-group-ID where a user's write must clear them: such files are
@@ -872,6 +884,42 @@ impl TierFs {
             }
         }
         Some(piece)
+    }
+
+    /// Whether a whole file on `tier` is staged in host memory rather than opened in kernel
+    /// passthrough: with a cache, only the fastest tier's files go to the kernel. A slower
+    /// tier's file opened in passthrough would be read and written at that tier's speed
+    /// while DeepSpeed waits on it; through the daemon the prefetcher has read it ahead and
+    /// its writes land in memory and go back behind the reader (write-behind), so every tier
+    /// works at once. The fastest tier gains nothing from memory it does not gain from the
+    /// kernel, which moves its bytes with no daemon CPU at all.
+    pub(super) fn stages_instead(&self, tier: usize) -> bool {
+        self.cache.is_some() && self.tiers.len() > 1 && Some(tier) != self.fastest_tier()
+    }
+
+    /// Whether a whole file on `tier` goes to the kernel rather than into memory when both
+    /// could take it: with a cache over several tiers, the fastest tier's files do (see
+    /// [`Self::stages_instead`]). With one tier the cache comes first, as configured.
+    pub(super) fn kernel_first(&self, tier: usize) -> bool {
+        self.cache.is_some() && self.tiers.len() > 1 && Some(tier) == self.fastest_tier()
+    }
+
+    /// Whether the cache should leave this open's file alone because kernel passthrough
+    /// will serve it ([`Self::kernel_first`]); asked before the open is admitted.
+    fn leave_to_kernel(&self, st: &FileState, name: &OsStr, size: u64, flags: i32) -> bool {
+        match st.layout {
+            FileLayout::Whole { tier } if st.cache.is_none() && self.kernel_first(tier) => {
+                self.passthrough_piece(st, name, size, flags).is_some()
+            }
+            _ => false,
+        }
+    }
+
+    /// The tier with the largest Eq. 1 share now (the first of equals).
+    fn fastest_tier(&self) -> Option<usize> {
+        let shares = self.placer.shares();
+        let max = shares.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        shares.iter().position(|s| *s == max)
     }
 
     /// The adapter could not register a passthrough handle: serve it through the daemon.
@@ -1958,8 +2006,9 @@ impl TierFs {
         let pt = {
             let mut st = node.state.write();
             st.pieces = pieces;
-            self.cache_on_open(ino, parent, name, &node, &mut st, false);
-            let pt = self.passthrough_piece(&st, 0, flags);
+            let admit = !self.leave_to_kernel(&st, name, 0, flags);
+            self.cache_on_open(ino, parent, name, &node, &mut st, false, admit);
+            let pt = self.passthrough_piece(&st, name, 0, flags);
             st.opens = 1;
             st.writers = u32::from(flags & libc::O_ACCMODE != libc::O_RDONLY);
             if pt.is_some() {
@@ -2049,17 +2098,18 @@ impl TierFs {
                     st.pieces[t] = Some(Arc::new(piece));
                 }
             }
-            self.cache_on_open(ino, parent, &name, &f, &mut st, !write);
             // A drifted file is re-laid out at its next open for writing, which the daemon
             // must serve: no passthrough for any open of it, readers included (the kernel
             // keeps one mode per inode, and FUSE sends a reader's RELEASE asynchronously,
             // so DeepSpeed's write open of a file it just read can arrive while that
             // read handle is still open; in passthrough it would pin the old layout).
             let relayout = st.pt_opens == 0 && self.layout_drifted(&st.layout);
+            let admit = relayout || !self.leave_to_kernel(&st, &name, f.size(), flags);
+            self.cache_on_open(ino, parent, &name, &f, &mut st, !write, admit);
             let pt = if relayout {
                 None
             } else {
-                self.passthrough_piece(&st, f.size(), flags)
+                self.passthrough_piece(&st, &name, f.size(), flags)
             };
             st.opens += 1;
             st.writers += u32::from(write);
@@ -3063,4 +3113,11 @@ fn piece_id(p: &Piece) -> u64 {
 fn sys_egid() -> u32 {
     // SAFETY: getegid cannot fail.
     unsafe { libc::getegid() }
+}
+/// Whether `name` is one of DeepSpeed's swap files (`*.tensor.swp`: optimizer state,
+/// gradients and parameters). DeepSpeed opens them `O_DIRECT` and never clears the flag on
+/// an open file, so kernel passthrough of such an open is safe, which it is not for every
+/// program (see [`crate::config::Passthrough::Auto`]).
+pub fn is_deepspeed_swap(name: &OsStr) -> bool {
+    name.as_bytes().ends_with(b".tensor.swp")
 }

@@ -6,7 +6,8 @@
 #   tools/deepspeed/mount-smoke.sh [TIERFS_BINARY]     (default: target/debug/tierfs, built if missing)
 #
 # Environment: TIERFS_TRANSPORT (auto, uring, dev: the daemon's transport, checked),
-# PASSTHROUGH (default "direct" as root, else "auto"), CACHE (a size such as
+# PASSTHROUGH (default: none in the config, so the product's defaults decide: as root
+# whole files with DeepSpeed's swap files in kernel passthrough), CACHE (a size such as
 # "64MiB": mount with tierfs's host-memory cache of that size; default none), WORK (temp folder),
 # and everything smoke.sh reads (TIERFS_DS_VENV, TORCH_EXTENSIONS_DIR, SMOKE_STEPS).
 # The first run on a machine installs torch and deepspeed into a venv outside the repo
@@ -16,7 +17,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BIN="${1:-$ROOT/target/debug/tierfs}"
 [ -x "$BIN" ] || (cd "$ROOT" && cargo build)
 WORK="${WORK:-$(mktemp -d /tmp/tierfs-ds-smoke.XXXXXX)}"
-if [ "$(id -u)" = 0 ]; then PT="${PASSTHROUGH:-direct}"; else PT="${PASSTHROUGH:-auto}"; fi
+PT="${PASSTHROUGH:-default}"
 mkdir -p "$WORK/nvme" "$WORK/pfs" "$WORK/mnt" "$WORK/plain"
 cat >"$WORK/tierfs.toml" <<EOT
 [[tier]]
@@ -29,8 +30,8 @@ path = "$WORK/pfs"
 write_bandwidth = "1GB/s"
 [mount]
 log_file = "$WORK/daemon.log"
-passthrough = "$PT"
 EOT
+[ "$PT" = default ] || printf 'passthrough = "%s"\n' "$PT" >>"$WORK/tierfs.toml"
 if [ -n "${CACHE:-}" ]; then
   printf '[cache]\nsize = "%s"\nwriteback_delay = 1.0\n' "$CACHE" >>"$WORK/tierfs.toml"
 fi

@@ -714,6 +714,8 @@ pub(crate) mod tests {
         assert!(!render(&s).contains("tierfs_cache_"));
         s.cache = Some(crate::stats::CacheStats {
             size: 1 << 30,
+            size_from: "cache.size = \"1GiB\" in the config".into(),
+            budget: 1 << 30,
             used: 2 << 20,
             dirty: 1 << 20,
             hit_bytes: 5,

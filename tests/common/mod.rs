@@ -138,9 +138,15 @@ pub struct Setup {
 
 impl Setup {
     pub fn new(tiers: Vec<TierSpec>, layout: &str) -> Setup {
+        let parent = std::env::var_os("TIERFS_TEST_DIR").unwrap_or_else(|| "/tmp".into());
+        Setup::new_in(Path::new(&parent), tiers, layout)
+    }
+
+    /// [`Setup::new`] with its folders (tiers included) under `parent`.
+    pub fn new_in(parent: &Path, tiers: Vec<TierSpec>, layout: &str) -> Setup {
         let dir = tempfile::Builder::new()
             .prefix("tierfs-test-")
-            .tempdir_in(std::env::var_os("TIERFS_TEST_DIR").unwrap_or_else(|| "/tmp".into()))
+            .tempdir_in(parent)
             .expect("temp dir");
         Setup {
             dir,
@@ -225,13 +231,31 @@ impl Setup {
     /// Mounts (panics with the daemon's message on failure).
     pub fn mount(&self) -> Mount<'_> {
         let cfg = self.write_config();
-        let out = Command::new(tierfs_bin())
-            .arg("mount")
+        let mut cmd = Command::new(tierfs_bin());
+        cmd.arg("mount")
             .arg("--config")
             .arg(&cfg)
-            .arg(self.mountpoint())
-            .output()
-            .expect("run tierfs mount");
+            .arg(self.mountpoint());
+        self.mount_by(cmd)
+    }
+
+    /// Mounts with `tierfs mount` started in the cgroup whose `cgroup.procs` is `procs`, so
+    /// the daemon runs there (panics with the daemon's message on failure).
+    pub fn mount_in_cgroup(&self, procs: &Path) -> Mount<'_> {
+        let cfg = self.write_config();
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(r#"echo $$ > "$1" && exec "$2" mount --config "$3" "$4""#)
+            .arg("sh")
+            .arg(procs)
+            .arg(tierfs_bin())
+            .arg(&cfg)
+            .arg(self.mountpoint());
+        self.mount_by(cmd)
+    }
+
+    fn mount_by(&self, mut cmd: Command) -> Mount<'_> {
+        let out = cmd.output().expect("run tierfs mount");
         assert!(
             out.status.success(),
             "tierfs mount failed: {}\nlog:\n{}",

@@ -148,11 +148,13 @@ fn limit_words(cg: &Cgroup) -> &'static str {
 
 /// One tier on disk, everything else default: no `[cache]` section.
 fn disk_setup() -> Setup {
-    Setup::new_in(
+    let mut s = Setup::new_in(
         Path::new("/var/tmp"),
         vec![TierSpec::new("disk", "1GB/s")],
         "whole-file",
-    )
+    );
+    s.auto_staging = true;
+    s
 }
 
 #[test]

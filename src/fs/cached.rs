@@ -777,8 +777,9 @@ impl TierFs {
             let cur = c.budget();
             let next = memory::next_budget(cur, c.used(), c.cfg.size, free, reserve);
             if next < cur {
+                // Staging giving way is what it is for, not a fault: INFO, once a spell.
                 if !low {
-                    log::warn!(
+                    log::info!(
                         "memory pressure: {} free of {} (keeping {} free); staging budget \
                          {} -> {}",
                         crate::units::fmt_bytes(free),

@@ -134,6 +134,13 @@ pub struct Setup {
     pub tiers: Vec<TierSpec>,
     pub layout: String,
     pub extra: String,
+    /// Leave the staging memory at its default (automatic, sized from the memory limit).
+    /// False (the default here) adds `[cache] size = "off"` unless `extra` has a `[cache]`:
+    /// most tests check what reaches the tiers, which pieces hold what and which opens go
+    /// to kernel passthrough, and a cache holding writes for `writeback_delay` seconds (and
+    /// keeping its files out of passthrough) changes all three; the cache's own tests say
+    /// what cache they mean.
+    pub auto_staging: bool,
 }
 
 impl Setup {
@@ -153,6 +160,7 @@ impl Setup {
             tiers,
             layout: layout.into(),
             extra: String::new(),
+            auto_staging: false,
         }
     }
 
@@ -211,6 +219,9 @@ impl Setup {
             self.log_path().display()
         ));
         s.push_str(&self.extra);
+        if !self.auto_staging && !self.extra.contains("[cache]") {
+            s.push_str("\n[cache]\nsize = \"off\"\n");
+        }
         s
     }
 

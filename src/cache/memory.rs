@@ -229,16 +229,15 @@ impl Plan {
     /// built without the daemon (tests, offline tools), where an automatic size, which
     /// belongs to the mount's process and its cgroup, stays off.
     pub fn stated(section: &CacheSection) -> Plan {
-        let mut p = Plan::new(section, None);
-        if section.size == CacheSize::Auto {
-            p = Plan {
+        match section.size {
+            CacheSize::Auto => Plan {
                 cache: None,
                 from: "off: cache.size = \"auto\" is sized by the mount".into(),
                 warning: None,
                 limit: None,
-            };
+            },
+            CacheSize::Off | CacheSize::Bytes(_) => Plan::new(section, None),
         }
-        p
     }
 
     /// Staging for a `[cache]` section under `limit` (what [`Limit::detect`] found): a
@@ -373,7 +372,7 @@ fn unescape(s: &str) -> Option<String> {
 /// sets it (for its usage); `None` when unlimited or unreadable.
 fn v1_limit(dir: &Path) -> Option<(u64, Source)> {
     let stat = std::fs::read_to_string(dir.join("memory.stat")).ok()?;
-    let limit = parse_v1_limit(&stat_value(&stat, "hierarchical_memory_limit")?.to_string())?;
+    let limit = stat_value(&stat, "hierarchical_memory_limit").filter(|n| *n < V1_UNLIMITED)?;
     // The deepest folder on the way up whose own limit is that one; the cgroup itself if
     // the walk finds none (an ancestor outside the mount, in a container).
     let setter = ancestors(dir, "memory.limit_in_bytes")
@@ -628,6 +627,11 @@ mod tests {
         let p = Plan::new(&off, Some(v1(2 * GIB)));
         assert!(p.cache.is_none() && p.warning.is_none());
         assert!(Plan::new(&auto, None).warning.is_some());
+        // A core built without the mount: only a stated size, and no watch.
+        assert!(Plan::stated(&auto).cache.is_none());
+        let p = Plan::stated(&fixed);
+        assert_eq!(p.cache.unwrap().size, GIB);
+        assert!(p.limit.is_none());
     }
 
     #[test]

@@ -725,38 +725,50 @@ impl TierFs {
     }
 
     /// Lowers (or raises) the cache's budget to `target` bytes and, when it holds more,
-    /// writes dirty files back and evicts, the ones needed last first, until it holds no
-    /// more than the budget. Gives up after [`SHRINK_WITHIN`] (files busy all that time,
-    /// or write-back failing); the watch's next poll tries again.
+    /// evicts until it holds no more than the budget: clean files first, the ones needed
+    /// last first (that frees memory at once), then dirty ones, written back first. Gives
+    /// up after [`SHRINK_WITHIN`] (files busy all that time, or write-back failing); the
+    /// watch's next poll tries again.
     pub fn shrink_cache(&self, target: u64) {
         let Some(c) = &self.cache else { return };
         c.set_budget(target);
         let deadline = Instant::now() + SHRINK_WITHIN;
-        while c.used() > c.budget() && Instant::now() < deadline {
-            for (node, e) in c.residents_by_rank() {
-                if c.used() <= c.budget() || Instant::now() >= deadline {
-                    break;
-                }
-                if e.dirty_blocks() > 0 && !node.gone.load(Ordering::Relaxed) {
-                    if let Err(err) = self.write_back(&node, &e, e.ino) {
-                        log::warn!(
-                            "memory pressure: write-back of inode {} failed (kept): {err}",
-                            e.ino
-                        );
-                        continue;
+        let over = || c.used() > c.budget() && Instant::now() < deadline;
+        let mut freed = false;
+        while over() {
+            for write_back in [false, true] {
+                for (node, e) in c.residents_by_rank() {
+                    if !over() {
+                        break;
+                    }
+                    if e.dirty_blocks() > 0 {
+                        if !write_back || node.gone.load(Ordering::Relaxed) {
+                            continue;
+                        }
+                        if let Err(err) = self.write_back(&node, &e, e.ino) {
+                            log::warn!(
+                                "memory pressure: write-back of inode {} failed (kept): {err}",
+                                e.ino
+                            );
+                            continue;
+                        }
+                    }
+                    let bytes = e.reserved();
+                    if self.evict(c, &node, &e) {
+                        freed = true;
+                        c.counters
+                            .pressure_evicted_bytes
+                            .fetch_add(bytes, Ordering::Relaxed);
                     }
                 }
-                let bytes = e.reserved();
-                if self.evict(c, &node, &e) {
-                    c.counters
-                        .pressure_evicted_bytes
-                        .fetch_add(bytes, Ordering::Relaxed);
-                }
             }
-            if c.used() > c.budget() {
+            if over() {
                 // Files held by a request or written to meanwhile: let them go first.
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
+        }
+        if freed {
+            sys::trim_heap();
         }
     }
 

@@ -235,8 +235,8 @@ pub struct MountConfig {
     pub tiers: Vec<TierConfig>,
     pub placement: PlacementConfig,
     pub mount: MountSection,
-    /// `[cache]`: the host-memory tier; `None` (no section) means no cache.
-    pub cache: Option<CacheConfig>,
+    /// `[cache]`: the host-memory tier (staging). No section is `size = "auto"`.
+    pub cache: CacheSection,
 }
 
 /// How the cache chooses what to keep when it is full.
@@ -259,7 +259,79 @@ impl CachePolicy {
     }
 }
 
-/// The validated `[cache]` section.
+/// `cache.size`: how much host memory staging may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CacheSize {
+    /// Sized at mount from the memory the job may use ([`crate::cache::memory`]): 1/8 of the
+    /// memory cgroup's limit (else of the host's available memory), at most 8 GiB, none when
+    /// that is under 16 MiB. The default, also with no `[cache]` section.
+    Auto,
+    /// No host-memory cache (`"off"` or `0`).
+    Off,
+    /// Exactly this many bytes, at least [`MIN_CACHE`].
+    Bytes(u64),
+}
+
+impl CacheSize {
+    /// As the config file writes it.
+    pub fn to_toml_value(self) -> String {
+        match self {
+            CacheSize::Auto => "\"auto\"".into(),
+            CacheSize::Off => "\"off\"".into(),
+            CacheSize::Bytes(n) => toml_str(&units::fmt_size_exact(n)),
+        }
+    }
+}
+
+/// The validated `[cache]` section, every key optional: what the file says, before an
+/// automatic size is known ([`CacheSection::with_size`] makes the cache's settings).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CacheSection {
+    pub size: CacheSize,
+    pub policy: CachePolicy,
+    pub prefetch: usize,
+    pub writeback_delay: f64,
+    /// `None`: a quarter of the size.
+    pub max_file: Option<u64>,
+}
+
+impl Default for CacheSection {
+    fn default() -> Self {
+        CacheSection {
+            size: CacheSize::Auto,
+            policy: CachePolicy::Learned,
+            prefetch: DEFAULT_PREFETCH,
+            writeback_delay: DEFAULT_WRITEBACK_DELAY,
+            max_file: None,
+        }
+    }
+}
+
+impl CacheSection {
+    /// The cache's settings for `size` bytes of memory; a stated `max_file` above an
+    /// automatic size is held to the size (a stated size was checked against it already).
+    pub fn with_size(&self, size: u64) -> CacheConfig {
+        CacheConfig {
+            size,
+            policy: self.policy,
+            prefetch: self.prefetch,
+            writeback_delay: self.writeback_delay,
+            max_file: self.max_file.unwrap_or(size / 4).min(size),
+        }
+    }
+
+    /// The cache's settings when the file states the size; `None` for `auto` (the daemon
+    /// sizes it at mount) and `off`.
+    pub fn fixed(&self) -> Option<CacheConfig> {
+        match self.size {
+            CacheSize::Bytes(n) => Some(self.with_size(n)),
+            CacheSize::Auto | CacheSize::Off => None,
+        }
+    }
+}
+
+/// The host-memory cache's settings, its size known.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CacheConfig {
     /// Bytes of host memory the cache may hold, at most.
@@ -576,29 +648,32 @@ fn normalize_absolute(p: &str) -> Result<PathBuf, String> {
 }
 
 /// Validates `[cache]`; `None` after reporting a problem.
-fn parse_cache(c: &RawCache, p: &mut Problems) -> Option<CacheConfig> {
+fn parse_cache(c: &RawCache, p: &mut Problems) -> Option<CacheSection> {
     let before = p.list.len();
-    let size = match c.size.as_ref().map(|v| units::parse_size(&v.0)) {
-        None => {
-            p.add(
-                "cache.size",
-                "missing; say how much host memory the cache may use, e.g. size = \"16GiB\" \
-                 (remove the [cache] section for no cache)",
-            );
-            0
-        }
-        Some(Ok(n)) if n < MIN_CACHE => {
-            p.add(
-                "cache.size",
-                format_args!("{n} bytes is too small; use at least 16MiB"),
-            );
-            0
-        }
-        Some(Ok(n)) => n,
-        Some(Err(e)) => {
-            p.add("cache.size", e);
-            0
-        }
+    let size = match c.size.as_ref().map(|v| v.0.trim()) {
+        None | Some("auto") => CacheSize::Auto,
+        Some("off") => CacheSize::Off,
+        Some(text) => match units::parse_size(text) {
+            Ok(0) => CacheSize::Off,
+            Ok(n) if n < MIN_CACHE => {
+                p.add(
+                    "cache.size",
+                    format_args!("{n} bytes is too small; use at least 16MiB"),
+                );
+                CacheSize::Off
+            }
+            Ok(n) => CacheSize::Bytes(n),
+            Err(e) => {
+                p.add(
+                    "cache.size",
+                    format_args!(
+                        "{e}; or \"auto\" (the default: sized from the job's memory limit) or \
+                         \"off\" (no cache)"
+                    ),
+                );
+                CacheSize::Off
+            }
+        },
     };
     let policy = match c.policy.as_deref() {
         None | Some("learned") => CachePolicy::Learned,
@@ -633,22 +708,28 @@ fn parse_cache(c: &RawCache, p: &mut Problems) -> Option<CacheConfig> {
             DEFAULT_WRITEBACK_DELAY
         }
     };
+    // Against a stated size only: an automatic one is known at mount, and a larger
+    // max_file is held to it there.
+    let upto = match size {
+        CacheSize::Bytes(n) => n,
+        CacheSize::Auto | CacheSize::Off => u64::MAX,
+    };
     let max_file = match c.max_file.as_ref().map(|v| units::parse_size(&v.0)) {
-        None => size / 4,
-        Some(Ok(n)) if n > 0 && n <= size => n,
+        None => None,
+        Some(Ok(n)) if n > 0 && n <= upto => Some(n),
         Some(Ok(n)) => {
             p.add(
                 "cache.max_file",
                 format_args!("{n} bytes must be above zero and at most cache.size"),
             );
-            0
+            None
         }
         Some(Err(e)) => {
             p.add("cache.max_file", e);
-            0
+            None
         }
     };
-    (p.list.len() == before).then_some(CacheConfig {
+    (p.list.len() == before).then_some(CacheSection {
         size,
         policy,
         prefetch,
@@ -955,7 +1036,10 @@ impl MountConfig {
             }
         };
 
-        let cache = raw.cache.as_ref().and_then(|c| parse_cache(c, &mut p));
+        let cache = match &raw.cache {
+            Some(c) => parse_cache(c, &mut p).unwrap_or_default(),
+            None => CacheSection::default(),
+        };
 
         let min_share = match raw.placement.min_share {
             None => crate::placement::DEFAULT_MIN_SHARE,
@@ -1081,21 +1165,18 @@ impl MountConfig {
         let _ = writeln!(s, "transport = \"{}\"", self.mount.transport.as_str());
         let _ = writeln!(s, "degraded = {}", self.mount.degraded);
         let _ = writeln!(s, "scratch = {}", self.mount.scratch);
-        match &self.cache {
-            None => {
-                let _ = writeln!(s, "\n# [cache]: not set, no host-memory cache");
+        let c = &self.cache;
+        let _ = writeln!(s, "\n[cache]");
+        let _ = writeln!(s, "size = {}", c.size.to_toml_value());
+        let _ = writeln!(s, "policy = \"{}\"", c.policy.as_str());
+        let _ = writeln!(s, "prefetch = {}", c.prefetch);
+        let _ = writeln!(s, "writeback_delay = {}", c.writeback_delay);
+        match c.max_file {
+            Some(n) => {
+                let _ = writeln!(s, "max_file = {}", toml_str(&units::fmt_size_exact(n)));
             }
-            Some(c) => {
-                let _ = writeln!(s, "\n[cache]");
-                let _ = writeln!(s, "size = {}", toml_str(&units::fmt_size_exact(c.size)));
-                let _ = writeln!(s, "policy = \"{}\"", c.policy.as_str());
-                let _ = writeln!(s, "prefetch = {}", c.prefetch);
-                let _ = writeln!(s, "writeback_delay = {}", c.writeback_delay);
-                let _ = writeln!(
-                    s,
-                    "max_file = {}",
-                    toml_str(&units::fmt_size_exact(c.max_file))
-                );
+            None => {
+                let _ = writeln!(s, "# max_file: not set, a quarter of size");
             }
         }
         s
@@ -1622,27 +1703,52 @@ path = "/lus/proj/tierfs/${HOSTNAME}"
 
     #[test]
     fn cache_section() {
-        assert!(parse(TWO).unwrap().cache.is_none(), "no section, no cache");
+        let auto = parse(TWO).unwrap().cache;
+        assert_eq!(auto.size, CacheSize::Auto, "no section: sized at mount");
+        assert!(auto.fixed().is_none());
+        let a = auto.with_size(256 << 20);
+        assert_eq!((a.size, a.max_file), (256 << 20, 64 << 20));
+        for body in ["size = \"auto\"", "policy = \"lru\""] {
+            let c = parse(&format!("{TWO}\n[cache]\n{body}\n")).unwrap().cache;
+            assert_eq!(c.size, CacheSize::Auto, "{body}");
+        }
+        for body in ["size = \"off\"", "size = \"0\"", "size = 0"] {
+            let c = parse(&format!("{TWO}\n[cache]\n{body}\n")).unwrap().cache;
+            assert_eq!(c.size, CacheSize::Off, "{body}");
+            assert!(c.fixed().is_none());
+        }
         let c = parse(&format!("{TWO}\n[cache]\nsize = \"1GiB\"\n"))
             .unwrap()
             .cache
+            .fixed()
             .unwrap();
         assert_eq!(c.size, 1 << 30);
         assert_eq!(c.max_file, 1 << 28, "a quarter of the cache by default");
         assert_eq!(c.policy, CachePolicy::Learned);
         assert_eq!(c.prefetch, DEFAULT_PREFETCH);
-        let text = format!(
-            "{TWO}\n[cache]\nsize = \"64MiB\"\npolicy = \"lru\"\nprefetch = 0\n\
-             writeback_delay = 0.5\nmax_file = \"8MiB\"\n"
-        );
-        let a = parse(&text).unwrap();
-        let printed = a.to_toml();
-        assert_eq!(
-            serde_json::to_value(&a).unwrap(),
-            serde_json::to_value(parse(&printed).unwrap()).unwrap()
-        );
+        // A stated max_file above an automatic size is held to it.
+        let c = parse(&format!("{TWO}\n[cache]\nmax_file = \"4GiB\"\n"))
+            .unwrap()
+            .cache;
+        assert_eq!(c.with_size(1 << 30).max_file, 1 << 30);
+        for text in [
+            format!(
+                "{TWO}\n[cache]\nsize = \"64MiB\"\npolicy = \"lru\"\nprefetch = 0\n\
+                 writeback_delay = 0.5\nmax_file = \"8MiB\"\n"
+            ),
+            TWO.to_string(),
+            format!("{TWO}\n[cache]\nsize = \"off\"\nmax_file = \"8MiB\"\n"),
+        ] {
+            let a = parse(&text).unwrap();
+            let printed = a.to_toml();
+            assert_eq!(
+                serde_json::to_value(&a).unwrap(),
+                serde_json::to_value(parse(&printed).unwrap()).unwrap(),
+                "{printed}"
+            );
+        }
         for (body, want) in [
-            ("", "cache.size: missing"),
+            ("size = \"lots\"", "or \"auto\" (the default"),
             ("size = \"1MiB\"", "too small"),
             ("size = \"1GiB\"\npolicy = \"mru\"", "cache.policy"),
             ("size = \"1GiB\"\nprefetch = 65", "cache.prefetch"),
@@ -1651,6 +1757,7 @@ path = "/lus/proj/tierfs/${HOSTNAME}"
                 "cache.writeback_delay",
             ),
             ("size = \"1GiB\"\nmax_file = \"2GiB\"", "at most cache.size"),
+            ("max_file = \"0\"", "above zero"),
             ("size = \"1GiB\"\nsizes = 1", "unknown field"),
         ] {
             let e = parse(&format!("{TWO}\n[cache]\n{body}\n")).unwrap_err();

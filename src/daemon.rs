@@ -812,8 +812,21 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
     // A report of an earlier daemon on these tiers is stale now.
     let lost_report = lost_report_path(&tiers[0].root);
     prepare_lost_report(&lost_report);
+    // Staging memory from what this process's job may use: sized here, in the daemon,
+    // because the limit is that of the cgroup the daemon runs in.
+    let staging =
+        crate::cache::memory::Plan::new(&config.cache, crate::cache::memory::Limit::detect());
+    match (&staging.cache, &staging.warning) {
+        (_, Some(why)) => log::warn!("staging memory {why}"),
+        (Some(c), None) => log::info!(
+            "staging memory: {}, {}",
+            crate::units::fmt_bytes(c.size),
+            staging.from
+        ),
+        (None, None) => log::info!("staging memory {}", staging.from),
+    }
     let fs = Arc::new(
-        TierFs::new(config, tiers)
+        TierFs::with_staging(config, tiers, staging)
             .map_err(|e| Failure::runtime(format!("cannot load the tiers: {e}")))?,
     );
     // TIERFS_TRANSPORT overrides `[mount] transport` (the test suite runs on both).

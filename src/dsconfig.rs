@@ -43,6 +43,9 @@ pub struct MountFacts {
     /// FUSE worker threads of the daemon (`mount.threads`).
     pub threads: usize,
     pub tiers: Vec<TierFacts>,
+    /// The mount's staging memory: bytes and where the size comes from (stats.json
+    /// `cache`); `None` without one.
+    pub staging: Option<(u64, String)>,
 }
 
 /// One tier, as far as the choice goes.
@@ -81,6 +84,7 @@ impl MountFacts {
                     est_write_bps: t.est_write_bps,
                 })
                 .collect(),
+            staging: s.cache.as_ref().map(|c| (c.size, c.size_from.clone())),
         }
     }
 }
@@ -384,6 +388,19 @@ pub fn choose(m: &MountFacts, ranks: usize, ranks_from: &str) -> Choice {
         )
     });
 
+    notes.push(match &m.staging {
+        Some((size, from)) => format!(
+            "staging memory: the mount holds up to {} of host memory ({from}), reading the \
+             next swap files ahead and writing behind; it gives memory back first when the \
+             job runs short, so the pinned buffers below need no room set aside for it. A \
+             staged file goes through the daemon, not kernel passthrough.",
+            crate::units::fmt_bytes(*size)
+        ),
+        None => "staging memory: none (cache.size = \"off\", or a memory limit too small \
+                 for it): every swap file goes to the tiers as it is written."
+            .to_string(),
+    });
+
     let param_buffer_count = 5usize.max(2 * n + 1);
     notes.push(format!(
         "offload_param.buffer_count = {param_buffer_count}: enough parameter buffers for two \
@@ -561,6 +578,7 @@ mod tests {
                     est_write_bps: (i == 0).then_some(1.2e9),
                 })
                 .collect(),
+            staging: None,
         }
     }
 
@@ -691,6 +709,23 @@ mod tests {
         assert!(said(&f, "leaves to the daemon"));
         f.passthrough = false;
         assert!(said(&f, "passthrough is off"));
+    }
+
+    #[test]
+    fn staging_memory_is_explained() {
+        let mut f = facts(&[(2e9, true), (1e9, true)], 64, true);
+        let said = |f: &MountFacts, what: &str| {
+            choose(f, 1, "test").notes.iter().any(|n| n.contains(what))
+        };
+        assert!(said(&f, "staging memory: none"));
+        f.staging = Some((
+            256 << 20,
+            "automatic: 1/8 of the memory cgroup v1 limit".into(),
+        ));
+        assert!(said(
+            &f,
+            "holds up to 256.0 MiB of host memory (automatic: 1/8"
+        ));
     }
 
     #[test]

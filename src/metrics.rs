@@ -190,8 +190,12 @@ pub const TIER_QUEUE_GRANTED: Metric = counter(
 pub const QUEUE_CLASSES: [&str; 4] = ["demand_read", "demand_write", "prefetch", "write_back"];
 
 /// Every metric, in the order they are printed.
-// Host-memory cache (only with a `[cache]` section).
+// Host-memory cache (only with a cache).
 pub const CACHE_SIZE: Metric = gauge("tierfs_cache_size_bytes", "The cache's memory bound.");
+pub const CACHE_BUDGET: Metric = gauge(
+    "tierfs_cache_budget_bytes",
+    "Memory the cache may hold now: its size, lower while the job needs the memory.",
+);
 pub const CACHE_USED: Metric = gauge(
     "tierfs_cache_used_bytes",
     "Memory held by cached files (whole files, in 1 MiB blocks).",
@@ -286,6 +290,7 @@ pub const ALL: &[Metric] = &[
     CPU_BYTES,
     FUSE_REQUESTS,
     CACHE_SIZE,
+    CACHE_BUDGET,
     CACHE_USED,
     CACHE_DIRTY,
     CACHE_HIT,
@@ -489,6 +494,7 @@ pub fn render(s: &Snapshot) -> String {
                     vec![],
                     Int(match n {
                         _ if n == CACHE_SIZE.name => c.size,
+                        _ if n == CACHE_BUDGET.name => c.budget,
                         _ if n == CACHE_USED.name => c.used,
                         _ if n == CACHE_DIRTY.name => c.dirty,
                         _ if n == CACHE_HIT.name => c.hit_bytes,
@@ -738,6 +744,8 @@ pub(crate) mod tests {
         assert!(!render(&s).contains("tierfs_cache_"));
         s.cache = Some(crate::stats::CacheStats {
             size: 1 << 30,
+            size_from: "cache.size = \"1GiB\" in the config".into(),
+            budget: 1 << 30,
             used: 2 << 20,
             dirty: 1 << 20,
             hit_bytes: 5,

@@ -166,7 +166,7 @@ pub struct Snapshot {
     pub passthrough: bool,
     pub tiers: Vec<TierStats>,
     pub files: Vec<FileStats>,
-    /// The host-memory cache's totals (None without a `[cache]`; details in `.tierfs/cache`).
+    /// The host-memory cache's totals (None without a cache; details in `.tierfs/cache`).
     #[serde(default)]
     pub cache: Option<CacheStats>,
     #[serde(default)]
@@ -273,6 +273,12 @@ pub struct FuseStats {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CacheStats {
     pub size: u64,
+    /// Where the size comes from (the config, or the memory limit and the rule).
+    #[serde(default)]
+    pub size_from: String,
+    /// Bytes the cache may hold now: the size, lower while the job needs the memory.
+    #[serde(default)]
+    pub budget: u64,
     pub used: u64,
     pub dirty: u64,
     pub hit_bytes: u64,
@@ -376,6 +382,8 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
             let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
             CacheStats {
                 size: c.cfg.size,
+                size_from: c.size_from.clone(),
+                budget: c.budget(),
                 used: c.used(),
                 dirty: get(&k.dirty_bytes),
                 hit_bytes: get(&k.hit_bytes),

@@ -256,6 +256,18 @@ pub fn rename2(from: &Path, to: &Path, flags: u32) -> io::Result<()> {
     })
 }
 
+/// Hands the allocator's free memory back to the kernel. glibc keeps freed blocks in its
+/// arenas (1 MiB blocks stop being mmapped once its threshold has risen past them), where
+/// they still count against the memory cgroup: memory the cache gives up under pressure
+/// must leave the process, not only the cache.
+pub fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointers; it only walks glibc's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Whether `uid` is the effective user of this process.
 pub fn euid() -> u32 {
     // SAFETY: geteuid cannot fail.

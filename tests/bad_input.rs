@@ -463,7 +463,7 @@ fn config_rows() {
     config_row("C28", &format!("{T}[mount]\npassthrough = \"yes\"\n"));
     config_row("C29", &format!("{T}create = \"yes\"\n"));
     let cache = |body: &str| format!("{T}[cache]\n{body}\n");
-    config_row("C34", &cache(""));
+    config_row("C34", &cache("size = \"lots\""));
     config_row("C35", &cache("size = \"1MiB\""));
     config_row("C36", &cache("size = \"1GiB\"\npolicy = \"mru\""));
     config_row("C37", &cache("size = \"1GiB\"\nprefetch = 65"));

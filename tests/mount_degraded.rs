@@ -37,7 +37,7 @@ impl Env {
                 "[[tier]]\nname = \"fast\"\npath = \"{}\"\ncreate = true\nwrite_bandwidth = \"2GB/s\"\n\
                  [[tier]]\nname = \"slow\"\npath = \"{}/tier\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
                  [placement]\nlayout = \"stripe\"\nstripe_unit = \"1MiB\"\n\
-                 [mount]\nlog_file = \"{}\"\n{}",
+                 [mount]\nlog_file = \"{}\"\n{}[cache]\nsize = \"off\"\n",
                 self.fast().display(),
                 self.pfs().display(),
                 self.log().display(),

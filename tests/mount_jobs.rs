@@ -342,7 +342,8 @@ fn the_next_mount_removes_what_a_killed_scratch_daemon_left() {
                 "[[tier]]\nname = \"nvme\"\npath = \"{}/tierfs-${{JOB}}\"\ncreate = true\n\
                  write_bandwidth = \"1GB/s\"\n[[tier]]\nname = \"pfs\"\n\
                  path = \"{}/${{HOSTNAME}}-${{JOB}}\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
-                 [mount]\nscratch = {scratch}\nlog_file = \"{}/job{id}.log\"\n",
+                 [mount]\nscratch = {scratch}\nlog_file = \"{}/job{id}.log\"\n\
+                 [cache]\nsize = \"off\"\n",
                 nvme.display(),
                 pfs.display(),
                 base.path().display()
@@ -463,7 +464,8 @@ fn job_id_variables_in_paths_work_in_check_config_and_mount() {
         &cfg,
         format!(
             "[[tier]]\nname = \"nvme\"\npath = \"{0}/nvme-${{SLURM_JOB_ID}}\"\ncreate = true\n\
-             write_bandwidth = \"1GB/s\"\n[mount]\nlog_file = \"{0}/${{SLURM_JOB_ID}}.log\"\n",
+             write_bandwidth = \"1GB/s\"\n[mount]\nlog_file = \"{0}/${{SLURM_JOB_ID}}.log\"\n\
+             [cache]\nsize = \"off\"\n",
             d.path().display()
         ),
     )

@@ -1,4 +1,5 @@
-//! The shortest real-mount check: write, read back, see the split in the stats.
+//! The shortest real-mount check, on the defaults (automatic staging memory included):
+//! write, read back, see the split in the stats.
 mod common;
 use common::*;
 
@@ -6,7 +7,8 @@ use common::*;
 fn direct_write_read_back_and_shares() {
     require!(fuse());
     for layout in ["whole-file", "stripe"] {
-        let s = Setup::two(layout);
+        let mut s = Setup::two(layout);
+        s.auto_staging = true;
         let m = s.mount();
         for i in 0..12 {
             let data = pattern(8 << 20, i);

@@ -105,7 +105,7 @@ fn read_only_tier_keeps_data_and_moves_rewrites() {
         "[[tier]]\nname = \"fast\"\npath = \"{}/t\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
          [[tier]]\nname = \"slow\"\npath = \"{}/t\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
          [placement]\nlayout = \"whole-file\"\n\
-         [mount]\nlog_file = \"{}\"\npassthrough = \"off\"\n",
+         [mount]\nlog_file = \"{}\"\npassthrough = \"off\"\n[cache]\nsize = \"off\"\n",
         ma.display(),
         mb.display(),
         s.log_path().display()
@@ -190,7 +190,7 @@ fn slow_tier_is_paused_then_resumes() {
          [[tier]]\nname = \"slow\"\npath = \"{}/t\"\ncreate = true\n\
          read_bandwidth = \"100MB/s\"\nwrite_bandwidth = \"100MB/s\"\n\
          [placement]\nlayout = \"stripe\"\nadapt = true\n\
-         [mount]\nlog_file = \"{}\"\npassthrough = \"off\"\n",
+         [mount]\nlog_file = \"{}\"\npassthrough = \"off\"\n[cache]\nsize = \"off\"\n",
         ma.display(),
         mb.display(),
         s.log_path().display()

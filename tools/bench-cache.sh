@@ -99,6 +99,8 @@ config() {  # TARGET -> config path
     printf '[placement]\nlayout = "stripe"\n[mount]\nlog_file = "%s/daemon-%s.log"\n' "$BENCH_DIR" "$1"
     case $1 in
       learned|lru) printf '[cache]\nsize = %d\npolicy = "%s"\n%s\n' "$CACHE_BYTES" "$1" "${CACHE_EXTRA:-}" ;;
+      # "stripe" is tierfs without a cache, which since issue #14 has to be said.
+      *) printf '[cache]\nsize = "off"\n' ;;
     esac
   } >"$c"
   echo "$c"

@@ -67,8 +67,10 @@ config() {  # TARGET -> config path (bandwidths come from the cached probe)
   # otherwise passthrough = "direct", so fio's O_DIRECT opens of whole files are passthrough
   local t=${1%@*}; local c=$BENCH_DIR/$1.toml layout=${t%+nopt} pt=direct
   [ "$t" = "$layout" ] || pt=off
+  # No staging memory (the default since issue #14): this measures the tiers' data path, and
+  # an automatic cache would hold fio's files in memory.
   { cat "$BENCH_DIR/probe.toml"
-    printf '[placement]\nlayout = "%s"\n[mount]\nlog_file = "%s/daemon.log"\npassthrough = "%s"\n%s\n' \
+    printf '[placement]\nlayout = "%s"\n[mount]\nlog_file = "%s/daemon.log"\npassthrough = "%s"\n%s\n[cache]\nsize = "off"\n' \
       "$layout" "$BENCH_DIR" "$pt" "${MOUNT_EXTRA:-}"; } >"$c"
   echo "$c"
 }

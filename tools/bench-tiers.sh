@@ -138,7 +138,9 @@ config() {  # TARGET -> config path (bandwidths come from the cached probe)
   # whole-file-pt: kernel passthrough also for O_DIRECT opens (all of DeepSpeed's)
   [ "$1" = whole-file-pt ] && extra='passthrough = "direct"'
   [[ $1 == *-user ]] && rm -f "$logf"
-  { cat "$BENCH_DIR/probe.toml"; printf '[placement]\nlayout = "%s"\n[mount]\nlog_file = "%s"\n%s\n' "$layout" "$logf" "$extra"; } >"$c"
+  # No staging memory, as when the figures in docs/PERFORMANCE.md were measured (it is on by
+  # default since issue #14).
+  { cat "$BENCH_DIR/probe.toml"; printf '[placement]\nlayout = "%s"\n[mount]\nlog_file = "%s"\n%s\n[cache]\nsize = "off"\n' "$layout" "$logf" "$extra"; } >"$c"
   echo "$c"
 }
 

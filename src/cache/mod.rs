@@ -14,9 +14,13 @@
 //! whose next use is unknown is only admitted into free memory, so the first pass fills the
 //! cache with the head of the cycle and later passes keep it.
 //!
+//! The budget is the configured size, lowered while the job needs the memory: the pressure
+//! watch ([`memory`]) sets it, and the core writes back and evicts down to it.
+//!
 //! The I/O itself (filling blocks, writing dirty ones back, evicting, which needs the file's
 //! lock) belongs to the core, `crate::fs::cached`; this module owns the bookkeeping.
 
+pub mod memory;
 pub mod order;
 
 use crate::config::{CacheConfig, CachePolicy};
@@ -199,6 +203,10 @@ pub struct Counters {
     /// Dirty bytes dropped because their file was deleted first: writes that never had
     /// to reach a tier.
     pub discarded_dirty_bytes: AtomicU64,
+    /// Times the pressure watch lowered the budget.
+    pub pressure_shrinks: AtomicU64,
+    /// Bytes of cached files evicted to get under a lowered budget.
+    pub pressure_evicted_bytes: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -233,6 +241,13 @@ struct WbRequest {
 #[derive(Debug)]
 pub struct Cache {
     pub cfg: CacheConfig,
+    /// Where `cfg.size` comes from, in words ([`memory::Plan::from`]).
+    pub size_from: String,
+    /// The memory limit the pressure watch follows (none: no watch).
+    pub watch: Option<memory::Limit>,
+    /// Bytes the cache may hold now: `cfg.size`, lower while the watch says the job needs
+    /// the memory.
+    budget: AtomicU64,
     inner: Mutex<Inner>,
     orders: Mutex<HashMap<u64, DirOrder>>,
     pub counters: Counters,
@@ -259,9 +274,18 @@ pub fn reserve_for(size: u64) -> u64 {
 }
 
 impl Cache {
+    /// A cache of a size the config states, without a pressure watch.
     pub fn new(cfg: CacheConfig) -> Cache {
+        Cache::planned(cfg, "cache.size in the config".into(), None)
+    }
+
+    /// A cache sized by a [`memory::Plan`]: `from` says why, `watch` is the limit to follow.
+    pub fn planned(cfg: CacheConfig, from: String, watch: Option<memory::Limit>) -> Cache {
         let (prefetch_tx, prefetch_rx) = crossbeam_channel::unbounded();
         Cache {
+            budget: AtomicU64::new(cfg.size),
+            size_from: from,
+            watch,
             cfg,
             inner: Mutex::new(Inner::default()),
             orders: Mutex::new(HashMap::new()),
@@ -353,7 +377,7 @@ impl Cache {
     /// Takes `bytes` of the budget if they are free.
     pub fn try_reserve(&self, bytes: u64) -> bool {
         let mut inner = self.inner.lock();
-        if inner.used + bytes <= self.cfg.size {
+        if inner.used + bytes <= self.budget() {
             inner.used += bytes;
             true
         } else {
@@ -373,7 +397,7 @@ impl Cache {
     pub fn victims(&self, need: u64, rank: u64, exclude: u64) -> Option<Vec<Victim>> {
         let inner = self.inner.lock();
         let orders = self.orders.lock();
-        let free = self.cfg.size.saturating_sub(inner.used);
+        let free = self.budget().saturating_sub(inner.used);
         let mut cands: Vec<(u64, &Resident)> = inner
             .files
             .iter()
@@ -522,6 +546,35 @@ impl Cache {
 
     pub fn used(&self) -> u64 {
         self.inner.lock().used
+    }
+
+    /// Bytes the cache may hold now (see [`Cache::set_budget`]).
+    pub fn budget(&self) -> u64 {
+        self.budget.load(Ordering::Relaxed)
+    }
+
+    /// Sets the budget, at most the configured size. A lower one takes no new files until
+    /// the core has evicted down to it (`TierFs::shrink_cache`).
+    pub fn set_budget(&self, bytes: u64) {
+        let old = self
+            .budget
+            .swap(bytes.min(self.cfg.size), Ordering::Relaxed);
+        if bytes < old {
+            self.counters
+                .pressure_shrinks
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Cached files, the ones to give up first (largest rank) first.
+    pub fn residents_by_rank(&self) -> Vec<(Arc<FileNode>, Arc<Entry>)> {
+        let mut v: Vec<(u64, Arc<FileNode>, Arc<Entry>)> = self
+            .residents()
+            .into_iter()
+            .map(|(n, e)| (self.rank_of_entry(&e), n, e))
+            .collect();
+        v.sort_by_key(|w| std::cmp::Reverse(w.0));
+        v.into_iter().map(|(_, n, e)| (n, e)).collect()
     }
 
     /// Queues a prefetch of `ino` (once while it waits); `asked`: by a control command.

@@ -10,6 +10,7 @@
 use super::*;
 use crate::cache::{self, Cache, Entry, Slot, BLOCK};
 use crate::control::Command;
+use std::time::Instant;
 
 /// Threads that fill one prefetched file's blocks together (the tier queues bound what is
 /// really in flight).
@@ -17,6 +18,9 @@ const PREFETCH_FILL_THREADS: usize = 4;
 
 /// Dirty blocks written back together (one engine batch: requests in flight at once).
 const WRITEBACK_BATCH: usize = 8;
+
+/// How long [`TierFs::shrink_cache`] works at getting under a lowered budget.
+const SHRINK_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl TierFs {
     pub fn cache(&self) -> Option<&Arc<Cache>> {
@@ -734,6 +738,99 @@ impl TierFs {
         }
     }
 
+    /// Lowers (or raises) the cache's budget to `target` bytes and, when it holds more,
+    /// evicts until it holds no more than the budget: clean files first, the ones needed
+    /// last first (that frees memory at once), then dirty ones, written back first. Gives
+    /// up after [`SHRINK_WITHIN`] (files busy all that time, or write-back failing); the
+    /// watch's next poll tries again.
+    pub fn shrink_cache(&self, target: u64) {
+        let Some(c) = &self.cache else { return };
+        c.set_budget(target);
+        let deadline = Instant::now() + SHRINK_WITHIN;
+        let over = || c.used() > c.budget() && Instant::now() < deadline;
+        let mut freed = false;
+        while over() {
+            for write_back in [false, true] {
+                for (node, e) in c.residents_by_rank() {
+                    if !over() {
+                        break;
+                    }
+                    if e.dirty_blocks() > 0 {
+                        if !write_back || node.gone.load(Ordering::Relaxed) {
+                            continue;
+                        }
+                        if let Err(err) = self.write_back(&node, &e, e.ino) {
+                            log::warn!(
+                                "memory pressure: write-back of inode {} failed (kept): {err}",
+                                e.ino
+                            );
+                            continue;
+                        }
+                    }
+                    let bytes = e.reserved();
+                    if self.evict(c, &node, &e) {
+                        freed = true;
+                        c.counters
+                            .pressure_evicted_bytes
+                            .fetch_add(bytes, Ordering::Relaxed);
+                    }
+                }
+            }
+            if over() {
+                // Files held by a request or written to meanwhile: let them go first.
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        if freed {
+            sys::trim_heap();
+        }
+    }
+
+    /// The pressure watch ([`crate::cache::memory`]): every poll, the budget follows the
+    /// memory the job leaves free, and the cache gets under a lowered one at once.
+    pub fn memory_watch_loop(&self) {
+        use crate::cache::memory;
+        let Some(c) = &self.cache else { return };
+        let Some(limit) = &c.watch else { return };
+        let reserve = memory::reserve_for(limit.bytes);
+        let mut low = false;
+        while !c.stop.load(Ordering::Relaxed) {
+            std::thread::sleep(memory::POLL);
+            let Some(in_use) = limit.in_use() else {
+                continue;
+            };
+            let free = limit.bytes.saturating_sub(in_use);
+            let cur = c.budget();
+            let next = memory::next_budget(cur, c.used(), c.cfg.size, free, reserve);
+            if next < cur {
+                // Staging giving way is what it is for, not a fault: INFO, once a spell.
+                if !low {
+                    log::info!(
+                        "memory pressure: {} free of {} (keeping {} free); staging budget \
+                         {} -> {}",
+                        crate::units::fmt_bytes(free),
+                        limit.describe(),
+                        crate::units::fmt_bytes(reserve),
+                        crate::units::fmt_bytes(cur),
+                        crate::units::fmt_bytes(next)
+                    );
+                }
+                low = true;
+                self.ledger
+                    .charge(crate::ledger::Class::WriteBack, || self.shrink_cache(next));
+            } else if next > cur {
+                c.set_budget(next);
+                if next == c.cfg.size && low {
+                    log::info!(
+                        "memory pressure over: staging budget back to {}",
+                        crate::units::fmt_bytes(next)
+                    );
+                    low = false;
+                }
+            }
+        }
+    }
+
     /// Stops the cache's threads' loops (they finish what they hold).
     pub fn stop_cache(&self) {
         if let Some(c) = &self.cache {
@@ -830,6 +927,15 @@ impl TierFs {
 pub struct CacheView {
     pub enabled: bool,
     pub config: Option<crate::config::CacheConfig>,
+    /// Where the size comes from (the config, or the memory limit and the rule), or why
+    /// there is no cache.
+    pub size_from: String,
+    /// Bytes the cache may hold now: the size, lower while the job needs the memory.
+    pub budget: u64,
+    /// Times memory pressure lowered the budget.
+    pub pressure_shrinks: u64,
+    /// Bytes of cached files evicted to get under a lowered budget.
+    pub pressure_evicted_bytes: u64,
     /// Budget held by cached files (whole files, rounded up to blocks).
     pub used: u64,
     /// Memory really allocated for blocks.
@@ -866,6 +972,10 @@ pub struct MemoryView {
     pub bound: u64,
     /// Resident set size of the daemon now.
     pub rss: u64,
+    /// The job's memory limit the pressure watch follows (null: no watch).
+    pub job_limit: Option<u64>,
+    /// Of it, in use now and not droppable by the kernel (usage less inactive page cache).
+    pub job_in_use: Option<u64>,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -907,6 +1017,10 @@ impl TierFs {
             return CacheView {
                 enabled: false,
                 config: None,
+                size_from: self.staging_from.clone(),
+                budget: 0,
+                pressure_shrinks: 0,
+                pressure_evicted_bytes: 0,
                 used: 0,
                 allocated: 0,
                 dirty: 0,
@@ -930,6 +1044,8 @@ impl TierFs {
                     buffers_bound,
                     bound: buffers_bound,
                     rss: rss_bytes(),
+                    job_limit: None,
+                    job_in_use: None,
                 },
                 orders: Vec::new(),
                 files: Vec::new(),
@@ -988,6 +1104,10 @@ impl TierFs {
         CacheView {
             enabled: true,
             config: Some(c.cfg.clone()),
+            size_from: c.size_from.clone(),
+            budget: c.budget(),
+            pressure_shrinks: get(&k.pressure_shrinks),
+            pressure_evicted_bytes: get(&k.pressure_evicted_bytes),
             used: c.used(),
             allocated,
             dirty: get(&k.dirty_bytes),
@@ -1015,6 +1135,8 @@ impl TierFs {
                 buffers_bound,
                 bound: c.cfg.size + buffers_bound,
                 rss: rss_bytes(),
+                job_limit: c.watch.as_ref().map(|l| l.bytes),
+                job_in_use: c.watch.as_ref().and_then(|l| l.in_use()),
             },
             orders,
             files,
@@ -1041,6 +1163,14 @@ impl TierFs {
                 .name("tierfs-prefetch".into())
                 .spawn(move || f.prefetch_loop())?,
         );
+        if fs.cache.as_ref().is_some_and(|c| c.watch.is_some()) {
+            let f = fs.clone();
+            out.push(
+                std::thread::Builder::new()
+                    .name("tierfs-memwatch".into())
+                    .spawn(move || f.memory_watch_loop())?,
+            );
+        }
         Ok(out)
     }
 }

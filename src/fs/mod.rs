@@ -429,6 +429,8 @@ pub struct TierFs {
     aside: Mutex<Vec<(PathBuf, usize)>>,
     /// `[cache]`: the host-memory tier.
     cache: Option<Arc<crate::cache::Cache>>,
+    /// Where the cache's size comes from, or why there is none (`.tierfs/cache`).
+    staging_from: String,
     /// How batches of backing requests are issued (`[mount] engine`).
     engine: Box<dyn crate::engine::Engine>,
     /// FUSE threads (each holds a 1 MiB read buffer: part of the memory bound).
@@ -498,8 +500,23 @@ fn is_rescuable(e: &std::io::Error) -> bool {
 }
 
 impl TierFs {
-    /// Builds the filesystem over opened tiers and rebuilds the tree from what they hold.
+    /// Builds the filesystem over opened tiers and rebuilds the tree from what they hold,
+    /// with a cache only where the config states its size (an automatic size is the
+    /// mount's to choose: [`TierFs::with_staging`]).
     pub fn new(config: &MountConfig, tiers: Vec<Tier>) -> Result<TierFs> {
+        Self::with_staging(
+            config,
+            tiers,
+            crate::cache::memory::Plan::stated(&config.cache),
+        )
+    }
+
+    /// [`TierFs::new`] with the staging memory the mount chose ([`crate::cache::memory`]).
+    pub fn with_staging(
+        config: &MountConfig,
+        tiers: Vec<Tier>,
+        staging: crate::cache::memory::Plan,
+    ) -> Result<TierFs> {
         let bws: Vec<f64> = tiers
             .iter()
             .map(|t| placement::effective_bandwidth(t.read_bps, t.write_bps))
@@ -547,10 +564,14 @@ impl TierFs {
             aside: Mutex::new(Vec::new()),
             adapt: config.placement.adapt,
             min_share: config.placement.min_share,
-            cache: config
-                .cache
-                .clone()
-                .map(|c| Arc::new(crate::cache::Cache::new(c))),
+            cache: staging.cache.map(|c| {
+                Arc::new(crate::cache::Cache::planned(
+                    c,
+                    staging.from.clone(),
+                    staging.limit,
+                ))
+            }),
+            staging_from: staging.from,
             threads: config.mount.threads,
             engine: crate::engine::choose(config.mount.engine),
             relayout: RelayoutCounters::default(),

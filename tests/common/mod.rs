@@ -134,19 +134,33 @@ pub struct Setup {
     pub tiers: Vec<TierSpec>,
     pub layout: String,
     pub extra: String,
+    /// Leave the staging memory at its default (automatic, sized from the memory limit).
+    /// False (the default here) adds `[cache] size = "off"` unless `extra` has a `[cache]`:
+    /// most tests check what reaches the tiers, which pieces hold what and which opens go
+    /// to kernel passthrough, and a cache holding writes for `writeback_delay` seconds (and
+    /// keeping its files out of passthrough) changes all three; the cache's own tests say
+    /// what cache they mean.
+    pub auto_staging: bool,
 }
 
 impl Setup {
     pub fn new(tiers: Vec<TierSpec>, layout: &str) -> Setup {
+        let parent = std::env::var_os("TIERFS_TEST_DIR").unwrap_or_else(|| "/tmp".into());
+        Setup::new_in(Path::new(&parent), tiers, layout)
+    }
+
+    /// [`Setup::new`] with its folders (tiers included) under `parent`.
+    pub fn new_in(parent: &Path, tiers: Vec<TierSpec>, layout: &str) -> Setup {
         let dir = tempfile::Builder::new()
             .prefix("tierfs-test-")
-            .tempdir_in(std::env::var_os("TIERFS_TEST_DIR").unwrap_or_else(|| "/tmp".into()))
+            .tempdir_in(parent)
             .expect("temp dir");
         Setup {
             dir,
             tiers,
             layout: layout.into(),
             extra: String::new(),
+            auto_staging: false,
         }
     }
 
@@ -205,6 +219,9 @@ impl Setup {
             self.log_path().display()
         ));
         s.push_str(&self.extra);
+        if !self.auto_staging && !self.extra.contains("[cache]") {
+            s.push_str("\n[cache]\nsize = \"off\"\n");
+        }
         s
     }
 
@@ -225,13 +242,31 @@ impl Setup {
     /// Mounts (panics with the daemon's message on failure).
     pub fn mount(&self) -> Mount<'_> {
         let cfg = self.write_config();
-        let out = Command::new(tierfs_bin())
-            .arg("mount")
+        let mut cmd = Command::new(tierfs_bin());
+        cmd.arg("mount")
             .arg("--config")
             .arg(&cfg)
-            .arg(self.mountpoint())
-            .output()
-            .expect("run tierfs mount");
+            .arg(self.mountpoint());
+        self.mount_by(cmd)
+    }
+
+    /// Mounts with `tierfs mount` started in the cgroup whose `cgroup.procs` is `procs`, so
+    /// the daemon runs there (panics with the daemon's message on failure).
+    pub fn mount_in_cgroup(&self, procs: &Path) -> Mount<'_> {
+        let cfg = self.write_config();
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(r#"echo $$ > "$1" && exec "$2" mount --config "$3" "$4""#)
+            .arg("sh")
+            .arg(procs)
+            .arg(tierfs_bin())
+            .arg(&cfg)
+            .arg(self.mountpoint());
+        self.mount_by(cmd)
+    }
+
+    fn mount_by(&self, mut cmd: Command) -> Mount<'_> {
+        let out = cmd.output().expect("run tierfs mount");
         assert!(
             out.status.success(),
             "tierfs mount failed: {}\nlog:\n{}",

@@ -8,7 +8,8 @@
 # Environment: TIERFS_TRANSPORT (auto, uring, dev: the daemon's transport, checked),
 # PASSTHROUGH (default: none in the config, so the product's defaults decide: as root
 # whole files with DeepSpeed's swap files in kernel passthrough), CACHE (a size such as
-# "64MiB": mount with tierfs's host-memory cache of that size; default none), WORK (temp folder),
+# "64MiB": mount with a host-memory cache of that size, "off" for none; default: the
+# automatic size, as a config without [cache] gets), WORK (temp folder),
 # and everything smoke.sh reads (TIERFS_DS_VENV, TORCH_EXTENSIONS_DIR, SMOKE_STEPS).
 # The first run on a machine installs torch and deepspeed into a venv outside the repo
 # (~3 GB of wheels) and JIT-builds DeepSpeed's ops (~6.5 min on 2 cores).
@@ -51,20 +52,20 @@ case "${TIERFS_TRANSPORT:-auto}" in
   *) echo "FAIL: TIERFS_TRANSPORT=$TIERFS_TRANSPORT but the mount uses $TRANSPORT" >&2; exit 1 ;;
 esac
 SMOKE_CLEANUP=1 "$ROOT/tools/deepspeed/smoke.sh" "$WORK/plain" "$WORK/mnt/ds"
-echo "--- tierfs after the run (passthrough = $PT, cache = ${CACHE:-none}, transport = $TRANSPORT)"
+echo "--- tierfs after the run (passthrough = $PT, cache = ${CACHE:-auto}, transport = $TRANSPORT)"
 "$BIN" stat "$WORK/mnt"
-if [ -n "${CACHE:-}" ]; then
-  python3 - "$WORK/mnt/.tierfs/cache" <<'EOF'
+python3 - "$WORK/mnt/.tierfs/cache" <<'EOF'
 import json, sys
 c = json.load(open(sys.argv[1]))
-print("cache: %d MiB used of %d, hits %.0f MiB, misses %.0f MiB, absorbed %.0f MiB, written back %.0f MiB, "
+print("cache size: %s" % c["size_from"])
+if c["enabled"]:
+  print("cache: %d MiB used of %d, hits %.0f MiB, misses %.0f MiB, absorbed %.0f MiB, written back %.0f MiB, "
       "evictions %d, discarded dirty %.0f MiB" % (c["used"] >> 20, c["config"]["size"] >> 20,
       c["hit_bytes"] / 2**20, c["miss_bytes"] / 2**20, c["absorbed_bytes"] / 2**20,
       c["writeback_bytes"] / 2**20, c["evictions"], c["discarded_dirty_bytes"] / 2**20))
-for o in c["orders"]:
+  for o in c["orders"]:
     print("  order %s: %s, cycle of %d files, %d cycles" % (o["dir"], o["mode"], o["cycle_len"], o["cycles"]))
 EOF
-fi
 # The daemon's log: a WARN or ERROR line fails the test unless it is expected here, by
 # a pattern below with its reason. This run has no faults, so none is listed: anything the
 # daemon warns about (a refused O_DIRECT, a failed backing call, a panic) is a finding.

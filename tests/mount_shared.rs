@@ -34,7 +34,7 @@ impl Node {
              read_bandwidth = \"1GB/s\"\nwrite_bandwidth = \"1GB/s\"\n\
              shared_ledger = \"{ledger}\"\nshared_job = \"${{TIERFS_TEST_JOB}}\"\n\
              shared_node = \"{n}\"\n\
-             [mount]\nlog_file = \"{log}\"\n",
+             [mount]\nlog_file = \"{log}\"\n[cache]\nsize = \"off\"\n",
             d = self.s.dir.path().display(),
             shared = shared.display(),
             n = self.name,

@@ -36,7 +36,7 @@
 #
 # Environment (defaults in brackets; QUICK=1 changes those marked q):
 #   RUNS [3, q:1]  STEPS [8, q:4]  RANKS [2]  WARMUP_STEPS [3, q:2]
-#   MODEL_ARGS [--d-model 768 --layers 6 --heads 12 --batch 2 --seq 64; q: --d-model 384
+#   MODEL_ARGS [--d-model 768 --layers 6 --heads 12 --batch 1 --seq 64; q: --d-model 384
 #              --layers 4 --heads 6]  extra train_bench.py arguments (e.g. --threads, --sub-group-size)
 #   TARGETS ["shm nvme pfs tierfs-root tierfs-user"]   EXTRA_TARGETS [""]
 #   OUT [/tmp/dsbench-DATE]   TIERFS [target/release/tierfs]   BENCH_USER [tierfs-test]
@@ -47,6 +47,9 @@
 #   NVME_TIER [dsb-nvme] PFS_TIER [dsb-pfs] NVME_GB [4] PFS_GB [6]  MNT [/mnt/dsb-tierfs]
 #   TIERFS_DS_VENV, TORCH_EXTENSIONS_DIR (as for smoke.sh)  RUN_TIMEOUT [1800 s per training]
 #   PLOT [1]: make the PNG (installs matplotlib into PLOT_VENV [~/.cache/tierfs/plot-venv] once)
+#   SELFTEST_CORRUPT [""]: TARGET[:STEP] - harness self-test: in that target's trainings rank 0
+#              zeroes 4 KiB of a master-weight swap file after STEP (default 1), so its losses
+#              must be reported as differing (and the exit status is 1)
 # Exit status: 0 when every run of every target finished and all losses agree, 1 otherwise,
 # 2 on usage errors. Everything it sets up (tiers, mounts, daemons, cgroups, /dev/fuse mode,
 # temporary folders) is taken down on exit, Ctrl-C included.
@@ -62,10 +65,10 @@ log() { echo "bench.sh $(date +%H:%M:%S): $*" >&2; }
 QUICK=${QUICK:-0}
 if [ "$QUICK" = 1 ]; then
   RUNS=${RUNS:-1} STEPS=${STEPS:-4} WARMUP_STEPS=${WARMUP_STEPS:-2}
-  MODEL_ARGS=${MODEL_ARGS:---d-model 384 --layers 4 --heads 6 --batch 2 --seq 64}
+  MODEL_ARGS=${MODEL_ARGS:---d-model 384 --layers 4 --heads 6 --batch 1 --seq 64}
 else
   RUNS=${RUNS:-3} STEPS=${STEPS:-8} WARMUP_STEPS=${WARMUP_STEPS:-3}
-  MODEL_ARGS=${MODEL_ARGS:---d-model 768 --layers 6 --heads 12 --batch 2 --seq 64}
+  MODEL_ARGS=${MODEL_ARGS:---d-model 768 --layers 6 --heads 12 --batch 1 --seq 64}
 fi
 RANKS=${RANKS:-2}
 TARGETS=${TARGETS:-shm nvme pfs tierfs-root tierfs-user}
@@ -243,6 +246,12 @@ for e in "${EXTRA[@]}"; do put "extra_target" "$e"; done
 put bench_blkio "$(bash "$TIERBED" check $$ 2>&1 || true)"
 
 if [ "$USER_TARGETS" = 1 ]; then
+  # DeepSpeed mlock()s its aio buffers even with pin_memory false (see as-user.sh --memlock).
+  if (ulimit -l unlimited) 2>/dev/null; then
+    put user_memlock "ulimit -l unlimited"
+  else
+    put user_memlock "RLIMIT_MEMLOCK $(ulimit -Hl) KiB cannot be raised here (no CAP_SYS_RESOURCE): the user's training runs with ambient CAP_IPC_LOCK instead"
+  fi
   FUSE_MODE=$(stat -c %a /dev/fuse)
   if [ "$FUSE_MODE" = 666 ]; then FUSE_MODE=""; else chmod 0666 /dev/fuse; log "/dev/fuse mode $FUSE_MODE -> 666 for this run"; fi
 fi
@@ -283,7 +292,10 @@ for t in $TARGETS; do
 done
 
 # ---- the runners ------------------------------------------------------------------------------
-BASE_ENV=(PATH="$VENV/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" LANG=C.UTF-8
+# The venv's bin last: torch runs `ninja` from PATH for the JIT ops, and the venv's ninja
+# (1.13) and Debian's (1.11) write incompatible .ninja_log files, so alternating between them
+# rebuilds every op from scratch; smoke.sh (and CI) use the system one.
+BASE_ENV=(PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$VENV/bin" LANG=C.UTF-8
           DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$EXT" PYTHONDONTWRITEBYTECODE=1)
 DAEMON_VARS=()
 [ -z "${TIERFS_TRANSPORT:-}" ] || DAEMON_VARS+=("TIERFS_TRANSPORT=$TIERFS_TRANSPORT")
@@ -293,7 +305,7 @@ runner() {  # root|user -> sets RUN (the command prefix for training)
   if [ "$1" = root ]; then
     RUN=(env -i "${BASE_ENV[@]}" HOME="$HOME" USER=root)
   else
-    RUN=("$HERE/as-user.sh" "$BENCH_USER" --expose "$VENV" --expose "$PYHOME"
+    RUN=("$HERE/as-user.sh" "$BENCH_USER" --memlock --expose "$VENV" --expose "$PYHOME"
          --writable "$EXT=$WORK/ext-user" -- env -i "${BASE_ENV[@]}" HOME="$UHOME" USER="$BENCH_USER")
   fi
 }
@@ -378,6 +390,9 @@ run_target() {  # RUN POSITION TARGET
   printf 'target\t%s\nrun\t%s\nposition\t%s\nkind\t%s\nwho\t%s\nstart\t%s\nload_before\t%s\n' \
     "$t" "$run" "$pos" "$kind" "$who" "$(date +%s)" "$(cut -d' ' -f1 /proc/loadavg)" >"$m"
   local args=(--block-dev "nvme=$NVME_DEV" --block-dev "pfs=$PFS_DEV")
+  if [ -n "${SELFTEST_CORRUPT:-}" ] && [ "${SELFTEST_CORRUPT%%:*}" = "$t" ]; then
+    args+=(--self-test-corrupt-after "$(if [[ $SELFTEST_CORRUPT == *:* ]]; then echo "${SELFTEST_CORRUPT#*:}"; else echo 1; fi)")
+  fi
   case $kind in
     shm) dir=$SHM/ds ;;
     nvme) dir=$NVME/plain/ds ;;
@@ -406,15 +421,23 @@ run_target() {  # RUN POSITION TARGET
     FAILED=1
   fi
   if [ "$kind" = tierfs ]; then
-    as_owner cat "$MNT/.tierfs/stats.json" >"$res/stats-end.json" 2>/dev/null || true
+    as_owner cat "$MNT/.tierfs/stats.json" >"$res/stats-end.json" 2>/dev/null || rm -f "$res/stats-end.json"
     as_owner cat "$MNT/.tierfs/cache" >"$res/cache-end.json" 2>/dev/null || rm -f "$res/cache-end.json"
     memcg_report "$res"
-    as_owner rm -rf "$dir"
+    if grep -qE '^oom_control oom_kill [1-9]' "$res/memcg.txt"; then
+      log "run $run $t: the daemon was OOM-killed by its memory cgroup (limit $MEMCG_LIMIT_B bytes)"
+      printf 'daemon_oom_killed	1
+' >>"$m"
+      FAILED=1
+    fi
+    as_owner rm -rf "$dir" 2>/dev/null || true
     unmount_tierfs
     memcg_remove
     cp "$NVME/tierfs/.tierfs-meta/daemon.log" "$res/daemon.log" 2>/dev/null || true
+    # A dead daemon leaves its swap folder in the tiers: clear it for the next target.
+    rm -rf "$NVME/tierfs/data/ds" "$PFS/tierfs/data/ds" 2>/dev/null || true
   else
-    rm -rf "$dir"
+    rm -rf "$dir" || true
   fi
 }
 
@@ -470,7 +493,7 @@ if [ "$USER_TARGETS" = 1 ]; then
   cp -a "$EXT" "$WORK/ext-user"; chown -R "$BENCH_USER" "$WORK/ext-user"
   mkdir -p "$SHM/user" "$OUT/setup/user"; chown "$BENCH_USER" "$SHM/user"
   log "warm-up as $BENCH_USER (1 step, small model)"
-  MODEL_ARGS_SAVED=$MODEL_ARGS; MODEL_ARGS="--d-model 384 --layers 4 --heads 6 --batch 2 --seq 64"
+  MODEL_ARGS_SAVED=$MODEL_ARGS; MODEL_ARGS="--d-model 384 --layers 4 --heads 6 --batch 1 --seq 64"
   if ! train user "$SHM/user/ds" "$OUT/setup/user" --steps 1; then
     tail -20 "$OUT/setup/user/train.out" >&2; die "the warm-up as $BENCH_USER failed (see $OUT/setup/user/train.out)"
   fi
@@ -485,7 +508,8 @@ NT=${#TLIST[@]}
 for run in $(seq 1 "$RUNS"); do
   for i in $(seq 0 $((NT - 1))); do
     t=${TLIST[$(( (i + run - 1) % NT ))]}
-    run_target "$run" "$((i + 1))" "$t"
+    # A target that fails is recorded and the runs go on (errexit is off inside, by design).
+    run_target "$run" "$((i + 1))" "$t" || true
   done
 done
 put end "$(date -u '+%Y-%m-%d %H:%M UTC')"; put load_end "$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -273,6 +273,8 @@ def main():
             notes.append(f"- {t}: daemon run by {', '.join(s['daemon_user']) or '?'} in memory cgroup "
                          f"{', '.join(s['daemon_memcg']) or '?'}; tierbed caps apply to it: "
                          f"{'yes' if capped else 'NO'} (`tierbed.sh check`: {'; '.join(s['daemon_blkio'])})")
+    if g.get("user_memlock"):
+        notes.append(f"- user targets: memory locking for DeepSpeed's aio buffers: {g['user_memlock']}")
     for m in mismatches:
         notes.append(f"- MISMATCH {m}")
     if notes:

@@ -32,6 +32,7 @@ the DeepSpeed config and the parameter count); stdout shows rank 0's progress. E
 """
 
 import argparse
+import glob
 import hashlib
 import json
 import math
@@ -61,6 +62,14 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--sub-group-size", type=int, default=1_000_000,
                    help="ZeRO sub_group_size in elements: many subgroups per rank, as at real scale")
+    p.add_argument("--max-in-cpu", type=int, default=0,
+                   help="offload_param.max_in_cpu in elements (DeepSpeed's default is 1e9, which would keep "
+                        "a model this small in memory; at real scale the model is far larger, so 0: every "
+                        "parameter is read from nvme_path in forward and backward and written by the step)")
+    p.add_argument("--compute", choices=("fp32", "bf16"), default="fp32",
+                   help="arithmetic of the matmuls; parameters, gradients and swap files are bf16 either "
+                        "way. fp32 by default: without AVX512-BF16/AMX, CPU bf16 GEMMs run at ~1 GFLOP/s "
+                        "against ~50 in fp32, and the compute would swamp the I/O being measured")
     p.add_argument("--ds-config", help="JSON printed by `tierfs ds-config MOUNT --ranks N`: its aio block, "
                                        "offload_optimizer pipeline_read/pipeline_write/buffer_count and "
                                        "offload_param buffer_count are used")
@@ -70,6 +79,9 @@ def parse_args(argv=None):
                    help="sample /sys/block/DEV/stat at step boundaries (repeatable)")
     p.add_argument("--stats-json", default="", help="a tierfs stats.json to sample at step boundaries")
     p.add_argument("--timeout", type=float, default=1800, help="seconds before the launcher kills the ranks")
+    p.add_argument("--self-test-corrupt-after", type=int, default=0, metavar="STEP",
+                   help="harness self-test: after STEP, rank 0 zeroes the first 4 KiB of its first fp32 "
+                        "master-weight swap file, so the comparison with other runs must fail")
     p.add_argument("--master-port", type=int, default=0)
     a = p.parse_args(argv)
     if a.ranks < 1 or a.steps < 1 or a.threads < 1:
@@ -106,12 +118,13 @@ def launch(args, argv):
     procs = []
 
     def kill_all(sig):
+        # Each rank leads a process group of its own, with whatever it started (the JIT
+        # build's ninja and compilers): signal the whole group.
         for p in procs:
-            if p.poll() is None:
-                try:
-                    p.send_signal(sig)
-                except ProcessLookupError:
-                    pass
+            try:
+                os.killpg(p.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def on_signal(signum, _frame):
         kill_all(signal.SIGTERM)
@@ -133,7 +146,8 @@ def launch(args, argv):
         e = dict(env, RANK=str(r), LOCAL_RANK=str(r))
         log = open(os.path.join(args.out, f"rank{r}.log"), "w")
         procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + argv, env=e,
-                                      stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent))
+                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                      preexec_fn=die_with_parent))
         log.close()
     print(f"[train_bench] {args.ranks} ranks started (pids {' '.join(str(p.pid) for p in procs)}), "
           f"MASTER_PORT {port}, logs in {args.out}", flush=True)
@@ -169,6 +183,13 @@ def launch(args, argv):
                 p.wait()
             break
         time.sleep(0.2)
+    # DeepSpeed's CPU shared-memory all-reduce leaves one /dev/shm file per rank (~70 MB each,
+    # named after the uid, address and port) when the ranks exit: remove this run's.
+    for f in glob.glob(f"/dev/shm/deepspeed_allreduce_buffer_{os.getuid()}_127.0.0.1_{port}_*"):
+        try:
+            os.unlink(f)
+        except OSError:
+            pass
     if failed:
         print(f"[train_bench] FAILED: {failed}; see {args.out}/rank*.log", flush=True)
         for r in range(args.ranks):
@@ -325,6 +346,22 @@ def swap_census(root):
     return {"count": count, "bytes": size}
 
 
+def corrupt_master(root, rank):
+    """Zero the first 4 KiB of this rank's lowest-numbered fp32 master-weight swap file."""
+    d = os.path.join(root, "zero_stage_3", "optimizer", f"rank{rank}")
+    masters = sorted((f for f in os.listdir(d)
+                      if f.endswith(".tensor.swp") and "_gradient_" not in f and "exp_avg" not in f),
+                     key=lambda f: int(f.split("_")[0]))
+    victim = os.path.join(d, masters[0])
+    fd = os.open(victim, os.O_WRONLY)
+    try:
+        os.pwrite(fd, bytes(4096), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    print(f"[train_bench] SELF-TEST: zeroed the first 4 KiB of {victim}", flush=True)
+
+
 def ds_settings(path):
     """The parts of a `tierfs ds-config` JSON this run takes (see --ds-config)."""
     if not path:
@@ -371,15 +408,24 @@ def worker(args):
 
     V, D, L, H, T = args.vocab, args.d_model, args.layers, args.heads, args.seq
 
+    f32 = args.compute == "fp32"
+
+    class Linear(nn.Linear):
+        def forward(self, x):
+            if not f32:
+                return super().forward(x)
+            b = None if self.bias is None else self.bias.float()
+            return F.linear(x.float(), self.weight.float(), b).to(x.dtype)
+
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
             self.ln1 = nn.LayerNorm(D)
-            self.qkv = nn.Linear(D, 3 * D)
-            self.proj = nn.Linear(D, D)
+            self.qkv = Linear(D, 3 * D)
+            self.proj = Linear(D, D)
             self.ln2 = nn.LayerNorm(D)
-            self.fc1 = nn.Linear(D, 4 * D)
-            self.fc2 = nn.Linear(4 * D, D)
+            self.fc1 = Linear(D, 4 * D)
+            self.fc2 = Linear(4 * D, D)
 
         def forward(self, x, mask):
             B, T_, _ = x.shape
@@ -388,11 +434,13 @@ def worker(args):
             q = q.view(B, T_, H, D // H).transpose(1, 2)
             k = k.view(B, T_, H, D // H).transpose(1, 2)
             v = v.view(B, T_, H, D // H).transpose(1, 2)
+            if f32:
+                q, k, v = q.float(), k.float(), v.float()
             # Plain attention (no fused SDPA kernel): deterministic everywhere.
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D // H))
             att = att.masked_fill(mask[:T_, :T_], float("-inf"))
             att = torch.softmax(att.float(), dim=-1).to(v.dtype)
-            y = (att @ v).transpose(1, 2).reshape(B, T_, D)
+            y = (att @ v).transpose(1, 2).reshape(B, T_, D).to(x.dtype)
             x = x + self.proj(y)
             x = x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
             return x
@@ -404,7 +452,7 @@ def worker(args):
             self.pos = nn.Embedding(T, D)
             self.blocks = nn.ModuleList([Block() for _ in range(L)])
             self.ln_f = nn.LayerNorm(D)
-            self.head = nn.Linear(D, V, bias=False)
+            self.head = Linear(D, V, bias=False)
             self.register_buffer("mask", torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1),
                                  persistent=False)
 
@@ -446,7 +494,7 @@ def worker(args):
         "zero_optimization": {
             "stage": 3,
             "offload_param": dict({"device": "nvme", "nvme_path": nvme, "pin_memory": False,
-                                   "buffer_count": 5,
+                                   "buffer_count": 5, "max_in_cpu": args.max_in_cpu,
                                    # elements; must hold the largest parameter
                                    "buffer_size": int(math.ceil(largest / 1e6) * 1e6)}, **par_extra),
             "offload_optimizer": dict({"device": "nvme", "nvme_path": nvme, "pin_memory": False,
@@ -454,8 +502,11 @@ def worker(args):
             "sub_group_size": args.sub_group_size,
             "overlap_comm": False,
             "contiguous_gradients": True,
-            "stage3_max_live_parameters": int(1e9),
-            "stage3_max_reuse_distance": int(1e9),
+            # Release every gathered parameter right after use: with offload_param on nvme each
+            # one in use holds one of the buffer_count swap buffers, and keeping them for reuse
+            # runs out of buffers ("Not enough buffers 0 for swapping 1").
+            "stage3_max_live_parameters": 0,
+            "stage3_max_reuse_distance": 0,
             "stage3_prefetch_bucket_size": int(5e5),
             "stage3_param_persistence_threshold": int(1e4),
         },
@@ -503,6 +554,8 @@ def worker(args):
         fwd_s.append(b - a)
         bwd_s.append(c - b)
         opt_s.append(d - c)
+        if rank == 0 and step == args.self_test_corrupt_after:
+            corrupt_master(nvme, rank)
         if rank == 0:
             rb = swap[-1][0] - swap[-2][0]
             wb = swap[-1][1] - swap[-2][1]

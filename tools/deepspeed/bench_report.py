@@ -140,9 +140,15 @@ def main():
     by_t = {t: sorted([r for r in runs if r["target"] == t], key=lambda r: r["run"]) for t in targets}
     ok = {t: [r for r in rs if r["status"] == "ok"] for t, rs in by_t.items()}
 
-    # Reference for the exact comparison: the nvme target's first good run (else the first good run).
-    ref = (ok.get("nvme") or [None])[0] or next((r for t in targets for r in ok[t]), None)
+    # Reference for the exact comparison: the shm target's first good run (else the first good
+    # run). Not nvme: with DeepSpeed 0.19.8 and this model, swap folders on ext4 (the local disk,
+    # both tierbed tiers) train to other losses than a /dev/shm folder and than no swap at all
+    # (CPU offload), which agree with each other, so ext4's figures are not the truth to match.
+    ref = (ok.get("shm") or [None])[0] or next((r for t in targets for r in ok[t]), None)
     mismatches = []
+    # Plain folders (no tierfs) whose mismatch is DeepSpeed's on that file system, not ours.
+    plain = {"shm", "nvme", "pfs"}
+    plain_mismatches = []
     for t in targets:
         for r in ok[t]:
             why = []
@@ -160,7 +166,8 @@ def main():
             r["identical_to_reference"] = not why
             r["mismatch"] = "; ".join(why)
             if why:
-                mismatches.append(f"{t} run {r['run']}: {'; '.join(why)}")
+                (plain_mismatches if t in plain else mismatches).append(
+                    f"{t} run {r['run']}: {'; '.join(why)}")
 
     summary = {}
     for t in targets:
@@ -277,6 +284,9 @@ def main():
         notes.append(f"- user targets: memory locking for DeepSpeed's aio buffers: {g['user_memlock']}")
     for m in mismatches:
         notes.append(f"- MISMATCH {m}")
+    for m in plain_mismatches:
+        notes.append(f"- differs from the reference, a plain folder (DeepSpeed on that file system, "
+                     f"not tierfs; see tools/deepspeed/README.md): {m}")
     if notes:
         P("Notes:")
         P("")
@@ -303,7 +313,8 @@ def main():
     md = "\n".join(L) + "\n"
     open(os.path.join(out, "summary.md"), "w").write(md)
     json.dump({"bench": g, "summary": summary, "runs": runs,
-               "reference": ref["dir"] if ref else None, "mismatches": mismatches},
+               "reference": ref["dir"] if ref else None, "mismatches": mismatches,
+               "plain_mismatches": plain_mismatches},
               open(os.path.join(out, "results.json"), "w"), indent=1, default=str)
     if plot:
         try:

@@ -22,9 +22,9 @@
 //! there, so `tierfs unmount` run by root (a Slurm epilog) finds and unmounts either.
 
 use crate::config::MountConfig;
-use crate::fs::TierFs;
 use crate::probe::{self, ProbeOptions};
 use crate::tier::{BandwidthSource, LockRequest, Tier};
+use crate::vfs::TierFs;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};

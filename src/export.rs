@@ -18,10 +18,10 @@
 use crate::beneath::Beneath;
 use crate::config::MountConfig;
 use crate::daemon::Failure;
-use crate::fs::TMP_PREFIX;
 use crate::layout::{conflict_path, FileLayout, LAYOUT_XATTR};
 use crate::sys::{self, SetTime};
 use crate::tier::{DATA_DIR, META_DIR};
+use crate::vfs::TMP_PREFIX;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, Metadata, OpenOptions};

@@ -18,6 +18,7 @@
 //!   [`prom`]: `tierfs stat --prom` for node_exporter.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod adapt;
 pub mod beneath;
 pub mod cache;
 pub mod cli;
@@ -25,11 +26,11 @@ pub mod config;
 pub mod control;
 pub mod coord;
 pub mod daemon;
+pub mod data;
 pub mod dsconfig;
 pub mod engine;
 pub mod error;
 pub mod export;
-pub mod fs;
 pub mod fuse;
 pub mod io;
 pub mod layout;
@@ -51,3 +52,4 @@ pub mod sys;
 mod testutil;
 pub mod tier;
 pub mod units;
+pub mod vfs;

@@ -4,9 +4,9 @@
 //! snapshot; later reads of the same handle see the same bytes. `stats.json` holds
 //! everything the text files show, for tools (`tierfs stat` reads it).
 
-use crate::fs::{TierFs, Virtual};
 use crate::layout::FileLayout;
 use crate::units::{fmt_bytes, fmt_rate};
+use crate::vfs::{TierFs, Virtual};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write;
 use std::os::unix::ffi::OsStrExt;

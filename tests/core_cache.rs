@@ -5,7 +5,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tierfs::config::MountConfig;
-use tierfs::fs::{Ctx, TierFs, ROOT_INO};
+use tierfs::vfs::{Ctx, TierFs, ROOT_INO};
 
 const MIB: usize = 1 << 20;
 const CTX: Ctx = Ctx { uid: 0, gid: 0 };
@@ -420,7 +420,7 @@ fn a_block_written_small_then_grown_past_reads_as_a_hole() {
         let size = 3407872usize;
         fs.setattr(
             a.ino,
-            tierfs::fs::SetAttr {
+            tierfs::vfs::SetAttr {
                 size: Some(size as u64),
                 ..Default::default()
             },

@@ -7,8 +7,8 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use tierfs::config::MountConfig;
-use tierfs::fs::{Ctx, TierFs, ROOT_INO};
 use tierfs::layout::FileLayout;
+use tierfs::vfs::{Ctx, TierFs, ROOT_INO};
 
 const MIB: usize = 1 << 20;
 /// 12 MiB and a partial last block.
@@ -452,8 +452,8 @@ fn a_paused_tier_empties_on_rewrite_and_fills_again_when_it_resumes() {
 /// writes). Now each write stamps the primary piece, and the switch keeps its times.
 #[test]
 fn bug_rewrite_during_relayout_leaves_mtime() {
-    use tierfs::fs::SetAttr;
     use tierfs::sys::SetTime;
+    use tierfs::vfs::SetAttr;
     let d = tempfile::tempdir().unwrap();
     let (fs, ino) = setup(d.path(), &pattern(SIZE, 1));
     let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);

@@ -3,8 +3,8 @@
 use std::ffi::OsStr;
 use std::path::Path;
 use tierfs::config::MountConfig;
-use tierfs::fs::{Ctx, TierFs, ROOT_INO};
 use tierfs::layout::FileLayout;
+use tierfs::vfs::{Ctx, TierFs, ROOT_INO};
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)

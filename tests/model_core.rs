@@ -1,4 +1,4 @@
-//! Model-based test of file semantics on the FUSE-free core, `tierfs::fs::TierFs`, with
+//! Model-based test of file semantics on the FUSE-free core, `tierfs::vfs::TierFs`, with
 //! shrinking (proptest).
 //!
 //! proptest generates sequences of namespace and data operations over a small fixed set of
@@ -46,8 +46,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tierfs::config::MountConfig;
-use tierfs::fs::{Ctx, Kind, SetAttr, TierFs, ROOT_INO};
 use tierfs::layout::{FileLayout, LAYOUT_XATTR};
+use tierfs::vfs::{Ctx, Kind, SetAttr, TierFs, ROOT_INO};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;

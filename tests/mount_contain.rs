@@ -9,7 +9,7 @@ use common::*;
 use std::ffi::OsStr;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use tierfs::error::Error;
-use tierfs::fs::{Ctx, TierFs, ROOT_INO};
+use tierfs::vfs::{Ctx, TierFs, ROOT_INO};
 
 /// The core alone: a panicking handler becomes EIO, the inode fails, others are untouched,
 /// and a failed inode's handlers are not run at all.

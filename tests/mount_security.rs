@@ -464,7 +464,7 @@ fn symlinks_planted_in_a_tier_are_not_followed() {
 /// sends them, but nothing else stands between such a name and `<tier>/data/<name>`).
 #[test]
 fn dot_dot_and_slash_names_are_refused_by_the_core() {
-    use tierfs::fs::{Ctx, TierFs, ROOT_INO};
+    use tierfs::vfs::{Ctx, TierFs, ROOT_INO};
     let s = Setup::two("stripe");
     let cfg_path = s.write_config();
     let config = tierfs::config::MountConfig::load(&cfg_path).unwrap();

@@ -10,9 +10,9 @@
 use super::abi::{self, fattr, fopen, init, op, Pod};
 use super::request::{forget_items, Op, Request};
 use crate::error::Error;
-use crate::fs::{Attr, Ctx, Kind, SetAttr, TierFs};
 use crate::ledger::Class;
 use crate::sys::SetTime;
+use crate::vfs::{Attr, Ctx, Kind, SetAttr, TierFs};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -158,7 +158,7 @@ fn attr_out(a: &Attr) -> abi::AttrOut {
     }
 }
 
-fn open_flags(info: &crate::fs::OpenInfo) -> u32 {
+fn open_flags(info: &crate::vfs::OpenInfo) -> u32 {
     if info.direct_io {
         fopen::DIRECT_IO
     } else {
@@ -524,7 +524,7 @@ impl Dispatcher {
     }
 
     /// The OPEN/CREATE reply, registering the backing file when the core offers passthrough.
-    fn open_out(&self, ino: u64, fh: u64, info: &crate::fs::OpenInfo) -> abi::OpenOut {
+    fn open_out(&self, ino: u64, fh: u64, info: &crate::vfs::OpenInfo) -> abi::OpenOut {
         if let Some(piece) = &info.passthrough {
             if let Some(id) = self.backing_for(ino, fh, piece.file()) {
                 return abi::OpenOut {

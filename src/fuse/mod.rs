@@ -1,5 +1,5 @@
 //! The kernel side: the FUSE protocol spoken by the daemon itself, under the FUSE-free core
-//! ([`crate::fs::TierFs`]).
+//! ([`crate::vfs::TierFs`]).
 //!
 //! Layers, bottom up:
 //! - [`abi`]: the kernel's message layouts (protocol 7.42).

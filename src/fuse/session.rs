@@ -7,7 +7,7 @@ use super::dispatch::{Dispatcher, MAX_REQUEST};
 use super::mount::{self, MountSpec, MountedBy};
 use super::uring;
 use crate::config::Transport;
-use crate::fs::TierFs;
+use crate::vfs::TierFs;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;

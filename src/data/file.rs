@@ -1,0 +1,111 @@
+//! An open file's state: its size, layout, open pieces, cache entry and lazy migration,
+//! behind the file's own lock. The namespace finds a file by inode; the data path works on
+//! this state alone, so reads and writes never touch the tree.
+
+use crate::io::Piece;
+use crate::layout::FileLayout;
+use crate::placement::Charge;
+use parking_lot::{Mutex, RwLock};
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// A regular file's state while the mount runs.
+#[derive(Debug)]
+pub struct FileNode {
+    pub(crate) size: AtomicU64,
+    pub(crate) state: RwLock<FileState>,
+    /// Placement charge, settled with the real size when the last writer closes.
+    pub(crate) charge: Mutex<Option<Charge>>,
+    /// Written since the last settle.
+    pub(crate) dirty: AtomicBool,
+    /// Unlinked: its bytes need never reach a tier again.
+    pub(crate) gone: AtomicBool,
+    /// While cached: the file's mtime when its primary piece does not have it yet (a write
+    /// absorbed in memory, or a time set by the user that the next write-back would
+    /// overwrite). Shown by getattr; stamped on the primary piece after each write-back.
+    pub(crate) mtime: Mutex<Option<SystemTime>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct FileState {
+    pub(crate) layout: FileLayout,
+    /// Open pieces by tier index, present while `opens > 0`.
+    pub(crate) pieces: Vec<Option<Arc<Piece>>>,
+    pub(crate) opens: u32,
+    /// How many of `opens` are kernel passthrough handles. The kernel keeps an inode either
+    /// in passthrough or in cached mode, so while this is non-zero every open must be
+    /// passthrough, and while other opens exist none may be.
+    pub(crate) pt_opens: u32,
+    /// Held in the host-memory cache: every read and write goes through it, and the pieces
+    /// stay open while it is (for write-back).
+    pub(crate) cache: Option<Arc<crate::cache::Entry>>,
+    /// How many of `opens` may write (a migration commits when the last one closes).
+    pub(crate) writers: u32,
+    /// A lazy re-layout under way (see `relocate`): writes go to its new pieces, reads
+    /// take each block from where it is. Never together with `cache`.
+    pub(crate) migration: Option<Migration>,
+}
+
+impl FileNode {
+    pub(crate) fn new(layout: FileLayout, size: u64, ntiers: usize) -> FileNode {
+        FileNode {
+            size: AtomicU64::new(size),
+            state: RwLock::new(FileState {
+                layout,
+                pieces: vec![None; ntiers],
+                opens: 0,
+                pt_opens: 0,
+                cache: None,
+                writers: 0,
+                migration: None,
+            }),
+            charge: Mutex::new(None),
+            dirty: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
+            mtime: Mutex::new(None),
+        }
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+
+    pub fn layout(&self) -> FileLayout {
+        self.state.read().layout.clone()
+    }
+}
+
+/// A lazy move in progress: the new layout and its pieces (temporaries in limbo), and
+/// which blocks already hold their bytes there.
+#[derive(Debug)]
+pub(crate) struct Migration {
+    pub(crate) layout: FileLayout,
+    pub(crate) pieces: Vec<Option<Arc<Piece>>>,
+    pub(crate) charge: Option<Charge>,
+    pub(crate) suffix: &'static str,
+    /// The file's size when the migration began: blocks at or past it have no old bytes.
+    pub(crate) old_size: u64,
+    /// Per block below `old_size`: its bytes are in the new pieces. Set only once they are.
+    pub(crate) moved: Vec<AtomicBool>,
+    /// Serialize a block's first write (and its copy) against other writers of the block.
+    pub(crate) locks: Vec<Mutex<()>>,
+}
+
+impl Migration {
+    /// Whether block `b`'s bytes are in the new layout (blocks past the old end always).
+    pub(crate) fn is_moved(&self, b: u64) -> bool {
+        self.moved
+            .get(b as usize)
+            .is_none_or(|m| m.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn unmoved(&self) -> impl Iterator<Item = u64> + '_ {
+        self.moved
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| !m.load(Ordering::Acquire))
+            .map(|(b, _)| b as u64)
+    }
+}

@@ -1,0 +1,734 @@
+//! Moving a file's bytes to a new layout while it stays usable: off a tier that is full or
+//! failed (the write that failed then succeeds), or to follow the shares when a striped
+//! file is rewritten.
+//!
+//! Both go through the same three steps: [`TierFs::begin_move`] makes the new pieces as
+//! temporaries in limbo, `copy` fills them from the file's current bytes, and
+//! [`TierFs::switch_to`] puts them in place under the file's state lock and removes the old
+//! pieces last, so a failure at any point leaves the file as it was.
+//!
+//! - Eager ([`TierFs::relocate`]): every byte is copied at once (a full or failed tier,
+//!   or a cached file).
+//! - Lazy (a *migration*, for a drifted striped file opened for writing): DeepSpeed
+//!   rewrites its swap files whole every step, so copying them first would read every old
+//!   byte, a quarter of them from the tier that just slowed down, only to overwrite them.
+//!   Instead the file keeps its old layout while writes go to the new pieces, one 1 MiB
+//!   block at a time (a block written whole is just marked moved; a partial write to an
+//!   unmoved block copies the block's old bytes first), and reads take each block from
+//!   where it is. When the last writer closes (or on fsync, truncate, fallocate, unmount)
+//!   the blocks that never moved are copied and the file switches over. Until then the new
+//!   bytes live only in limbo temporaries: a daemon crash loses the writes made since the
+//!   migration began unless they were fsynced (fsync commits first).
+
+use crate::config::Layout;
+use crate::data::file::{FileNode, FileState, Migration};
+use crate::data::{cached, path};
+use crate::error::{Error, Result};
+use crate::io::{AlignedBuf, Piece};
+use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
+use crate::placement::{self, Charge};
+use crate::sys::{self, SetTime};
+use crate::vfs::state::TierFs;
+use crate::vfs::tree::Tree;
+use crate::vfs::types::*;
+use crate::vfs::{backing, files};
+use parking_lot::Mutex;
+use std::ffi::OsStr;
+use std::fs::{self};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The unit a migration tracks: DeepSpeed's swap I/O writes whole 1 MiB pieces.
+pub(crate) const MIGRATION_BLOCK: u64 = 1 << 20;
+/// Block locks of a migration (block `b` uses lock `b % MIGRATION_LOCKS`).
+pub(crate) const MIGRATION_LOCKS: usize = 64;
+/// Temporaries of a migration end in this (an eager move's have no suffix, so both can be
+/// in limbo at once).
+pub(crate) const MIGRATION_SUFFIX: &str = "-m";
+
+/// Bytes moved by re-layouts since mount (`stats.json`, `relayout`).
+#[derive(Debug, Default)]
+pub struct RelayoutCounters {
+    /// Lazy moves begun, switched over, and dropped (file unlinked, or taken over by an
+    /// eager move).
+    pub migrations_started: AtomicU64,
+    pub migrations_committed: AtomicU64,
+    pub migrations_dropped: AtomicU64,
+    /// Old bytes a lazy move copied (partial first writes of a block, and the blocks never
+    /// rewritten, at commit) ...
+    pub migration_copied_bytes: AtomicU64,
+    /// ... and old bytes it did not have to copy, because a write replaced the whole block.
+    pub migration_rewritten_bytes: AtomicU64,
+    /// Eager moves (full or failed tier, cached files) and the bytes they copied.
+    pub eager_moves: AtomicU64,
+    pub eager_copied_bytes: AtomicU64,
+}
+
+/// A piece write that failed on `tier`: the caller may move the file off it.
+pub(crate) type TierFail = (usize, std::io::Error);
+
+/// How much longer than under the current shares a stripe pattern may make some
+/// tier's part of a file's I/O take (its fraction of the pattern over its fraction of
+/// the pattern a re-layout would choose) before a file opened for writing is re-laid
+/// out. Relative, not absolute: a tier capped to a tenth whose share fell from 26 % to
+/// 2 % is the step's bottleneck at 7 % just as at 26 %.
+pub(crate) const DRIFT: f64 = 1.3;
+pub(crate) fn relayout_counters(fs: &TierFs) -> &RelayoutCounters {
+    &fs.relayout
+}
+
+/// Whether a striped file's pattern no longer follows the current shares (with
+/// `adapt`: a tier slowed down or recovered since the file was laid out). With the
+/// `stripe` layout a whole file counts as a one-tier pattern: files rewritten while a
+/// slow tier was paused sit whole on the fast tier, and must spread again when it
+/// resumes.
+pub(crate) fn layout_drifted(fs: &TierFs, layout: &FileLayout) -> bool {
+    let single;
+    let pattern: &[u8] = match layout {
+        FileLayout::Stripe(m) => &m.pattern,
+        FileLayout::Whole { tier } if fs.layout == Layout::Stripe => {
+            single = [*tier as u8];
+            &single
+        }
+        FileLayout::Whole { .. } => return false,
+    };
+    if !fs.adapt {
+        return false;
+    }
+    let eligible: Vec<bool> = fs
+        .tiers
+        .iter()
+        .map(|t| t.is_healthy() && t.has_room_for(1 << 20))
+        .collect();
+    let ideal = placement::stripe_pattern(&fs.placer.shares(), &eligible);
+    if ideal.is_empty() {
+        return false;
+    }
+    let frac =
+        |p: &[u8], t: usize| p.iter().filter(|x| **x as usize == t).count() as f64 / p.len() as f64;
+    // A tier the pattern overloads: more than DRIFT times its fair fraction, and by at
+    // least one slot of the finest pattern (64 slots), so rounding alone never counts.
+    // Or a tier the pattern leaves out that now deserves at least `min_share`: a tier
+    // that resumed after a pause (at 15 % or more), which the overload rule alone
+    // would leave idle while the others carry up to 1.3x their part.
+    (0..fs.tiers.len()).any(|t| {
+        let (have, fair) = (frac(pattern, t), frac(&ideal, t));
+        (have - fair >= 1.0 / 64.0 - 1e-9 && have > fair * DRIFT)
+            || (have == 0.0 && fair >= fs.min_share.max(1.0 / 64.0))
+    })
+}
+
+/// The layout a file moves to: off tier `bad` if given, else following the shares.
+pub(crate) fn plan_layout(
+    fs: &TierFs,
+    tree: &Tree,
+    ino: u64,
+    old: &FileLayout,
+    bad: Option<usize>,
+    want: u64,
+) -> Result<(FileLayout, Option<Charge>)> {
+    // With the stripe layout a whole file (laid out while only one tier was eligible or
+    // unpaused) spreads again with the pool's unit.
+    let unit = match old {
+        FileLayout::Stripe(m) => Some(m.unit),
+        FileLayout::Whole { .. } if fs.layout == Layout::Stripe => Some(fs.stripe_unit),
+        FileLayout::Whole { .. } => None,
+    };
+    Ok(match unit {
+        Some(unit) => {
+            let eligible: Vec<bool> = fs
+                .tiers
+                .iter()
+                .map(|t| Some(t.index) != bad && t.is_healthy() && t.has_room_for(1 << 20))
+                .collect();
+            let pattern = placement::stripe_pattern(&fs.placer.shares(), &eligible);
+            match pattern.len() {
+                0 => return Err(files::no_room(fs, want)),
+                1 => (
+                    FileLayout::Whole {
+                        tier: pattern[0] as usize,
+                    },
+                    None,
+                ),
+                _ => (FileLayout::Stripe(StripeMap::new(unit, pattern)), None),
+            }
+        }
+        None => {
+            let eligible: Vec<bool> = fs
+                .tiers
+                .iter()
+                .map(|t| Some(t.index) != bad && t.is_healthy() && t.has_room_for(want))
+                .collect();
+            let parent = tree.nodes.get(&ino).map(|n| n.parent).unwrap_or(ROOT_INO);
+            let c = fs
+                .placer
+                .choose(parent, &eligible)
+                .ok_or_else(|| files::no_room(fs, want))?;
+            (FileLayout::Whole { tier: c.tier }, Some(c))
+        }
+    })
+}
+
+/// Where a move's temporary piece on tier `t` is (limbo, which every mount empties).
+pub(crate) fn tmp_path(fs: &TierFs, t: usize, ino: u64, suffix: &str) -> PathBuf {
+    fs.tiers[t].limbo.join(format!("{TMP_PREFIX}{ino}{suffix}"))
+}
+
+/// Step 1 of a move: the new pieces, as temporaries in limbo. On failure nothing is
+/// left behind and the charge is released.
+pub(crate) fn begin_move(
+    fs: &TierFs,
+    ino: u64,
+    st: &FileState,
+    layout: FileLayout,
+    charge: Option<Charge>,
+    suffix: &'static str,
+    size: u64,
+) -> Result<Migration> {
+    let primary = st.layout.primary();
+    let made = (|| -> Result<Vec<Option<Arc<Piece>>>> {
+        let meta = backing::open_piece(fs, st, primary, "move")?
+            .file()
+            .metadata()
+            .map_err(|e| backing::tier_err(fs, primary, "fstat", Path::new("(open file)"), e))?;
+        let mut pieces: Vec<Option<Arc<Piece>>> = vec![None; fs.tiers.len()];
+        for t in layout.tiers() {
+            let p = tmp_path(fs, t, ino, suffix);
+            match Piece::open_new_in(
+                &fs.tiers[t].root,
+                &p,
+                meta.mode() & 0o7777,
+                fs.tiers[t].direct_io,
+            ) {
+                Ok(piece) => pieces[t] = Some(Arc::new(piece)),
+                Err(e) => {
+                    for u in layout.tiers() {
+                        if pieces[u].is_some() {
+                            let _ = fs.tiers[u].fs().unlink(&tmp_path(fs, u, ino, suffix));
+                        }
+                    }
+                    return Err(backing::tier_err(fs, t, "create", &p, e));
+                }
+            }
+        }
+        Ok(pieces)
+    })();
+    let pieces = match made {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some(c) = charge {
+                fs.placer.release(c);
+            }
+            return Err(e);
+        }
+    };
+    let blocks = size.div_ceil(MIGRATION_BLOCK) as usize;
+    Ok(Migration {
+        layout,
+        pieces,
+        charge,
+        suffix,
+        old_size: size,
+        moved: (0..blocks).map(|_| AtomicBool::new(false)).collect(),
+        locks: (0..MIGRATION_LOCKS).map(|_| Mutex::new(())).collect(),
+    })
+}
+
+/// Removes a move's temporaries and returns its charge (it will not switch over).
+pub(crate) fn drop_move(fs: &TierFs, ino: u64, m: Migration) {
+    for t in m.layout.tiers() {
+        let _ = fs.tiers[t].fs().unlink(&tmp_path(fs, t, ino, m.suffix));
+    }
+    if let Some(c) = m.charge {
+        fs.placer.release(c);
+    }
+}
+
+/// Writes `data` at logical `off` into a move's new pieces.
+pub(crate) fn write_new(
+    fs: &TierFs,
+    m: &Migration,
+    off: u64,
+    data: &[u8],
+) -> std::result::Result<(), TierFail> {
+    for ex in m.layout.extents(off, data.len()) {
+        let piece = m.pieces[ex.tier].as_ref().expect("made by begin_move");
+        path::piece_write(fs, ex.tier, piece, &data[ex.buf..ex.buf + ex.len], ex.local)
+            .map_err(|e| (ex.tier, e))?;
+    }
+    Ok(())
+}
+
+/// Step 2: copies the file's current bytes of `[off, off+len)` (memory's if cached,
+/// each block from where it is if a migration is under way) into `m`'s pieces.
+pub(crate) fn copy_range(
+    fs: &TierFs,
+    node: &FileNode,
+    st: &FileState,
+    m: &Migration,
+    off: u64,
+    len: u64,
+) -> Result<std::result::Result<(), TierFail>> {
+    fs.ledger.moved(crate::ledger::Class::Migration, len);
+    fs.ledger.charge(crate::ledger::Class::Migration, || {
+        copy_range_blocks(fs, node, st, m, off, len)
+    })
+}
+
+pub(crate) fn copy_range_blocks(
+    fs: &TierFs,
+    node: &FileNode,
+    st: &FileState,
+    m: &Migration,
+    off: u64,
+    len: u64,
+) -> Result<std::result::Result<(), TierFail>> {
+    let mut buf = AlignedBuf::zeroed(MIGRATION_BLOCK as usize);
+    let mut pos = off;
+    while pos < off + len {
+        let n = ((off + len - pos) as usize).min(buf.len());
+        match st.cache.clone() {
+            // Its newest bytes may be only in memory.
+            Some(e) => cached::cached_read(fs, node, st, &e, pos, &mut buf[..n])?,
+            None => read_file(fs, st, pos, &mut buf[..n])?,
+        }
+        if let Err(f) = write_new(fs, m, pos, &buf[..n]) {
+            return Ok(Err(f));
+        }
+        pos += n as u64;
+    }
+    Ok(Ok(()))
+}
+
+/// Step 3: puts a move's pieces in place of the file's (state lock held for writing)
+/// and removes the old pieces last. On an error before the new pieces are renamed into
+/// place the file is as it was, and the caller decides what becomes of `m`.
+pub(crate) fn switch_to(
+    fs: &TierFs,
+    tree: &Tree,
+    ino: u64,
+    node: &FileNode,
+    st: &mut FileState,
+    m: &Migration,
+) -> Result<()> {
+    let rel = tree.rel(ino);
+    let final_path = |t: usize| match &rel {
+        Some(r) => fs.tiers[t].path(r),
+        None => fs.tiers[t].limbo_path(ino),
+    };
+    let layout = &m.layout;
+    let size = node.size();
+    let primary = st.layout.primary();
+    // Mode and owner as they are now (a chmod may have come since the move began).
+    let meta = backing::open_piece(fs, st, primary, "move")?
+        .file()
+        .metadata()
+        .map_err(|e| backing::tier_err(fs, primary, "fstat", Path::new("(open file)"), e))?;
+    let old_primary = final_path(primary);
+    let pfs = fs.tiers[primary].fs();
+    let user_xattrs: Vec<(Vec<u8>, Vec<u8>)> = pfs
+        .listxattr(&old_primary)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|n| n.starts_with(b"user.") && n.as_slice() != LAYOUT_XATTR.as_bytes())
+        .filter_map(|n| {
+            let v = pfs.getxattr(&old_primary, OsStr::from_bytes(&n)).ok()?;
+            Some((n, v))
+        })
+        .collect();
+    // The new pieces are a new set: their own id (see `layout::new_file_id`).
+    let encoded = layout.encode_with_id(Some(crate::layout::new_file_id()));
+    for t in layout.tiers() {
+        let piece = m.pieces[t].as_ref().expect("made by begin_move");
+        let p = tmp_path(fs, t, ino, m.suffix);
+        // Holes at the end of a piece still count toward the file's size.
+        piece
+            .file()
+            .set_len(layout.piece_len(t, size))
+            .map_err(|e| backing::tier_err(fs, t, "truncate", &p, e))?;
+        let _ = piece
+            .file()
+            .set_permissions(fs::Permissions::from_mode(meta.mode() & 0o7777));
+        piece
+            .file()
+            .sync_all()
+            .map_err(|e| backing::tier_err(fs, t, "fsync", &p, e))?;
+        let tfs = fs.tiers[t].fs();
+        if let Err(e) = tfs.setxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0) {
+            if matches!(layout, FileLayout::Stripe(_)) {
+                return Err(backing::tier_err(fs, t, "set layout xattr on", &p, e));
+            }
+        }
+        let _ = tfs.chown(&p, Some(meta.uid()), Some(meta.gid()));
+        if t == layout.primary() {
+            for (n, v) in &user_xattrs {
+                let _ = tfs.setxattr(&p, OsStr::from_bytes(n), v, 0);
+            }
+        }
+    }
+    // The file keeps its times (a time set by the user, its last write's: a migration's
+    // writes stamp the old primary piece; a cached file's may be newer, `node.mtime`).
+    // They go last, as every step above changed them.
+    let new_primary = m.pieces[layout.primary()]
+        .as_ref()
+        .expect("made by begin_move");
+    let mtime = (*node.mtime.lock())
+        .filter(|_| st.cache.is_some())
+        .unwrap_or_else(|| sys::time_of(meta.mtime(), meta.mtime_nsec()));
+    let _ = sys::futimens(
+        std::os::fd::AsFd::as_fd(new_primary.file()),
+        SetTime::At(sys::time_of(meta.atime(), meta.atime_nsec())),
+        SetTime::At(mtime),
+    );
+    for t in layout.tiers() {
+        let (from, to) = (tmp_path(fs, t, ino, m.suffix), final_path(t));
+        fs.tiers[t]
+            .fs()
+            .rename(&from, &to, 0)
+            .map_err(|e| backing::tier_err(fs, t, "rename", &to, e))?;
+    }
+    let old = st.layout.clone();
+    let new_tiers = layout.tiers();
+    let counted = !node.gone.load(Ordering::Relaxed);
+    for t in old.tiers() {
+        if !new_tiers.contains(&t) {
+            let p = final_path(t);
+            if let Err(e) = fs.tiers[t].fs().unlink(&p) {
+                // A read-only tier keeps its stale piece; the mount-time scan prefers
+                // the newer copy and sets the old one aside.
+                log::warn!("cannot remove the old piece {}: {e}", p.display());
+                fs.tiers[t].note_error(&e);
+            }
+        }
+        if counted {
+            let _ = fs.tiers[t].counters.files.fetch_update(
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+                |v| Some(v.saturating_sub(1)),
+            );
+        }
+    }
+    if counted {
+        // An unlinked file was taken off the books when it was removed.
+        for t in &new_tiers {
+            fs.tiers[*t].counters.files.fetch_add(1, Ordering::Relaxed);
+        }
+        backing::account_resize(fs, &old, size, 0);
+        backing::account_resize(fs, layout, 0, size);
+    }
+    let mut c = node.charge.lock();
+    if let Some(old_charge) = c.take() {
+        fs.placer.release(old_charge);
+    }
+    *c = m.charge.map(|ch| fs.placer.settle(ch, size));
+    drop(c);
+    st.pieces = m.pieces.clone();
+    if let (Some(c), Some(e)) = (&fs.cache, &st.cache) {
+        // Every byte, memory's included, is in the new pieces.
+        for slot in e.all_slots() {
+            e.set_clean(&mut slot.lock(), &c.counters);
+        }
+        cached::release_space(fs, e);
+        e.space.lock().upto = size;
+    }
+    st.layout = layout.clone();
+    Ok(())
+}
+
+/// Moves a file off tier `bad` (full, or failed) now: copies its bytes into a new
+/// layout on the other tiers — a stripe pattern over them for a striped file, one tier
+/// with room for a whole file — then switches over and removes the old pieces last.
+/// With `bad = None`, re-lays out a drifted file. A migration under way is taken over
+/// (its moved blocks are copied from its pieces, which are then dropped). Nothing
+/// written is lost; on any failure the file stays as it was.
+pub(crate) fn relocate(
+    fs: &TierFs,
+    ino: u64,
+    node: &Arc<FileNode>,
+    bad: Option<usize>,
+    need: u64,
+) -> Result<()> {
+    let tree = fs.tree.read();
+    let mut st = node.state.write();
+    let old = st.layout.clone();
+    let on = |b: usize| {
+        old.tiers().contains(&b)
+            || st
+                .migration
+                .as_ref()
+                .is_some_and(|m| m.layout.tiers().contains(&b))
+    };
+    match bad {
+        Some(b) if !on(b) => return Ok(()), // moved already
+        None if !layout_drifted(fs, &old) => return Ok(()),
+        _ => {}
+    }
+    if st.pt_opens > 0 {
+        // The kernel writes this file's old piece itself: it cannot move under it.
+        return Err(Error::NotSupported("moving a file open in passthrough"));
+    }
+    let size = node.size();
+    let want = need.max(size) + (1 << 20);
+    let (layout, charge) = plan_layout(fs, &tree, ino, &old, bad, want)?;
+    let m = begin_move(fs, ino, &st, layout, charge, "", size)?;
+    let r = match copy_range(fs, node, &st, &m, 0, size) {
+        Ok(Ok(())) => switch_to(fs, &tree, ino, node, &mut st, &m),
+        Ok(Err((t, e))) => Err(backing::tier_err(
+            fs,
+            t,
+            "write",
+            &tmp_path(fs, t, ino, ""),
+            e,
+        )),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = r {
+        drop_move(fs, ino, m);
+        return Err(e);
+    }
+    if let Some(pending) = st.migration.take() {
+        // Its moved blocks were read from its pieces and copied above.
+        drop_move(fs, ino, pending);
+        fs.relayout
+            .migrations_dropped
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    fs.relayout.eager_moves.fetch_add(1, Ordering::Relaxed);
+    fs.relayout
+        .eager_copied_bytes
+        .fetch_add(size, Ordering::Relaxed);
+    match bad {
+        Some(b) => log::info!(
+            "moved inode {ino} ({size} bytes) off tier '{}': now {}",
+            fs.tiers[b].name,
+            st.layout.encode()
+        ),
+        None => log::info!(
+            "re-laid out inode {ino} ({size} bytes) to follow the current shares: now {}",
+            st.layout.encode()
+        ),
+    }
+    Ok(())
+}
+
+/// At an open for writing of a drifted striped file: begins a lazy move (a migration)
+/// to a layout that follows the shares. A cached file is moved at once instead (its
+/// bytes are in memory). Nothing is copied here.
+pub(crate) fn start_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> Result<()> {
+    let tree = fs.tree.read();
+    let mut st = node.state.write();
+    if st.migration.is_some() || !layout_drifted(fs, &st.layout) {
+        return Ok(());
+    }
+    if st.cache.is_some() {
+        drop(st);
+        drop(tree);
+        return relocate(fs, ino, node, None, 0);
+    }
+    if st.pt_opens > 0 {
+        return Err(Error::NotSupported("moving a file open in passthrough"));
+    }
+    let size = node.size();
+    let old = st.layout.clone();
+    let (layout, charge) = plan_layout(fs, &tree, ino, &old, None, size + (1 << 20))?;
+    let m = begin_move(fs, ino, &st, layout, charge, MIGRATION_SUFFIX, size)?;
+    log::info!(
+        "re-laying out inode {ino} ({size} bytes) as it is rewritten, to follow the current shares: {} -> {}",
+        old.encode(),
+        m.layout.encode()
+    );
+    st.migration = Some(m);
+    fs.relayout
+        .migrations_started
+        .fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// A write during a migration (state lock held): into the new pieces, block by block.
+/// A block's first write copies its old bytes first unless it replaces all of them.
+pub(crate) fn migration_write(
+    fs: &TierFs,
+    node: &FileNode,
+    st: &FileState,
+    m: &Migration,
+    off: u64,
+    data: &[u8],
+) -> Result<std::result::Result<(), TierFail>> {
+    let end = off + data.len() as u64;
+    let mut pos = off;
+    while pos < end {
+        let b = pos / MIGRATION_BLOCK;
+        let bstart = b * MIGRATION_BLOCK;
+        let chunk_end = end.min(bstart + MIGRATION_BLOCK);
+        let chunk = &data[(pos - off) as usize..(chunk_end - off) as usize];
+        if !m.is_moved(b) {
+            let _g = m.locks[b as usize % MIGRATION_LOCKS].lock();
+            if !m.is_moved(b) {
+                let old_end = (bstart + MIGRATION_BLOCK).min(m.old_size);
+                let whole = pos <= bstart && chunk_end >= old_end;
+                if !whole {
+                    // Read-modify-write: the block's old bytes first.
+                    if let Err(f) = copy_range(fs, node, st, m, bstart, old_end - bstart)? {
+                        return Ok(Err(f));
+                    }
+                }
+                if let Err(f) = write_new(fs, m, pos, chunk) {
+                    return Ok(Err(f));
+                }
+                m.moved[b as usize].store(true, Ordering::Release);
+                let c = if whole {
+                    &fs.relayout.migration_rewritten_bytes
+                } else {
+                    &fs.relayout.migration_copied_bytes
+                };
+                c.fetch_add(old_end - bstart, Ordering::Relaxed);
+                pos = chunk_end;
+                continue;
+            }
+        }
+        if let Err(f) = write_new(fs, m, pos, chunk) {
+            return Ok(Err(f));
+        }
+        pos = chunk_end;
+    }
+    Ok(Ok(()))
+}
+
+/// Reads `[off, off+buf.len())` of a file as it is now (no cache): during a migration
+/// each block from where its bytes are, else from the pieces.
+pub(crate) fn read_file(fs: &TierFs, st: &FileState, off: u64, buf: &mut [u8]) -> Result<()> {
+    let Some(m) = &st.migration else {
+        return path::read_pieces(fs, st, off, buf);
+    };
+    let end = off + buf.len() as u64;
+    let mut pos = off;
+    while pos < end {
+        let b = pos / MIGRATION_BLOCK;
+        let chunk_end = end.min((b + 1) * MIGRATION_BLOCK);
+        let dst = &mut buf[(pos - off) as usize..(chunk_end - off) as usize];
+        if m.is_moved(b) {
+            path::read_layout(fs, &m.layout, &m.pieces, pos, dst, true)?;
+        } else {
+            path::read_pieces(fs, st, pos, dst)?;
+        }
+        pos = chunk_end;
+    }
+    Ok(())
+}
+
+/// Finishes a migration (state lock held for writing): copies the blocks that never
+/// moved, then switches over. On failure the migration stays (the file reads as before,
+/// moved blocks from the new pieces) and the error is returned; a full or failed new
+/// tier gets the file moved off it instead. An unlinked file's migration is dropped.
+pub(crate) fn commit_locked(
+    fs: &TierFs,
+    tree: &Tree,
+    ino: u64,
+    node: &Arc<FileNode>,
+    st: &mut FileState,
+) -> Result<bool> {
+    if st.migration.is_none() {
+        return Ok(false);
+    }
+    if node.gone.load(Ordering::Relaxed) {
+        discard_migration(fs, ino, st);
+        return Ok(false);
+    }
+    // Out of the state while the rest is copied: reads below see the old layout,
+    // which holds every block not moved.
+    let m = st.migration.take().expect("checked above");
+    let mut copied = 0;
+    let mut r = Ok(());
+    for b in m.unmoved().collect::<Vec<_>>() {
+        let bstart = b * MIGRATION_BLOCK;
+        let len = (bstart + MIGRATION_BLOCK).min(m.old_size) - bstart;
+        match copy_range(fs, node, st, &m, bstart, len) {
+            Ok(Ok(())) => {
+                m.moved[b as usize].store(true, Ordering::Release);
+                copied += len;
+            }
+            Ok(Err((t, e))) => {
+                r = Err(backing::tier_err(
+                    fs,
+                    t,
+                    "write",
+                    &tmp_path(fs, t, ino, m.suffix),
+                    e,
+                ));
+                break;
+            }
+            Err(e) => {
+                r = Err(e);
+                break;
+            }
+        }
+    }
+    fs.relayout
+        .migration_copied_bytes
+        .fetch_add(copied, Ordering::Relaxed);
+    if let Err(e) = r.and_then(|()| switch_to(fs, tree, ino, node, st, &m)) {
+        // Still consistent: the old layout plus the blocks moved so far.
+        st.migration = Some(m);
+        return Err(e);
+    }
+    fs.relayout
+        .migrations_committed
+        .fetch_add(1, Ordering::Relaxed);
+    log::info!(
+        "re-laid out inode {ino} ({} bytes; {} copied at the switch): now {}",
+        node.size(),
+        copied,
+        m.layout.encode()
+    );
+    Ok(true)
+}
+
+/// Drops a migration whose file is gone: its temporaries and charge (state lock held).
+pub(crate) fn discard_migration(fs: &TierFs, ino: u64, st: &mut FileState) {
+    if let Some(m) = st.migration.take() {
+        drop_move(fs, ino, m);
+        fs.relayout
+            .migrations_dropped
+            .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Finishes a file's migration, if it has one (takes the tree and state locks). A new
+/// tier that refuses the copy (full, failed) gets the file moved off it, every byte
+/// with it.
+pub(crate) fn commit_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> Result<()> {
+    let r = {
+        let tree = fs.tree.read();
+        let mut st = node.state.write();
+        commit_locked(fs, &tree, ino, node, &mut st)
+    };
+    match r {
+        Ok(_) => Ok(()),
+        Err(Error::Tier {
+            ref tier,
+            ref source,
+            ..
+        }) if is_rescuable(source) => {
+            let bad = fs.tiers.iter().position(|t| &t.name == tier);
+            log::warn!(
+                "tier '{tier}' refused the re-layout of inode {ino} ({source}); moving the file off it"
+            );
+            relocate(fs, ino, node, bad, node.size())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The same, with the tree lock already held (truncate, unmount).
+pub(crate) fn commit_migration_locked(
+    fs: &TierFs,
+    tree: &Tree,
+    ino: u64,
+    node: &Arc<FileNode>,
+    st: &mut FileState,
+) -> Result<()> {
+    commit_locked(fs, tree, ino, node, st).map(|_| ())
+}

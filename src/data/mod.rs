@@ -1,0 +1,9 @@
+//! The data path: an open file's state ([`file`]) and every way its bytes are read and
+//! written: plain or striped ([`path`]), through host memory ([`cached`], with the
+//! background threads in [`prefetch`]), or while moving to a new layout ([`migrate`]).
+
+pub mod cached;
+pub mod file;
+pub mod migrate;
+pub mod path;
+pub mod prefetch;

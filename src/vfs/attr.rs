@@ -1,0 +1,165 @@
+//! Attributes: what getattr answers for files, folders, special files and the virtual
+//! files, from the primary piece and the in-memory size.
+
+use crate::data::file::FileState;
+use crate::error::{Error, Result};
+use crate::io::Piece;
+use crate::layout::FileLayout;
+use crate::sys::{self};
+use crate::vfs::backing;
+use crate::vfs::state::TierFs;
+use crate::vfs::tree::{NodeData, Tree};
+use crate::vfs::types::*;
+use std::fs::Metadata;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+pub(crate) fn virtual_attr(fs: &TierFs, v: Virtual) -> Attr {
+    let (kind, perm, nlink) = match v {
+        Virtual::Dir => (Kind::Dir, 0o555, 2),
+        Virtual::Control => (Kind::File, 0o200, 1),
+        _ => (Kind::File, 0o444, 1),
+    };
+    Attr {
+        ino: v.ino(),
+        kind,
+        size: 0,
+        blocks: 0,
+        perm,
+        nlink,
+        uid: fs.euid,
+        gid: sys_egid(),
+        rdev: 0,
+        atime: SystemTime::now(),
+        mtime: SystemTime::now(),
+        ctime: fs.started,
+    }
+}
+
+/// A file's 512-byte blocks: every piece's (a migration's new pieces too), and at least
+/// its size where bytes are held in memory. `tar --sparse` takes a file with fewer
+/// blocks than its size for one with holes, and stores what it guesses are holes as
+/// zeros (GNU tar stores no data at all for a file with none), so too few is never
+/// right; too many only costs `du` accuracy.
+pub(crate) fn file_blocks(
+    fs: &TierFs,
+    tree: &Tree,
+    ino: u64,
+    st: &FileState,
+    primary: usize,
+    m: &Metadata,
+    size: u64,
+) -> u64 {
+    let piece_blocks = |pieces: &[Option<Arc<Piece>>], t: usize| -> u64 {
+        match &pieces[t] {
+            Some(p) => p.file().metadata().map(|m| m.blocks()).unwrap_or(0),
+            None if fs.tiers[t].missing => 0,
+            None => backing::piece_path(fs, tree, ino, t)
+                .and_then(|p| Ok(fs.tiers[t].fs().stat(&p)?.blocks()))
+                .unwrap_or(0),
+        }
+    };
+    let mut blocks = m.blocks();
+    if let FileLayout::Stripe(_) = st.layout {
+        for t in st.layout.tiers().into_iter().filter(|t| *t != primary) {
+            blocks += piece_blocks(&st.pieces, t);
+        }
+    }
+    if let Some(mig) = &st.migration {
+        for t in mig.layout.tiers() {
+            if let Some(p) = &mig.pieces[t] {
+                blocks += p.file().metadata().map(|m| m.blocks()).unwrap_or(0);
+            }
+        }
+    }
+    if st.cache.is_some() {
+        blocks = blocks.max(size.div_ceil(512));
+    }
+    blocks
+}
+
+pub(crate) fn attr_from_meta(
+    _fs: &TierFs,
+    ino: u64,
+    kind: Kind,
+    m: &Metadata,
+    size: Option<u64>,
+) -> Attr {
+    let size = size.unwrap_or(m.len());
+    Attr {
+        ino,
+        kind,
+        size,
+        blocks: m.blocks(),
+        perm: (m.mode() & 0o7777) as u16,
+        nlink: if kind == Kind::Dir {
+            m.nlink() as u32
+        } else {
+            1
+        },
+        uid: m.uid(),
+        gid: m.gid(),
+        rdev: m.rdev() as u32,
+        atime: sys::time_of(m.atime(), m.atime_nsec()),
+        mtime: sys::time_of(m.mtime(), m.mtime_nsec()),
+        ctime: sys::time_of(m.ctime(), m.ctime_nsec()),
+    }
+}
+
+/// Attributes of a node, read from its primary backing object; the tree lock is held.
+pub(crate) fn attr_locked(fs: &TierFs, tree: &Tree, ino: u64) -> Result<Attr> {
+    if let Some(v) = Virtual::from_ino(ino) {
+        return Ok(virtual_attr(fs, v));
+    }
+    let node = tree.get(ino)?;
+    let kind = node.kind();
+    match &node.data {
+        NodeData::File(f) => {
+            let st = f.state.read();
+            // The primary piece, or where a degraded mount lacks its tier, another.
+            let primary = std::iter::once(st.layout.primary())
+                .chain(st.layout.tiers())
+                .find(|t| !fs.tiers[*t].missing)
+                .unwrap_or(st.layout.primary());
+            let size = f.size();
+            let m = if let Some(p) = &st.pieces[primary] {
+                p.file().metadata().map_err(|e| {
+                    backing::tier_err(fs, primary, "fstat", Path::new("(open file)"), e)
+                })?
+            } else {
+                let path = backing::piece_path(fs, tree, ino, primary)?;
+                fs.tiers[primary]
+                    .fs()
+                    .stat(&path)
+                    .map_err(|e| backing::tier_err(fs, primary, "stat", &path, e))?
+            };
+            // While the kernel writes through passthrough, the piece's size is the truth.
+            let size = if st.pt_opens > 0 { m.len() } else { size };
+            let mut a = attr_from_meta(fs, ino, kind, &m, Some(size));
+            a.blocks = file_blocks(fs, tree, ino, &st, primary, &m, size);
+            if let (Some(_), Some(t)) = (&st.cache, *f.mtime.lock()) {
+                // A change the cache holds: the piece learns it at write-back.
+                a.mtime = t;
+                a.ctime = a.ctime.max(t);
+            }
+            if !node.linked {
+                a.nlink = 0;
+            }
+            Ok(a)
+        }
+        _ => {
+            if let Some(a) = node.removed_attr {
+                return Ok(a);
+            }
+            let rel = tree.rel(ino).ok_or(Error::NotFound)?;
+            let path = fs.tiers[0].path(&rel);
+            let m = fs.tiers[0]
+                .fs()
+                .stat(&path)
+                .map_err(|e| backing::tier_err(fs, 0, "stat", &path, e))?;
+            Ok(attr_from_meta(fs, ino, kind, &m, None))
+        }
+    }
+}

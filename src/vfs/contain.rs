@@ -1,0 +1,118 @@
+//! Per-request panic containment: a bug that panics in one request's handler costs that
+//! request and that inode, not the mount.
+//!
+//! Every request handler runs inside [`TierFs::contain`] (the FUSE adapter calls it around
+//! each core call, and so must any other transport): a panic is caught, logged with the
+//! operation and inode, counted (`tierfs_request_panics_total`), answered with EIO, and the
+//! inode is marked failed. `parking_lot` locks do not poison, so the state the panic left
+//! half-changed (a layout, a size, a piece table) would otherwise be served as if it were
+//! sound; a failed inode instead answers EIO to every request until the next mount, which
+//! rebuilds it from the tiers. Its data on the tiers is left as it was: at unmount its
+//! re-layout is not committed. Requests on its folder that name it (unlink, rename) still
+//! run, so the file can be removed or moved aside without a remount.
+//!
+//! Debug builds accept a control command `debug-panic PATH` (see [`crate::control`]) that
+//! makes the next request on PATH's inode panic, so the tests can show all of this through
+//! a real mount; release builds refuse the command as unknown.
+
+use crate::error::{Error, Result};
+use crate::vfs::state::TierFs;
+use parking_lot::RwLock;
+use std::collections::HashSet;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// The failed inodes and the panic counter of a mount.
+#[derive(Debug, Default)]
+pub(crate) struct Containment {
+    pub(crate) failed: RwLock<HashSet<u64>>,
+    /// Set with the first failed inode: the common case (none) costs one load per request.
+    pub(crate) any_failed: AtomicBool,
+    pub(crate) panics: AtomicU64,
+    /// Debug builds: the inode whose next request panics (`debug-panic`), 0 for none.
+    pub(crate) armed: AtomicU64,
+}
+
+/// The text of a panic payload.
+pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> &str {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s
+    } else {
+        "(no message)"
+    }
+}
+
+pub(crate) fn contain<T>(
+    fs: &TierFs,
+    op: &'static str,
+    ino: u64,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    check_failed(fs, ino)?;
+    match catch_unwind(AssertUnwindSafe(|| {
+        injected_panic(fs, op, ino);
+        f()
+    })) {
+        Ok(r) => r,
+        Err(p) => {
+            fs.contain.panics.fetch_add(1, Ordering::Relaxed);
+            let what = panic_text(&*p);
+            log::error!("request {op} on inode {ino} panicked: {what}; answered EIO");
+            mark_failed(fs, ino, &format!("a panic in {op}"));
+            Err(Error::Failed { ino })
+        }
+    }
+}
+
+pub(crate) fn check_failed(fs: &TierFs, ino: u64) -> Result<()> {
+    if is_failed(fs, ino) {
+        Err(Error::Failed { ino })
+    } else {
+        Ok(())
+    }
+}
+
+pub(crate) fn is_failed(fs: &TierFs, ino: u64) -> bool {
+    fs.contain.any_failed.load(Ordering::Acquire) && fs.contain.failed.read().contains(&ino)
+}
+
+pub(crate) fn mark_failed(fs: &TierFs, ino: u64, why: &str) {
+    if fs.contain.failed.write().insert(ino) {
+        fs.contain.any_failed.store(true, Ordering::Release);
+        log::error!(
+            "inode {ino} failed ({why}); every request on it answers EIO until the next \
+             mount, which rebuilds it from the tiers (its data there is left as it was)"
+        );
+    }
+}
+
+pub(crate) fn request_panics(fs: &TierFs) -> u64 {
+    fs.contain.panics.load(Ordering::Relaxed)
+}
+
+pub(crate) fn failed_inodes(fs: &TierFs) -> u64 {
+    fs.contain.failed.read().len() as u64
+}
+
+/// Debug builds: makes the next request on `ino` panic (`debug-panic`).
+pub(crate) fn arm_panic(fs: &TierFs, ino: u64) {
+    if cfg!(debug_assertions) {
+        fs.contain.armed.store(ino, Ordering::SeqCst);
+        log::warn!("debug-panic: the next request on inode {ino} panics");
+    }
+}
+
+pub(crate) fn injected_panic(fs: &TierFs, op: &'static str, ino: u64) {
+    if cfg!(debug_assertions)
+        && ino != 0
+        && fs
+            .contain
+            .armed
+            .compare_exchange(ino, 0, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    {
+        panic!("injected by debug-panic ({op} on inode {ino})");
+    }
+}

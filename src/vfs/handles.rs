@@ -1,0 +1,196 @@
+//! Open handles and the kernel passthrough policy: which opens the kernel may serve
+//! straight from a tier, and the handle table the adapter's file handles index.
+
+use crate::data::file::{FileNode, FileState};
+use crate::error::{Error, Result};
+use crate::io::Piece;
+use crate::layout::FileLayout;
+use crate::vfs::backing;
+use crate::vfs::state::TierFs;
+use crate::vfs::types::*;
+use std::ffi::OsStr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+#[derive(Debug, Clone)]
+pub(crate) enum Handle {
+    File {
+        node: Arc<FileNode>,
+        ino: u64,
+        write: bool,
+        passthrough: bool,
+    },
+    Virtual(Arc<Vec<u8>>),
+    /// `.tierfs/control`, open for writing.
+    Control,
+    Dir(Arc<Vec<DirEntry>>),
+}
+
+pub(crate) fn passthrough_mode(fs: &TierFs) -> crate::config::Passthrough {
+    fs.passthrough_mode
+}
+
+pub(crate) fn passthrough_enabled(fs: &TierFs) -> bool {
+    fs.passthrough.load(Ordering::Relaxed)
+}
+
+pub(crate) fn disable_passthrough(fs: &TierFs, why: &str) {
+    if fs.passthrough.swap(false, Ordering::Relaxed) {
+        log::warn!("kernel passthrough off: {why}; all I/O goes through the daemon");
+    }
+}
+
+/// The rule for opening a file in passthrough (state lock held): only whole files; only
+/// when the inode has no daemon-served open (the kernel keeps one mode per inode), or
+/// already has passthrough opens (then it must); on a healthy tier with room to spare,
+/// since a passthrough write that hits ENOSPC cannot be rescued by moving the file; and
+/// O_DIRECT opens only with `passthrough = "direct"`, or with `"auto"` for DeepSpeed's
+/// swap files (see [`crate::config::Passthrough`]), and on a tier that takes 1 KiB-aligned
+/// direct I/O, since DeepSpeed's tails are not 4 KiB-aligned and the kernel passes the
+/// caller's alignment straight to the tier.
+pub(crate) fn passthrough_piece(
+    fs: &TierFs,
+    st: &FileState,
+    name: &OsStr,
+    size: u64,
+    flags: i32,
+) -> Option<Arc<Piece>> {
+    if !fs.passthrough.load(Ordering::Relaxed) {
+        return None;
+    }
+    let FileLayout::Whole { tier } = st.layout else {
+        return None;
+    };
+    if st.cache.is_some() {
+        // Its current bytes are in memory: the kernel must not read the tier instead.
+        return None;
+    }
+    let piece = st.pieces[tier].clone()?;
+    if st.pt_opens > 0 {
+        return Some(piece);
+    }
+    if st.opens > 0 || stages_instead(fs, tier) {
+        return None;
+    }
+    let t = &fs.tiers[tier];
+    if !t.is_healthy() || t.room() < size.saturating_add(PASSTHROUGH_HEADROOM) {
+        return None;
+    }
+    if flags & libc::O_DIRECT != 0 {
+        let allowed = match fs.passthrough_mode {
+            crate::config::Passthrough::Direct => true,
+            crate::config::Passthrough::Auto => is_deepspeed_swap(name),
+            crate::config::Passthrough::Off => false,
+        };
+        if !allowed || !t.small_direct_io {
+            return None;
+        }
+    }
+    // The kernel writes a passthrough file with the daemon's credentials, which keep
+    // set-user-ID and set-group-ID where a user's write must clear them: such files are
+    // written through the daemon (FUSE_HANDLE_KILLPRIV_V2 then clears the bits).
+    if flags & libc::O_ACCMODE != libc::O_RDONLY {
+        use std::os::unix::fs::PermissionsExt;
+        let setid = piece.file().metadata().map_or(true, |m| {
+            m.permissions().mode() & (libc::S_ISUID | libc::S_ISGID) != 0
+        });
+        if setid {
+            return None;
+        }
+    }
+    Some(piece)
+}
+
+/// Whether a whole file on `tier` is staged in host memory rather than opened in kernel
+/// passthrough: with a cache, only the fastest tier's files go to the kernel. A slower
+/// tier's file opened in passthrough would be read and written at that tier's speed
+/// while DeepSpeed waits on it; through the daemon the prefetcher has read it ahead and
+/// its writes land in memory and go back behind the reader (write-behind), so every tier
+/// works at once. The fastest tier gains nothing from memory it does not gain from the
+/// kernel, which moves its bytes with no daemon CPU at all.
+pub(crate) fn stages_instead(fs: &TierFs, tier: usize) -> bool {
+    fs.cache.is_some() && fs.tiers.len() > 1 && Some(tier) != fastest_tier(fs)
+}
+
+/// Whether a whole file on `tier` goes to the kernel rather than into memory when both
+/// could take it: with a cache over several tiers, the fastest tier's files do (see
+/// [`stages_instead`]). With one tier the cache comes first, as configured.
+pub(crate) fn kernel_first(fs: &TierFs, tier: usize) -> bool {
+    fs.cache.is_some() && fs.tiers.len() > 1 && Some(tier) == fastest_tier(fs)
+}
+
+/// Whether the cache should leave this open's file alone because kernel passthrough
+/// will serve it ([`kernel_first`]); asked before the open is admitted.
+pub(crate) fn leave_to_kernel(
+    fs: &TierFs,
+    st: &FileState,
+    name: &OsStr,
+    size: u64,
+    flags: i32,
+) -> bool {
+    match st.layout {
+        FileLayout::Whole { tier } if st.cache.is_none() && kernel_first(fs, tier) => {
+            passthrough_piece(fs, st, name, size, flags).is_some()
+        }
+        _ => false,
+    }
+}
+
+/// The tier with the largest Eq. 1 share now (the first of equals).
+pub(crate) fn fastest_tier(fs: &TierFs) -> Option<usize> {
+    let shares = fs.placer.shares();
+    let max = shares.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    shares.iter().position(|s| *s == max)
+}
+
+pub(crate) fn passthrough_refused(fs: &TierFs, fh: u64) {
+    let mut handles = fs.handles.lock();
+    if let Some(Handle::File {
+        node, passthrough, ..
+    }) = handles.get_mut(&fh)
+    {
+        if *passthrough {
+            *passthrough = false;
+            let mut st = node.state.write();
+            st.pt_opens = st.pt_opens.saturating_sub(1);
+            if let FileLayout::Whole { tier } = st.layout {
+                fs.tiers[tier]
+                    .counters
+                    .pt_open
+                    .fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+pub(crate) fn new_fh(fs: &TierFs, h: Handle) -> u64 {
+    let fh = fs.next_fh.fetch_add(1, Ordering::Relaxed);
+    fs.handles.lock().insert(fh, h);
+    fh
+}
+
+pub(crate) fn handle(fs: &TierFs, fh: u64) -> Result<Handle> {
+    fs.handles.lock().get(&fh).cloned().ok_or(Error::BadHandle)
+}
+
+pub(crate) fn note_pt_open(fs: &TierFs, st: &mut FileState) {
+    st.pt_opens += 1;
+    if let FileLayout::Whole { tier } = st.layout {
+        let c = &fs.tiers[tier].counters;
+        c.pt_open.fetch_add(1, Ordering::Relaxed);
+        c.pt_opens_total.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The kernel wrote a passthrough file without us: its backing file's size is the truth.
+pub(crate) fn sync_passthrough_size(fs: &TierFs, node: &FileNode, st: &FileState, tier: usize) {
+    if let Some(p) = &st.pieces[tier] {
+        if let Ok(m) = p.file().metadata() {
+            let old = node.size.swap(m.len(), Ordering::AcqRel);
+            if old != m.len() {
+                backing::account_resize(fs, &st.layout, old, m.len());
+                node.dirty.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+}

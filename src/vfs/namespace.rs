@@ -1,0 +1,584 @@
+//! Namespace operations: lookup, create of folders, symlinks and special files, unlink,
+//! rmdir, rename and setattr, each applied to every tier that holds the object.
+
+use crate::error::{Error, Result};
+use crate::io::Piece;
+use crate::layout::NAME_MAX;
+use crate::sys::SetTime;
+use crate::vfs::state::TierFs;
+use crate::vfs::tree::{NodeData, Tree};
+use crate::vfs::types::*;
+use crate::vfs::{attr, backing, files};
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::{self};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+pub(crate) fn kill_suidgid(fs: &TierFs, ino: u64) -> Result<bool> {
+    let mode = getattr(fs, ino)?;
+    if mode.kind != Kind::File {
+        return Ok(false);
+    }
+    let perm = mode.perm as u32;
+    let mut new = perm & !libc::S_ISUID;
+    if perm & libc::S_IXGRP != 0 {
+        new &= !libc::S_ISGID;
+    }
+    if new == perm {
+        return Ok(false);
+    }
+    setattr(
+        fs,
+        ino,
+        SetAttr {
+            mode: Some(new),
+            ..SetAttr::default()
+        },
+    )
+    .map(|_| true)
+}
+
+pub(crate) fn reserved(fs: &TierFs, parent: u64, name: &OsStr) -> bool {
+    parent == ROOT_INO && name == fs.stats_dir
+}
+
+pub(crate) fn check_writable_parent(fs: &TierFs, parent: u64, name: &OsStr) -> Result<()> {
+    if Virtual::from_ino(parent).is_some() {
+        return Err(Error::Access("the stats folder is read-only"));
+    }
+    if reserved(fs, parent, name) {
+        return Err(Error::Exists);
+    }
+    name_ok(name)
+}
+
+pub(crate) fn lookup(fs: &TierFs, parent: u64, name: &OsStr) -> Result<Attr> {
+    if reserved(fs, parent, name) {
+        return Ok(attr::virtual_attr(fs, Virtual::Dir));
+    }
+    if parent == Virtual::Dir.ino() {
+        return Virtual::FILES
+            .iter()
+            .find(|v| name == v.name())
+            .map(|v| attr::virtual_attr(fs, *v))
+            .ok_or(Error::NotFound);
+    }
+    if name.len() > NAME_MAX {
+        return Err(Error::NameTooLong);
+    }
+    let mut tree = fs.tree.write();
+    let ino = tree.child(parent, name)?;
+    let a = attr::attr_locked(fs, &tree, ino)?;
+    if let Some(n) = tree.nodes.get_mut(&ino) {
+        n.nlookup += 1;
+    }
+    Ok(a)
+}
+
+/// Counts a reference handed to the kernel by create/mkdir/symlink/mknod.
+pub(crate) fn remember(_fs: &TierFs, tree: &mut Tree, ino: u64) {
+    if let Some(n) = tree.nodes.get_mut(&ino) {
+        n.nlookup += 1;
+    }
+}
+
+pub(crate) fn forget(fs: &TierFs, ino: u64, n: u64) {
+    if ino == ROOT_INO || Virtual::from_ino(ino).is_some() {
+        return;
+    }
+    let mut tree = fs.tree.write();
+    if let Some(node) = tree.nodes.get_mut(&ino) {
+        node.nlookup = node.nlookup.saturating_sub(n);
+    }
+    backing::drop_if_gone(fs, &mut tree, ino);
+}
+
+pub(crate) fn getattr(fs: &TierFs, ino: u64) -> Result<Attr> {
+    let tree = fs.tree.read();
+    attr::attr_locked(fs, &tree, ino)
+}
+
+pub(crate) fn setattr(fs: &TierFs, ino: u64, s: SetAttr) -> Result<Attr> {
+    if ino == Virtual::Control.ino()
+        && s.size == Some(0)
+        && s.mode.is_none()
+        && s.uid.is_none()
+        && s.gid.is_none()
+    {
+        // `echo cmd > .tierfs/control` opens with O_TRUNC: nothing to truncate.
+        return Ok(attr::virtual_attr(fs, Virtual::Control));
+    }
+    if Virtual::from_ino(ino).is_some() {
+        return Err(Error::Access("the stats files are read-only"));
+    }
+    let tree = fs.tree.read();
+    let node = tree.get(ino)?;
+    let open_pieces: Vec<(usize, Arc<Piece>)> = match &node.data {
+        NodeData::File(f) => f
+            .state
+            .read()
+            .pieces
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.clone().map(|p| (i, p)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    // An unlinked but open file has no paths: act on its descriptors.
+    let paths = if node.linked {
+        backing::backing_paths(fs, &tree, ino)?
+    } else {
+        Vec::new()
+    };
+    if let Some(size) = s.size {
+        match &node.data {
+            NodeData::File(f) => files::truncate(fs, &tree, ino, f, size)?,
+            NodeData::Dir { .. } => return Err(Error::IsDir),
+            _ => return Err(Error::Invalid("truncate of a special file")),
+        }
+    }
+    if let Some(mode) = s.mode {
+        let perm = fs::Permissions::from_mode(mode & 0o7777);
+        if node.kind() != Kind::Symlink {
+            for (t, p) in &paths {
+                // Never through a symlink planted in place of the piece or folder.
+                fs.tiers[*t]
+                    .fs()
+                    .chmod(p, mode & 0o7777)
+                    .map_err(|e| backing::tier_err(fs, *t, "chmod", p, e))?;
+            }
+            for (t, p) in &open_pieces {
+                if paths.is_empty() {
+                    p.file().set_permissions(perm.clone()).map_err(|e| {
+                        backing::tier_err(fs, *t, "fchmod", Path::new("(open file)"), e)
+                    })?;
+                }
+            }
+        }
+    }
+    if s.uid.is_some() || s.gid.is_some() {
+        for (t, p) in &paths {
+            fs.tiers[*t]
+                .fs()
+                .chown(p, s.uid, s.gid)
+                .map_err(|e| backing::tier_err(fs, *t, "chown", p, e))?;
+        }
+        if paths.is_empty() {
+            for (t, p) in &open_pieces {
+                std::os::unix::fs::fchown(p.file(), s.uid, s.gid).map_err(|e| {
+                    backing::tier_err(fs, *t, "fchown", Path::new("(open file)"), e)
+                })?;
+            }
+        }
+    }
+    if s.atime.is_some() || s.mtime.is_some() {
+        let a = s.atime.unwrap_or(SetTime::Omit);
+        let m = s.mtime.unwrap_or(SetTime::Omit);
+        for (t, p) in &paths {
+            fs.tiers[*t]
+                .fs()
+                .utimens(p, a, m)
+                .map_err(|e| backing::tier_err(fs, *t, "utimens", p, e))?;
+        }
+        if let NodeData::File(f) = &node.data {
+            if f.state.read().cache.is_some() {
+                // Dirty bytes in memory would overwrite it at write-back (`cp -p`,
+                // `rsync -a`, `tar x` set the times after writing): keep it until then.
+                match m {
+                    SetTime::At(t) => *f.mtime.lock() = Some(t),
+                    SetTime::Now => *f.mtime.lock() = Some(SystemTime::now()),
+                    SetTime::Omit => {}
+                }
+            }
+        }
+    }
+    attr::attr_locked(fs, &tree, ino)
+}
+
+pub(crate) fn readlink(fs: &TierFs, ino: u64) -> Result<OsString> {
+    let tree = fs.tree.read();
+    let node = tree.get(ino)?;
+    if node.kind() != Kind::Symlink {
+        return Err(Error::Invalid("not a symlink"));
+    }
+    let rel = tree.rel(ino).ok_or(Error::NotFound)?;
+    let p = fs.tiers[0].path(&rel);
+    fs.tiers[0]
+        .fs()
+        .readlink(&p)
+        .map(|t| t.into_os_string())
+        .map_err(|e| backing::tier_err(fs, 0, "readlink", &p, e))
+}
+
+pub(crate) fn mkdir(fs: &TierFs, parent: u64, name: &OsStr, mode: u32, ctx: Ctx) -> Result<Attr> {
+    check_writable_parent(fs, parent, name)?;
+    let mut tree = fs.tree.write();
+    if tree.children(parent)?.contains_key(name) {
+        return Err(Error::Exists);
+    }
+    let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
+    let mut made: Vec<(usize, PathBuf)> = Vec::new();
+    for t in fs.tiers.iter().filter(|t| !t.missing) {
+        let p = t.path(&rel);
+        let r = t
+            .fs()
+            .mkdir(&p, 0o777)
+            .and_then(|_| t.fs().chmod(&p, mode & 0o7777));
+        if let Err(e) = r
+            .map_err(|e| backing::tier_err(fs, t.index, "mkdir", &p, e))
+            .and_then(|_| backing::chown_new(fs, &p, ctx, t.index))
+        {
+            for (u, m) in made {
+                let _ = fs.tiers[u].fs().rmdir(&m);
+            }
+            return Err(e);
+        }
+        made.push((t.index, p));
+    }
+    let ino = tree.insert(
+        parent,
+        name,
+        NodeData::Dir {
+            children: BTreeMap::new(),
+        },
+    );
+    if let Some(n) = tree.nodes.get_mut(&ino) {
+        n.degraded_new = fs.tiers.iter().any(|t| t.missing);
+    }
+    remember(fs, &mut tree, ino);
+    attr::attr_locked(fs, &tree, ino)
+}
+
+pub(crate) fn symlink(
+    fs: &TierFs,
+    parent: u64,
+    name: &OsStr,
+    target: &Path,
+    ctx: Ctx,
+) -> Result<Attr> {
+    check_writable_parent(fs, parent, name)?;
+    let mut tree = fs.tree.write();
+    if tree.children(parent)?.contains_key(name) {
+        return Err(Error::Exists);
+    }
+    let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
+    let p = fs.tiers[0].path(&rel);
+    fs.tiers[0]
+        .fs()
+        .symlink(target, &p)
+        .map_err(|e| backing::tier_err(fs, 0, "symlink", &p, e))?;
+    backing::chown_new(fs, &p, ctx, 0)?;
+    let ino = tree.insert(parent, name, NodeData::Other(Kind::Symlink));
+    remember(fs, &mut tree, ino);
+    attr::attr_locked(fs, &tree, ino)
+}
+
+pub(crate) fn mknod(
+    fs: &TierFs,
+    parent: u64,
+    name: &OsStr,
+    mode: u32,
+    rdev: u32,
+    ctx: Ctx,
+) -> Result<Attr> {
+    let fmt = mode & libc::S_IFMT;
+    if fmt == libc::S_IFREG || fmt == 0 {
+        let (a, fh, _) = files::create(fs, parent, name, mode, libc::O_RDWR, ctx)?;
+        files::release(fs, fh)?;
+        return Ok(a);
+    }
+    let kind = match fmt {
+        libc::S_IFIFO => Kind::Fifo,
+        libc::S_IFSOCK => Kind::Socket,
+        libc::S_IFCHR => Kind::CharDevice,
+        libc::S_IFBLK => Kind::BlockDevice,
+        _ => return Err(Error::Invalid("mknod of an unknown file type")),
+    };
+    check_writable_parent(fs, parent, name)?;
+    let mut tree = fs.tree.write();
+    if tree.children(parent)?.contains_key(name) {
+        return Err(Error::Exists);
+    }
+    let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
+    let p = fs.tiers[0].path(&rel);
+    fs.tiers[0]
+        .fs()
+        .mknod(&p, mode, u64::from(rdev))
+        .map_err(|e| backing::tier_err(fs, 0, "mknod", &p, e))?;
+    backing::chown_new(fs, &p, ctx, 0)?;
+    let ino = tree.insert(parent, name, NodeData::Other(kind));
+    remember(fs, &mut tree, ino);
+    attr::attr_locked(fs, &tree, ino)
+}
+
+/// Unlinks a node's backing objects and detaches it from the tree (tree lock held).
+pub(crate) fn detach(
+    fs: &TierFs,
+    tree: &mut Tree,
+    parent: u64,
+    name: &OsStr,
+    ino: u64,
+    remove_backing: bool,
+) -> Result<()> {
+    let (is_file, referenced) = match &tree.get(ino)?.data {
+        NodeData::File(f) => (true, tree.get(ino)?.nlookup > 0 || f.state.read().opens > 0),
+        _ => (false, false),
+    };
+    let keep_attr = match tree.get(ino)?.data {
+        NodeData::File(_) => None,
+        _ => attr::attr_locked(fs, tree, ino).ok().map(|mut a| {
+            a.nlink = 0;
+            a
+        }),
+    };
+    let mut limbo = tree.get(ino)?.limbo;
+    if remove_backing && is_file && referenced && !limbo {
+        // The kernel may still stat or open this inode (a racing lookup, an open
+        // handle): keep its pieces in limbo until it forgets it.
+        backing::to_limbo(fs, tree, ino)?;
+        limbo = true;
+    } else if remove_backing && !limbo {
+        let paths = backing::backing_paths(fs, tree, ino)?;
+        let is_dir = matches!(tree.get(ino)?.data, NodeData::Dir { .. });
+        for (t, p) in paths {
+            let r = if is_dir {
+                fs.tiers[t].fs().rmdir(&p)
+            } else {
+                fs.tiers[t].fs().unlink(&p)
+            };
+            match r {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(backing::tier_err(
+                        fs,
+                        t,
+                        if is_dir { "rmdir" } else { "unlink" },
+                        &p,
+                        e,
+                    ))
+                }
+            }
+        }
+    }
+    if let Ok(c) = tree.children_mut(parent) {
+        c.remove(name);
+    }
+    let node = tree.nodes.get_mut(&ino).ok_or(Error::NotFound)?;
+    node.linked = false;
+    node.removed_attr = keep_attr;
+    node.limbo = limbo;
+    if let NodeData::File(f) = &node.data {
+        f.gone.store(true, Ordering::Relaxed);
+        let st = f.state.read();
+        backing::account_resize(fs, &st.layout, f.size(), 0);
+        for t in st.layout.tiers() {
+            let _ = fs.tiers[t].counters.files.fetch_update(
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+                |v| Some(v.saturating_sub(1)),
+            );
+        }
+        if let Some(c) = f.charge.lock().take() {
+            fs.placer.release(c);
+        }
+    }
+    backing::drop_if_gone(fs, tree, ino);
+    Ok(())
+}
+
+pub(crate) fn unlink(fs: &TierFs, parent: u64, name: &OsStr) -> Result<()> {
+    if Virtual::from_ino(parent).is_some() || reserved(fs, parent, name) {
+        return Err(Error::Access("the stats folder is read-only"));
+    }
+    let mut tree = fs.tree.write();
+    let ino = tree.child(parent, name)?;
+    if tree.get(ino)?.kind() == Kind::Dir {
+        return Err(Error::IsDir);
+    }
+    detach(fs, &mut tree, parent, name, ino, true)
+}
+
+pub(crate) fn rmdir(fs: &TierFs, parent: u64, name: &OsStr) -> Result<()> {
+    if Virtual::from_ino(parent).is_some() || reserved(fs, parent, name) {
+        return Err(Error::Access("the stats folder is read-only"));
+    }
+    let mut tree = fs.tree.write();
+    let ino = tree.child(parent, name)?;
+    if !tree.children(ino)?.is_empty() {
+        return Err(Error::NotEmpty);
+    }
+    detach(fs, &mut tree, parent, name, ino, true)
+}
+
+pub(crate) fn link(_fs: &TierFs) -> Result<Attr> {
+    Err(Error::NotPermitted(
+        "hard links are not supported by tierfs",
+    ))
+}
+
+pub(crate) fn rename(
+    fs: &TierFs,
+    parent: u64,
+    name: &OsStr,
+    newparent: u64,
+    newname: &OsStr,
+    flags: u32,
+) -> Result<()> {
+    if Virtual::from_ino(parent).is_some()
+        || Virtual::from_ino(newparent).is_some()
+        || reserved(fs, parent, name)
+    {
+        return Err(Error::Access("the stats folder is read-only"));
+    }
+    check_writable_parent(fs, newparent, newname)?;
+    if flags & libc::RENAME_EXCHANGE != 0 {
+        return Err(Error::Invalid("RENAME_EXCHANGE is not supported"));
+    }
+    // RENAME_WHITEOUT (overlayfs) would need a whiteout device node left behind, which
+    // tierfs cannot store: refuse it rather than rename without one.
+    if flags & !libc::RENAME_NOREPLACE != 0 {
+        return Err(Error::Invalid("only RENAME_NOREPLACE is supported"));
+    }
+    let mut tree = fs.tree.write();
+    let ino = tree.child(parent, name)?;
+    let kind = tree.get(ino)?.kind();
+    tree.children(newparent)?;
+    let target = tree.children(newparent)?.get(newname).copied();
+    if target == Some(ino) {
+        return Ok(());
+    }
+    if let Some(t) = target {
+        if flags & libc::RENAME_NOREPLACE != 0 {
+            return Err(Error::Exists);
+        }
+        let tk = tree.get(t)?.kind();
+        match (kind == Kind::Dir, tk == Kind::Dir) {
+            (true, false) => return Err(Error::NotDir),
+            (false, true) => return Err(Error::IsDir),
+            (true, true) if !tree.children(t)?.is_empty() => return Err(Error::NotEmpty),
+            _ => {}
+        }
+    }
+    // A folder has a copy on every tier, the missing one of a degraded mount included,
+    // and that copy may hold striped pieces and whole files no listing shows: renamed
+    // on the present tiers alone, the folder would split in two, and each striped file
+    // in it into two halves reading zeros where the other holds the bytes. (A file
+    // with a piece on the missing tier is refused by `backing_paths` below.)
+    if let Some(m) = fs.tiers.iter().find(|t| t.missing) {
+        for n in std::iter::once(ino).chain(target) {
+            let node = tree.get(n)?;
+            if node.kind() == Kind::Dir && !node.degraded_new {
+                return Err(backing::missing_err(fs, m.index, "rename"));
+            }
+        }
+    }
+    if kind == Kind::Dir {
+        // Refuse to move a folder into itself.
+        let mut cur = newparent;
+        while cur != ROOT_INO {
+            if cur == ino {
+                return Err(Error::Invalid("cannot move a folder into itself"));
+            }
+            cur = tree.get(cur)?.parent;
+        }
+    }
+    let from_rel = tree.rel(ino).ok_or(Error::NotFound)?;
+    let to_rel = tree.rel(newparent).ok_or(Error::NotFound)?.join(newname);
+    let src: Vec<usize> = backing::backing_paths(fs, &tree, ino)?
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
+    // A file being replaced moves to limbo first, whole: the kernel may still stat or
+    // open the old inode (rename(2) never lets the name go missing), and pieces on tiers
+    // the source does not cover must not survive under the name. A crash here loses
+    // the target, never the source.
+    let mut target_in_limbo = None;
+    if let Some(t) =
+        target.filter(|t| matches!(tree.nodes.get(t).map(|n| &n.data), Some(NodeData::File(_))))
+    {
+        backing::to_limbo(fs, &tree, t)?;
+        if let Some(n) = tree.nodes.get_mut(&t) {
+            n.limbo = true;
+        }
+        target_in_limbo = Some(t);
+    } else if let Some(t) = target {
+        let tpaths = backing::backing_paths(fs, &tree, t)?;
+        for (tier, p) in tpaths {
+            if !src.contains(&tier) {
+                let r = if kind == Kind::Dir {
+                    fs.tiers[tier].fs().rmdir(&p)
+                } else {
+                    fs.tiers[tier].fs().unlink(&p)
+                };
+                if let Err(e) = r {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        return Err(backing::tier_err(fs, tier, "unlink", &p, e));
+                    }
+                }
+            }
+        }
+    }
+    let mut done: Vec<usize> = Vec::new();
+    for &t in &src {
+        let from = fs.tiers[t].path(&from_rel);
+        let to = fs.tiers[t].path(&to_rel);
+        let tfs = fs.tiers[t].fs();
+        let mut r = tfs.rename(&from, &to, 0);
+        if let Err(e) = &r {
+            if e.kind() == std::io::ErrorKind::NotFound && kind == Kind::Dir && !tfs.exists(&from) {
+                // The folder was missing on this tier: make it where it goes.
+                r = tfs.mkdir_all(&to);
+            }
+        }
+        if let Err(e) = r {
+            // Undo what moved so the tiers stay in agreement.
+            for &u in &done {
+                let _ = fs.tiers[u].fs().rename(
+                    &fs.tiers[u].path(&to_rel),
+                    &fs.tiers[u].path(&from_rel),
+                    0,
+                );
+            }
+            if let Some(old) = target_in_limbo {
+                // And put the replaced file back under its name.
+                if let Ok(paths) = backing::backing_paths(fs, &tree, old) {
+                    for (u, l) in paths {
+                        let _ = fs.tiers[u].fs().rename(&l, &fs.tiers[u].path(&to_rel), 0);
+                    }
+                }
+                if let Some(n) = tree.nodes.get_mut(&old) {
+                    n.limbo = false;
+                }
+            }
+            return Err(backing::tier_err(fs, t, "rename", &from, e));
+        }
+        done.push(t);
+    }
+    if let Some(t) = target {
+        detach(fs, &mut tree, newparent, newname, t, false)?;
+    }
+    tree.children_mut(parent)?.remove(name);
+    tree.children_mut(newparent)?
+        .insert(newname.to_os_string(), ino);
+    let n = tree.nodes.get_mut(&ino).ok_or(Error::NotFound)?;
+    n.parent = newparent;
+    n.name = newname.to_os_string();
+    Ok(())
+}
+
+/// A file's path for messages, or its inode once it has none.
+pub(crate) fn describe(fs: &TierFs, ino: u64) -> String {
+    describe_in(&fs.tree.read(), ino)
+}
+
+pub(crate) fn describe_in(tree: &Tree, ino: u64) -> String {
+    match tree.rel(ino) {
+        Some(rel) => format!("/{}", crate::stats::escape_path(&rel)),
+        None => format!("(inode {ino}, deleted)"),
+    }
+}

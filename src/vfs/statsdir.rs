@@ -1,0 +1,336 @@
+//! The `.tierfs/` folder: the control file's commands and the views the stats files
+//! render (cache, memory, files).
+
+use crate::cache::BLOCK;
+use crate::control::Command;
+use crate::data::cached;
+use crate::error::{Error, Result};
+use crate::layout::FileLayout;
+use crate::vfs::contain;
+use crate::vfs::state::TierFs;
+use crate::vfs::tree::NodeData;
+use crate::vfs::types::*;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// `.tierfs/cache`.
+#[derive(Debug, serde::Serialize)]
+pub struct CacheView {
+    pub enabled: bool,
+    pub config: Option<crate::config::CacheConfig>,
+    /// Where the size comes from (the config, or the memory limit and the rule), or why
+    /// there is no cache.
+    pub size_from: String,
+    /// Bytes the cache may hold now: the size, lower while the job needs the memory.
+    pub budget: u64,
+    /// Times memory pressure lowered the budget.
+    pub pressure_shrinks: u64,
+    /// Bytes of cached files evicted to get under a lowered budget.
+    pub pressure_evicted_bytes: u64,
+    /// Budget held by cached files (whole files, rounded up to blocks).
+    pub used: u64,
+    /// Memory really allocated for blocks.
+    pub allocated: u64,
+    pub dirty: u64,
+    pub hit_bytes: u64,
+    pub miss_bytes: u64,
+    /// Of the bytes read from cached files, the share served from memory.
+    pub hit_ratio: f64,
+    pub absorbed_bytes: u64,
+    pub writeback_bytes: u64,
+    pub writeback_errors: u64,
+    pub prefetch_files: u64,
+    pub prefetch_bytes: u64,
+    pub prefetch_used_bytes: u64,
+    pub prefetch_wasted_bytes: u64,
+    pub admissions: u64,
+    pub refusals: u64,
+    pub evictions: u64,
+    pub evicted_bytes: u64,
+    pub discarded_dirty_bytes: u64,
+    pub memory: MemoryView,
+    pub orders: Vec<OrderEntry>,
+    pub files: Vec<CachedFile>,
+}
+
+/// The daemon's memory: what it may use at most, and what it uses.
+#[derive(Debug, serde::Serialize)]
+pub struct MemoryView {
+    pub cache_limit: u64,
+    /// Per-thread request, reply and bounce buffers, at most.
+    pub buffers_bound: u64,
+    /// Cache plus buffers (metadata, a few hundred bytes per file, comes on top).
+    pub bound: u64,
+    /// Resident set size of the daemon now.
+    pub rss: u64,
+    /// The job's memory limit the pressure watch follows (null: no watch).
+    pub job_limit: Option<u64>,
+    /// Of it, in use now and not droppable by the kernel (usage less inactive page cache).
+    pub job_in_use: Option<u64>,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct OrderEntry {
+    pub dir: String,
+    #[serde(flatten)]
+    pub order: crate::cache::order::OrderView,
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct CachedFile {
+    pub path: String,
+    pub size: u64,
+    pub blocks: u64,
+    pub valid_blocks: u64,
+    pub dirty_blocks: u64,
+    /// Reads until its predicted next use (the policy's rank; null when unknown).
+    pub next_use: Option<u64>,
+    pub gradient: bool,
+    pub dirty_age_s: Option<f64>,
+    pub last_error: Option<String>,
+}
+
+pub(crate) fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map(|pages| pages * 4096)
+        .unwrap_or(0)
+}
+
+pub(crate) fn file_list(fs: &TierFs) -> Vec<(PathBuf, u64, FileLayout)> {
+    let tree = fs.tree.read();
+    let mut out = Vec::new();
+    let mut stack = vec![ROOT_INO];
+    while let Some(ino) = stack.pop() {
+        if let Ok(children) = tree.children(ino) {
+            for c in children.values() {
+                match tree.nodes.get(c).map(|n| &n.data) {
+                    Some(NodeData::Dir { .. }) => stack.push(*c),
+                    Some(NodeData::File(f)) => {
+                        if let Some(rel) = tree.rel(*c) {
+                            out.push((rel, f.size(), f.layout()));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Resolves a control path to an inode.
+pub(crate) fn resolve(fs: &TierFs, path: &Path) -> Result<(u64, u64)> {
+    let tree = fs.tree.read();
+    let mut ino = ROOT_INO;
+    let mut parent = ROOT_INO;
+    for c in path.components() {
+        parent = ino;
+        ino = tree.child(ino, c.as_os_str())?;
+    }
+    Ok((parent, ino))
+}
+
+pub(crate) fn control(fs: &TierFs, text: &[u8]) -> Result<()> {
+    let text =
+        std::str::from_utf8(text).map_err(|_| Error::Invalid("control text is not UTF-8"))?;
+    let cmds = crate::control::parse(text).map_err(|e| {
+        log::warn!(
+            "refused a control write of {} bytes: {}",
+            text.len(),
+            crate::control::log_excerpt(&e.to_string())
+        );
+        Error::Invalid("bad control command (the daemon log says which line and why)")
+    })?;
+    // Resolve every path before acting on any.
+    let mut plan = Vec::with_capacity(cmds.len());
+    for cmd in cmds {
+        let target = match &cmd {
+            Command::Order { dir, .. } => Some(resolve(fs, dir)?.1),
+            Command::Step { dir: Some(d) } => Some(resolve(fs, d)?.1),
+            Command::Prefetch { path } | Command::Drop { path } => {
+                let (_, ino) = resolve(fs, path)?;
+                if !matches!(fs.tree.read().get(ino)?.data, NodeData::File(_)) {
+                    return Err(Error::Invalid("prefetch/drop of something not a file"));
+                }
+                Some(ino)
+            }
+            Command::Flush { path: Some(p) } => Some(resolve(fs, p)?.1),
+            Command::DebugPanic { path } => Some(resolve(fs, path)?.1),
+            _ => None,
+        };
+        plan.push((cmd, target));
+    }
+    // Not a cache hint: armed with or without a cache.
+    for (cmd, target) in &plan {
+        if let (Command::DebugPanic { .. }, Some(ino)) = (cmd, target) {
+            contain::arm_panic(fs, *ino);
+        }
+    }
+    let Some(c) = &fs.cache else {
+        return Ok(());
+    };
+    for (cmd, target) in plan {
+        match cmd {
+            Command::Order { hint, dir } => c.hint(
+                (!dir.as_os_str().is_empty()).then_some(target.unwrap_or(ROOT_INO)),
+                hint,
+            ),
+            Command::Step { .. } => c.mark_step(target),
+            Command::Prefetch { .. } => c.queue_prefetch(target.expect("resolved"), true),
+            Command::Drop { .. } | Command::Flush { path: Some(_) } => {
+                let ino = target.expect("resolved");
+                let node = match &fs.tree.read().get(ino)?.data {
+                    NodeData::File(f) => f.clone(),
+                    _ => continue,
+                };
+                if matches!(cmd, Command::Drop { .. }) {
+                    let mut st = node.state.write();
+                    cached::uncache_locked(fs, &node, &mut st)?;
+                } else if let Some(e) = node.state.read().cache.clone() {
+                    cached::write_back(fs, &node, &e, ino)?;
+                }
+            }
+            Command::Flush { path: None } => cached::flush_cache(fs)?,
+            Command::DebugPanic { .. } => {}
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn cache_view(fs: &TierFs) -> CacheView {
+    // Per FUSE thread: fuser's request buffer, the read reply buffer and an unaligned-write
+    // bounce buffer, 1 MiB each at most; per prefetch fill thread nothing (blocks are
+    // counted in the cache).
+    let buffers_bound = fs.threads as u64 * 3 * BLOCK;
+    let Some(c) = &fs.cache else {
+        return CacheView {
+            enabled: false,
+            config: None,
+            size_from: fs.staging_from.clone(),
+            budget: 0,
+            pressure_shrinks: 0,
+            pressure_evicted_bytes: 0,
+            used: 0,
+            allocated: 0,
+            dirty: 0,
+            hit_bytes: 0,
+            miss_bytes: 0,
+            hit_ratio: 0.0,
+            absorbed_bytes: 0,
+            writeback_bytes: 0,
+            writeback_errors: 0,
+            prefetch_files: 0,
+            prefetch_bytes: 0,
+            prefetch_used_bytes: 0,
+            prefetch_wasted_bytes: 0,
+            admissions: 0,
+            refusals: 0,
+            evictions: 0,
+            evicted_bytes: 0,
+            discarded_dirty_bytes: 0,
+            memory: MemoryView {
+                cache_limit: 0,
+                buffers_bound,
+                bound: buffers_bound,
+                rss: rss_bytes(),
+                job_limit: None,
+                job_in_use: None,
+            },
+            orders: Vec::new(),
+            files: Vec::new(),
+        };
+    };
+    let k = &c.counters;
+    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let tree = fs.tree.read();
+    let path_of = |ino: u64| {
+        tree.rel(ino)
+            .map(|p| crate::stats::escape_path(&p))
+            .unwrap_or_else(|| format!("(inode {ino}, deleted)"))
+    };
+    let mut allocated = 0;
+    let mut files: Vec<CachedFile> = c
+        .residents()
+        .into_iter()
+        .map(|(n, e)| {
+            let slots = e.all_slots();
+            let mut valid = 0;
+            for s in &slots {
+                let s = s.lock();
+                valid += s.valid as u64;
+                allocated += s.len() as u64;
+            }
+            let rank = c.rank_of_entry(&e);
+            CachedFile {
+                path: path_of(e.ino),
+                size: n.size(),
+                blocks: slots.len() as u64,
+                valid_blocks: valid,
+                dirty_blocks: e.dirty_blocks(),
+                next_use: (c.cfg.policy == crate::config::CachePolicy::Learned && rank != u64::MAX)
+                    .then_some(rank),
+                gradient: e.gradient,
+                dirty_age_s: e.dirty_age(),
+                last_error: e.last_error.lock().clone(),
+            }
+        })
+        .collect();
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let orders = c
+        .orders()
+        .into_iter()
+        .map(|(d, o)| OrderEntry {
+            dir: if d == ROOT_INO {
+                "/".into()
+            } else {
+                path_of(d)
+            },
+            order: o,
+        })
+        .collect();
+    let (hit, miss) = (get(&k.hit_bytes), get(&k.miss_bytes));
+    CacheView {
+        enabled: true,
+        config: Some(c.cfg.clone()),
+        size_from: c.size_from.clone(),
+        budget: c.budget(),
+        pressure_shrinks: get(&k.pressure_shrinks),
+        pressure_evicted_bytes: get(&k.pressure_evicted_bytes),
+        used: c.used(),
+        allocated,
+        dirty: get(&k.dirty_bytes),
+        hit_bytes: hit,
+        miss_bytes: miss,
+        hit_ratio: if hit + miss > 0 {
+            hit as f64 / (hit + miss) as f64
+        } else {
+            0.0
+        },
+        absorbed_bytes: get(&k.absorbed_bytes),
+        writeback_bytes: get(&k.writeback_bytes),
+        writeback_errors: get(&k.writeback_errors),
+        prefetch_files: get(&k.prefetch_files),
+        prefetch_bytes: get(&k.prefetch_bytes),
+        prefetch_used_bytes: get(&k.prefetch_used_bytes),
+        prefetch_wasted_bytes: get(&k.prefetch_wasted_bytes),
+        admissions: get(&k.admissions),
+        refusals: get(&k.refusals),
+        evictions: get(&k.evictions),
+        evicted_bytes: get(&k.evicted_bytes),
+        discarded_dirty_bytes: get(&k.discarded_dirty_bytes),
+        memory: MemoryView {
+            cache_limit: c.cfg.size,
+            buffers_bound,
+            bound: c.cfg.size + buffers_bound,
+            rss: rss_bytes(),
+            job_limit: c.watch.as_ref().map(|l| l.bytes),
+            job_in_use: c.watch.as_ref().and_then(|l| l.in_use()),
+        },
+        orders,
+        files,
+    }
+}

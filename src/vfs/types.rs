@@ -1,0 +1,248 @@
+//! The core's vocabulary: inode numbers, attributes, directory entries and open flags
+//! as the FUSE adapter sees them, the `.tierfs/` virtual files, and small rules on names and
+//! errors shared by the namespace and the data path.
+
+use crate::error::{Error, Result};
+use crate::io::Piece;
+use crate::layout::{FileLayout, NAME_MAX};
+use crate::sys::SetTime;
+use std::ffi::{OsStr, OsString};
+use std::fs::{self};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileTypeExt;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// Inode of the mount root (FUSE's fixed root id).
+pub const ROOT_INO: u64 = 1;
+/// Inodes 2..FIRST_INO are the virtual stats files; see [`Virtual`].
+pub const FIRST_INO: u64 = 64;
+/// Prefix of the temporary names tierfs uses inside tier folders (cleaned at mount).
+pub const TMP_PREFIX: &str = ".tierfs-tmp-";
+
+/// The virtual, read-only files under the stats folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Virtual {
+    Dir,
+    Tiers,
+    Files,
+    Config,
+    StatsJson,
+    /// Prometheus text exposition format (see `crate::metrics`).
+    Metrics,
+    /// The host-memory cache: totals, learned orders, cached files (JSON).
+    Cache,
+    /// Write-only hints for the cache (`crate::control`).
+    Control,
+}
+
+impl Virtual {
+    pub const FILES: [Virtual; 7] = [
+        Virtual::Tiers,
+        Virtual::Files,
+        Virtual::Config,
+        Virtual::StatsJson,
+        Virtual::Metrics,
+        Virtual::Cache,
+        Virtual::Control,
+    ];
+
+    pub fn ino(self) -> u64 {
+        match self {
+            Virtual::Dir => 2,
+            Virtual::Tiers => 3,
+            Virtual::Files => 4,
+            Virtual::Config => 5,
+            Virtual::StatsJson => 6,
+            Virtual::Metrics => 7,
+            Virtual::Cache => 8,
+            Virtual::Control => 9,
+        }
+    }
+
+    pub fn from_ino(ino: u64) -> Option<Virtual> {
+        Some(match ino {
+            2 => Virtual::Dir,
+            3 => Virtual::Tiers,
+            4 => Virtual::Files,
+            5 => Virtual::Config,
+            6 => Virtual::StatsJson,
+            7 => Virtual::Metrics,
+            8 => Virtual::Cache,
+            9 => Virtual::Control,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Virtual::Dir => "",
+            Virtual::Tiers => "tiers",
+            Virtual::Files => "files",
+            Virtual::Config => "config",
+            Virtual::StatsJson => "stats.json",
+            Virtual::Metrics => "metrics",
+            Virtual::Cache => "cache",
+            Virtual::Control => "control",
+        }
+    }
+}
+
+/// What kind of object a node is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+    Fifo,
+    Socket,
+    CharDevice,
+    BlockDevice,
+}
+
+/// Attributes of a node as the caller sees them.
+#[derive(Debug, Clone, Copy)]
+pub struct Attr {
+    pub ino: u64,
+    pub kind: Kind,
+    pub size: u64,
+    pub blocks: u64,
+    pub perm: u16,
+    pub nlink: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub rdev: u32,
+    pub atime: SystemTime,
+    pub mtime: SystemTime,
+    pub ctime: SystemTime,
+}
+
+/// Who is asking (for ownership of new objects).
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Attribute changes of a setattr; `None` leaves a field alone.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+/// One directory entry for readdir.
+#[derive(Debug, Clone)]
+pub struct DirEntry {
+    pub ino: u64,
+    pub kind: Kind,
+    pub name: OsString,
+}
+
+/// Filesystem totals for statfs.
+#[derive(Debug, Clone, Copy)]
+pub struct StatFs {
+    pub blocks: u64,
+    pub bfree: u64,
+    pub bavail: u64,
+    pub files: u64,
+    pub ffree: u64,
+    pub bsize: u32,
+    pub namelen: u32,
+}
+
+/// How the adapter should open a handle.
+#[derive(Debug, Clone, Default)]
+pub struct OpenInfo {
+    /// Bypass the kernel page cache (virtual files, whose size is not known in advance).
+    pub direct_io: bool,
+    /// Open in kernel passthrough on this backing piece: the kernel then does the handle's
+    /// reads and writes itself. The adapter registers the piece once per inode and calls
+    /// [`TierFs::passthrough_refused`] if the kernel will not take it.
+    pub passthrough: Option<Arc<Piece>>,
+}
+
+/// Headroom a tier must have beyond a file's size before the file may be opened in
+/// passthrough: passthrough writes bypass the daemon, so the move-on-ENOSPC rescue cannot
+/// run for them and a full tier would fail the caller.
+pub const PASSTHROUGH_HEADROOM: u64 = 1 << 30;
+
+pub(crate) fn name_ok(name: &OsStr) -> Result<()> {
+    if name.len() > NAME_MAX {
+        return Err(Error::NameTooLong);
+    }
+    if name.is_empty() || name == "." || name == ".." || name.as_bytes().contains(&b'/') {
+        return Err(Error::Invalid("bad name"));
+    }
+    // Our own temporaries carry this prefix and the mount-time scan removes them, so a
+    // user file of that name would be lost: refuse it up front.
+    if name.as_bytes().starts_with(TMP_PREFIX.as_bytes()) {
+        return Err(Error::NotPermitted(
+            "names starting with .tierfs-tmp- are reserved",
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn kind_of(ft: fs::FileType) -> Option<Kind> {
+    Some(if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_file() {
+        Kind::File
+    } else if ft.is_symlink() {
+        Kind::Symlink
+    } else if ft.is_fifo() {
+        Kind::Fifo
+    } else if ft.is_socket() {
+        Kind::Socket
+    } else if ft.is_char_device() {
+        Kind::CharDevice
+    } else if ft.is_block_device() {
+        Kind::BlockDevice
+    } else {
+        return None;
+    })
+}
+
+pub(crate) fn is_no_space(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+/// Write failures a whole file survives by moving to another tier: the tier is full, or it
+/// has turned read-only or failing (what it holds is copied while reads still work).
+pub(crate) fn is_rescuable(e: &std::io::Error) -> bool {
+    is_no_space(e) || matches!(e.raw_os_error(), Some(libc::EROFS) | Some(libc::EIO))
+}
+
+/// Whether writing `[off, end)` of a file reaches its primary piece.
+pub(crate) fn touches_primary(layout: &FileLayout, off: u64, end: u64) -> bool {
+    let FileLayout::Stripe(m) = layout else {
+        return true;
+    };
+    let (first, last) = (off / m.unit, (end.max(off + 1) - 1) / m.unit);
+    let period = m.pattern.len() as u64;
+    last - first + 1 >= period
+        || (first..=last).any(|k| m.pattern[(k % period) as usize] == m.pattern[0])
+}
+
+/// Identifies a file to the tier queue (one piece per file and tier while it is open).
+pub(crate) fn piece_id(p: &Piece) -> u64 {
+    p as *const Piece as u64
+}
+
+pub(crate) fn sys_egid() -> u32 {
+    // SAFETY: getegid cannot fail.
+    unsafe { libc::getegid() }
+}
+/// Whether `name` is one of DeepSpeed's swap files (`*.tensor.swp`: optimizer state,
+/// gradients and parameters). DeepSpeed opens them `O_DIRECT` and never clears the flag on
+/// an open file, so kernel passthrough of such an open is safe, which it is not for every
+/// program (see [`crate::config::Passthrough::Auto`]).
+pub fn is_deepspeed_swap(name: &OsStr) -> bool {
+    name.as_bytes().ends_with(b".tensor.swp")
+}

@@ -21,6 +21,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+/// Whether `s` may name a node or a job (it becomes part of a file name).
+pub use crate::config::is_valid_id as is_valid_name;
+
 /// Version of the entry format; entries of another version are ignored with a warning.
 pub const FORMAT: u32 = 1;
 /// An entry whose sequence number has not changed for this long (on the reader's
@@ -153,16 +156,6 @@ impl Liveness {
 /// A ledger entry's file name for node `node`.
 fn entry_name(node: &str) -> String {
     format!("node-{node}.json")
-}
-
-/// Whether `s` may name a node or a job (it becomes part of a file name).
-pub fn is_valid_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s != "."
-        && s != ".."
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 /// The wall clock as this daemon writes it, [`CLOCK_OFFSET_ENV`] included.

@@ -202,27 +202,75 @@ pub fn choose(m: &MountFacts, ranks: usize, ranks_from: &str) -> Choice {
     let ranks = ranks.max(1);
     let threads = m.threads.max(1);
     let mut notes = Vec::new();
-    let healthy: Vec<&TierFacts> = m.tiers.iter().filter(|t| t.healthy).collect();
-    let tiers: Vec<&TierFacts> = if healthy.is_empty() {
-        notes.push(
-            "WARNING: no tier is healthy (every one failed); remount before training. \
-             Values below assume all tiers come back."
-                .to_string(),
-        );
-        m.tiers.iter().collect()
-    } else {
-        healthy
-    };
+    let tiers = usable_tiers(m, &mut notes);
     let n = tiers.len().max(1);
+    notes.push(summary_note(m, &tiers, threads, ranks, ranks_from));
+    if m.tiers.len() > tiers.len() {
+        notes.push(format!(
+            "tier(s) {} failed and take no new data; they are left out.",
+            m.tiers
+                .iter()
+                .filter(|t| !t.healthy)
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    let depth = Depth::choose(&tiers, threads, ranks);
+    depth.explain(&tiers, threads, ranks, &mut notes);
+    notes.push(passthrough_note(m));
+    notes.push(staging_note(m));
+    let buffers = Buffers::choose(n, depth.pipeline);
+    buffers.explain(m, n, &mut notes);
+    let config = ds_config(m, &depth, &buffers);
+    let json = serde_json::to_value(&config).unwrap_or_default();
+    Choice {
+        json,
+        config,
+        notes,
+        ranks,
+        intra_op_parallelism: depth.intra,
+        queue_depth: depth.qd,
+        handles_per_rank: depth.handles,
+        max_in_flight: depth.max_in_flight,
+        reserve: depth.reserve,
+        pipeline: depth.pipeline,
+        param_buffer_count: buffers.param,
+        optimizer_buffer_count: buffers.optimizer,
+    }
+}
+
+/// The tiers that take data: the healthy ones, or all of them (with a warning) when none is.
+fn usable_tiers<'a>(m: &'a MountFacts, notes: &mut Vec<String>) -> Vec<&'a TierFacts> {
+    let healthy: Vec<&TierFacts> = m.tiers.iter().filter(|t| t.healthy).collect();
+    if !healthy.is_empty() {
+        return healthy;
+    }
+    notes.push(
+        "WARNING: no tier is healthy (every one failed); remount before training. \
+         Values below assume all tiers come back."
+            .to_string(),
+    );
+    m.tiers.iter().collect()
+}
+
+/// The first note: what the choice starts from.
+fn summary_note(
+    m: &MountFacts,
+    tiers: &[&TierFacts],
+    threads: usize,
+    ranks: usize,
+    ranks_from: &str,
+) -> String {
     let total_bw: f64 = tiers
         .iter()
         .map(|t| crate::placement::effective_bandwidth(t.read_bps, t.write_bps))
         .sum();
-    notes.push(format!(
+    format!(
         "mount {}: {} tier(s) taking data ({}), about {} together; layout {}; \
          passthrough {}; {} FUSE threads; {} rank(s) per node ({}).",
         m.mountpoint,
-        n,
+        tiers.len().max(1),
         tiers
             .iter()
             .map(|t| {
@@ -249,126 +297,186 @@ pub fn choose(m: &MountFacts, ranks: usize, ranks_from: &str) -> Choice {
         threads,
         ranks,
         ranks_from
-    ));
-    if m.tiers.len() > tiers.len() {
-        notes.push(format!(
-            "tier(s) {} failed and take no new data; they are left out.",
-            m.tiers
-                .iter()
-                .filter(|t| !t.healthy)
-                .map(|t| t.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+    )
+}
+
+/// How many aio requests the ranks keep in flight, and how each rank's share is cut into
+/// threads and queue depth.
+struct Depth {
+    /// Pipelined optimizer swaps: the next subgroup is read while this one is updated and
+    /// the previous one is still being written. With whole-file placement consecutive
+    /// subgroups sit on different tiers, so that is what lets one rank use several tiers
+    /// at once.
+    pipeline: bool,
+    /// aio handles of one rank busy at once.
+    handles: usize,
+    /// FUSE threads kept for metadata.
+    reserve: usize,
+    /// FUSE threads left for data.
+    budget: usize,
+    /// Requests each tier takes: [`DEPTH_PER_TIER`], fewer where its admission queue
+    /// admits fewer.
+    depth_per_tier: Vec<usize>,
+    /// Their sum.
+    needed: usize,
+    /// Requests per handle that would keep every tier at its depth.
+    per_handle_target: usize,
+    /// What the threads allow of that.
+    per_handle: usize,
+    intra: usize,
+    qd: usize,
+    max_in_flight: usize,
+}
+
+impl Depth {
+    fn choose(tiers: &[&TierFacts], threads: usize, ranks: usize) -> Depth {
+        let pipeline = tiers.len().max(1) >= 2;
+        let handles = if pipeline { 2 } else { 1 };
+        let reserve = reserve_for(threads);
+        let budget = threads.saturating_sub(reserve).max(1);
+        let per_handle_budget = (budget / (ranks * handles)).max(1);
+        let depth_per_tier: Vec<usize> = tiers
+            .iter()
+            .map(|t| {
+                if t.queue_limit > 0 {
+                    DEPTH_PER_TIER.min(t.queue_limit)
+                } else {
+                    DEPTH_PER_TIER
+                }
+            })
+            .collect();
+        let needed: usize = depth_per_tier.iter().sum();
+        let per_handle_target = DEPTH_PER_TIER.max(needed.div_ceil(ranks));
+        let per_handle = per_handle_target.min(per_handle_budget);
+        let intra = if per_handle >= 2 * DEPTH_PER_TIER {
+            let k = (per_handle / DEPTH_PER_TIER).min(4);
+            1usize << (usize::BITS - 1 - k.leading_zeros())
+        } else {
+            1
+        };
+        let qd = (per_handle / intra).max(1);
+        Depth {
+            pipeline,
+            handles,
+            reserve,
+            budget,
+            depth_per_tier,
+            needed,
+            per_handle_target,
+            per_handle,
+            intra,
+            qd,
+            max_in_flight: ranks * handles * intra * qd,
+        }
     }
 
-    // Pipelined optimizer swaps: the next subgroup is read while this one is updated and
-    // the previous one is still being written. With whole-file placement consecutive
-    // subgroups sit on different tiers, so that is what lets one rank use several tiers at
-    // once.
-    let pipeline = n >= 2;
-    let handles = if pipeline { 2 } else { 1 };
-    let reserve = reserve_for(threads);
-    let budget = threads.saturating_sub(reserve).max(1);
-    let per_handle_budget = (budget / (ranks * handles)).max(1);
-    let depth_per_tier: Vec<usize> = tiers
-        .iter()
-        .map(|t| {
-            if t.queue_limit > 0 {
-                DEPTH_PER_TIER.min(t.queue_limit)
+    /// The notes on the `aio` block.
+    fn explain(&self, tiers: &[&TierFacts], threads: usize, ranks: usize, notes: &mut Vec<String>) {
+        let Depth {
+            handles,
+            reserve,
+            budget,
+            needed,
+            intra,
+            qd,
+            max_in_flight,
+            ..
+        } = *self;
+        let n = tiers.len().max(1);
+        notes.push(format!(
+            "aio.block_size = {BLOCK_SIZE}: tierfs negotiates 1 MiB FUSE requests; larger \
+             blocks are split by the kernel anyway, smaller ones cost more requests per byte."
+        ));
+        notes.push(format!(
+            "target: about {DEPTH_PER_TIER} direct 1 MiB requests in flight per tier (the depth \
+             `tierfs probe` measures bandwidth at){}, so {needed} across the {n} tier(s); \
+             {ranks} rank(s) x {handles} busy aio handle(s) x intra_op_parallelism x \
+             queue_depth must reach that and stay below the {threads} FUSE threads less \
+             {reserve} kept for metadata ({budget}).",
+            if self.depth_per_tier.iter().any(|d| *d < DEPTH_PER_TIER) {
+                ", fewer where a tier's admission queue admits fewer"
             } else {
-                DEPTH_PER_TIER
+                ""
             }
-        })
-        .collect();
-    let needed: usize = depth_per_tier.iter().sum();
-    let per_handle_target = DEPTH_PER_TIER.max(needed.div_ceil(ranks));
-    let per_handle = per_handle_target.min(per_handle_budget);
-    let intra = if per_handle >= 2 * DEPTH_PER_TIER {
-        let k = (per_handle / DEPTH_PER_TIER).min(4);
-        1usize << (usize::BITS - 1 - k.leading_zeros())
-    } else {
-        1
-    };
-    let qd = (per_handle / intra).max(1);
-    let max_in_flight = ranks * handles * intra * qd;
+        ));
+        notes.push(format!(
+            "aio.queue_depth = {qd}, aio.intra_op_parallelism = {intra}: each rank keeps {} \
+             request(s) in flight per handle; all ranks together at most {max_in_flight} \
+             (< {threads} threads).{}",
+            intra * qd,
+            if intra > 1 {
+                format!(
+                    " The depth is spread over {intra} threads of queue depth {qd}: each \
+                     thread has its own libaio context and its own part of the tensor, and the \
+                     kernel runs an O_DIRECT write that extends a FUSE file synchronously, so \
+                     on a freshly created swap file only separate threads overlap."
+                )
+            } else {
+                " One thread per handle: a tensor lives in one file, and a deeper queue on it \
+                 does what more threads would."
+                    .to_string()
+            }
+        ));
+        self.explain_limits(tiers, threads, ranks, notes);
+        notes.push(
+            "aio.single_submit = false: one io_submit call hands the kernel a whole batch of \
+             requests, which keeps the queue full with fewer system calls."
+                .to_string(),
+        );
+        notes.push(
+            "aio.overlap_events = true: new requests are submitted as completions arrive \
+             instead of after the whole batch, so the tiers never see the queue drain."
+                .to_string(),
+        );
+    }
 
-    notes.push(format!(
-        "aio.block_size = {BLOCK_SIZE}: tierfs negotiates 1 MiB FUSE requests; larger blocks \
-         are split by the kernel anyway, smaller ones cost more requests per byte."
-    ));
-    notes.push(format!(
-        "target: about {DEPTH_PER_TIER} direct 1 MiB requests in flight per tier (the depth \
-         `tierfs probe` measures bandwidth at){}, so {needed} across the {n} tier(s); \
-         {ranks} rank(s) x {handles} busy aio handle(s) x intra_op_parallelism x queue_depth \
-         must reach that and stay below the {threads} FUSE threads less {reserve} kept for \
-         metadata ({budget}).",
-        if depth_per_tier.iter().any(|d| *d < DEPTH_PER_TIER) {
-            ", fewer where a tier's admission queue admits fewer"
-        } else {
-            ""
+    /// Notes on what holds the depth below its target: the FUSE threads, a tier's
+    /// admission queue.
+    fn explain_limits(
+        &self,
+        tiers: &[&TierFacts],
+        threads: usize,
+        ranks: usize,
+        notes: &mut Vec<String>,
+    ) {
+        let (handles, budget, target) = (self.handles, self.budget, self.per_handle_target);
+        if self.per_handle < target {
+            let want = (threads..=crate::config::MAX_THREADS)
+                .filter(|t| t % 8 == 0)
+                .find(|t| (t - reserve_for(*t)) / (ranks * handles) >= target)
+                .unwrap_or(crate::config::MAX_THREADS);
+            notes.push(format!(
+                "the FUSE threads limit the depth: {ranks} rank(s) x {handles} handle(s) x \
+                 {target} would be {} requests. For the full depth set `threads = {want}` in \
+                 the config's [mount] section and remount.",
+                ranks * handles * target
+            ));
         }
-    ));
-    notes.push(format!(
-        "aio.queue_depth = {qd}, aio.intra_op_parallelism = {intra}: each rank keeps {} \
-         request(s) in flight per handle; all ranks together at most {max_in_flight} \
-         (< {threads} threads).{}",
-        intra * qd,
-        if intra > 1 {
-            format!(
-                " The depth is spread over {intra} threads of queue depth {qd}: each thread \
-                 has its own libaio context and its own part of the tensor, and the kernel \
-                 runs an O_DIRECT write that extends a FUSE file synchronously, so on a \
-                 freshly created swap file only separate threads overlap."
-            )
-        } else {
-            " One thread per handle: a tensor lives in one file, and a deeper queue on it \
-             does what more threads would."
-                .to_string()
+        if ranks * handles > budget {
+            notes.push(format!(
+                "WARNING: {ranks} rank(s) x {handles} handle(s) exceed the {budget} threads \
+                 free for data even at queue depth 1: raise `threads` in [mount] (at most {}).",
+                crate::config::MAX_THREADS
+            ));
         }
-    ));
-    if per_handle < per_handle_target {
-        let want = (threads..=crate::config::MAX_THREADS)
-            .filter(|t| t % 8 == 0)
-            .find(|t| (t - reserve_for(*t)) / (ranks * handles) >= per_handle_target)
-            .unwrap_or(crate::config::MAX_THREADS);
-        notes.push(format!(
-            "the FUSE threads limit the depth: {ranks} rank(s) x {handles} handle(s) x \
-             {per_handle_target} would be {} requests. For the full depth set `threads = \
-             {want}` in the config's [mount] section and remount.",
-            ranks * handles * per_handle_target
-        ));
+        if let Some(t) = tiers
+            .iter()
+            .zip(&self.depth_per_tier)
+            .find(|(t, d)| t.queue_limit > 0 && **d < DEPTH_PER_TIER)
+        {
+            notes.push(format!(
+                "tier {} admits only {} request(s) at once (its admission queue, \
+                 `max_in_flight`); more wait in the daemon holding a FUSE thread each.",
+                t.0.name, t.0.queue_limit
+            ));
+        }
     }
-    if ranks * handles > budget {
-        notes.push(format!(
-            "WARNING: {ranks} rank(s) x {handles} handle(s) exceed the {budget} threads free \
-             for data even at queue depth 1: raise `threads` in [mount] (at most {}).",
-            crate::config::MAX_THREADS
-        ));
-    }
-    if let Some(t) = tiers
-        .iter()
-        .zip(&depth_per_tier)
-        .find(|(t, d)| t.queue_limit > 0 && **d < DEPTH_PER_TIER)
-    {
-        notes.push(format!(
-            "tier {} admits only {} request(s) at once (its admission queue, `max_in_flight`); \
-             more wait in the daemon holding a FUSE thread each.",
-            t.0.name, t.0.queue_limit
-        ));
-    }
-    notes.push(
-        "aio.single_submit = false: one io_submit call hands the kernel a whole batch of \
-         requests, which keeps the queue full with fewer system calls."
-            .to_string(),
-    );
-    notes.push(
-        "aio.overlap_events = true: new requests are submitted as completions arrive instead \
-         of after the whole batch, so the tiers never see the queue drain."
-            .to_string(),
-    );
+}
+
+/// What passthrough means for the thread cap.
+fn passthrough_note(m: &MountFacts) -> String {
     let mode = m.passthrough_mode.as_deref().unwrap_or("auto");
-    notes.push(if !m.passthrough {
+    if !m.passthrough {
         "passthrough is off (by the config, or the kernel or privileges do not allow it): \
              every request goes through a FUSE thread, so the thread cap above is the real \
              limit."
@@ -386,9 +494,12 @@ pub fn choose(m: &MountFacts, ranks: usize, ranks_from: &str) -> Choice {
                  above is the real limit. `passthrough = \"direct\"` in [mount] lets the \
                  kernel serve them (Linux >= 6.9, the daemon as root)."
         )
-    });
+    }
+}
 
-    notes.push(match &m.staging {
+/// What the mount's staging memory does for the pinned buffers.
+fn staging_note(m: &MountFacts) -> String {
+    match &m.staging {
         Some((size, from)) => format!(
             "staging memory: the mount holds up to {} of host memory ({from}), reading the \
              next swap files ahead and writing behind; it gives memory back first when the \
@@ -399,71 +510,98 @@ pub fn choose(m: &MountFacts, ranks: usize, ranks_from: &str) -> Choice {
         None => "staging memory: none (cache.size = \"off\", or a memory limit too small \
                  for it): every swap file goes to the tiers as it is written."
             .to_string(),
-    });
+    }
+}
 
-    let param_buffer_count = 5usize.max(2 * n + 1);
-    notes.push(format!(
-        "offload_param.buffer_count = {param_buffer_count}: enough parameter buffers for two \
-         prefetched parameter reads per tier plus the one in use{}; buffer_size = \
-         {PARAM_BUFFER_SIZE} elements must be at least the largest parameter (e.g. the \
-         embedding, vocab x hidden): raise it if DeepSpeed says a parameter does not fit. \
-         Pinned host memory per rank: buffer_count x buffer_size x 2 bytes (bf16/fp16) = \
-         {:.1} GB.",
-        if param_buffer_count == 5 {
-            " (DeepSpeed's default 5 already covers it)"
-        } else {
-            ""
-        },
-        (param_buffer_count as u64 * PARAM_BUFFER_SIZE * 2) as f64 / 1e9
-    ));
-    notes.push(format!(
-        "offload_param.max_in_cpu = {MAX_IN_CPU} elements (DeepSpeed's default); pin_memory = \
-         true on both offloads: page-locked buffers copy to the GPU fastest and are page \
-         aligned, as O_DIRECT wants (set false if the node is short of host memory)."
-    ));
-    let optimizer_buffer_count = if pipeline {
-        3 * ADAM_BUFFERS
-    } else {
-        ADAM_BUFFERS
-    };
-    if pipeline {
+/// The pinned swap buffers of the two offloads.
+struct Buffers {
+    /// `offload_param.buffer_count`.
+    param: usize,
+    /// `offload_optimizer.buffer_count`.
+    optimizer: usize,
+    pipeline: bool,
+}
+
+impl Buffers {
+    /// For `n` tiers, with or without pipelined optimizer swaps.
+    fn choose(n: usize, pipeline: bool) -> Buffers {
+        Buffers {
+            param: 5usize.max(2 * n + 1),
+            optimizer: if pipeline {
+                3 * ADAM_BUFFERS
+            } else {
+                ADAM_BUFFERS
+            },
+            pipeline,
+        }
+    }
+
+    /// The notes on the offload blocks and `sub_group_size`.
+    fn explain(&self, m: &MountFacts, n: usize, notes: &mut Vec<String>) {
+        let (param_buffer_count, optimizer_buffer_count) = (self.param, self.optimizer);
         notes.push(format!(
-            "offload_optimizer.pipeline_read = pipeline_write = true: the next subgroup's \
-             files are read and the previous one's written while this one is updated; with \
-             {n} tiers those files sit on different tiers, so the tiers work at the same time \
-             instead of one after another. buffer_count = {optimizer_buffer_count}: Adam \
-             swaps {ADAM_BUFFERS} tensors per subgroup (fp32 weights, exp_avg, exp_avg_sq, \
-             gradient), for three subgroups at once."
+            "offload_param.buffer_count = {param_buffer_count}: enough parameter buffers for \
+             two prefetched parameter reads per tier plus the one in use{}; buffer_size = \
+             {PARAM_BUFFER_SIZE} elements must be at least the largest parameter (e.g. the \
+             embedding, vocab x hidden): raise it if DeepSpeed says a parameter does not fit. \
+             Pinned host memory per rank: buffer_count x buffer_size x 2 bytes (bf16/fp16) = \
+             {:.1} GB.",
+            if param_buffer_count == 5 {
+                " (DeepSpeed's default 5 already covers it)"
+            } else {
+                ""
+            },
+            (param_buffer_count as u64 * PARAM_BUFFER_SIZE * 2) as f64 / 1e9
         ));
-    } else {
         notes.push(format!(
-            "offload_optimizer.pipeline_read = pipeline_write = false: with one tier there is \
-             no second tier to overlap with, and pipelining would triple the optimizer's \
-             pinned buffers. buffer_count = {optimizer_buffer_count}: Adam swaps \
-             {ADAM_BUFFERS} tensors per subgroup (fp32 weights, exp_avg, exp_avg_sq, \
-             gradient)."
+            "offload_param.max_in_cpu = {MAX_IN_CPU} elements (DeepSpeed's default); \
+             pin_memory = true on both offloads: page-locked buffers copy to the GPU fastest \
+             and are page aligned, as O_DIRECT wants (set false if the node is short of host \
+             memory)."
+        ));
+        notes.push(if self.pipeline {
+            format!(
+                "offload_optimizer.pipeline_read = pipeline_write = true: the next subgroup's \
+                 files are read and the previous one's written while this one is updated; \
+                 with {n} tiers those files sit on different tiers, so the tiers work at the \
+                 same time instead of one after another. buffer_count = \
+                 {optimizer_buffer_count}: Adam swaps {ADAM_BUFFERS} tensors per subgroup \
+                 (fp32 weights, exp_avg, exp_avg_sq, gradient), for three subgroups at once."
+            )
+        } else {
+            format!(
+                "offload_optimizer.pipeline_read = pipeline_write = false: with one tier there \
+                 is no second tier to overlap with, and pipelining would triple the \
+                 optimizer's pinned buffers. buffer_count = {optimizer_buffer_count}: Adam \
+                 swaps {ADAM_BUFFERS} tensors per subgroup (fp32 weights, exp_avg, \
+                 exp_avg_sq, gradient)."
+            )
+        });
+        notes.push(format!(
+            "zero_optimization.sub_group_size = {SUB_GROUP_SIZE} elements: each subgroup \
+             becomes its own swap files, {}. Pinned host memory of the optimizer buffers per \
+             rank: buffer_count x sub_group_size x 4 bytes = {:.1} GB; lower sub_group_size \
+             (or turn the pipelines off and use buffer_count {ADAM_BUFFERS}) if that does not \
+             fit.",
+            if m.layout == "stripe" {
+                "and striping splits every file across the tiers whatever its size"
+            } else {
+                "and whole-file placement splits the state across tiers file by file, so many \
+                 smaller subgroups follow the Eq. 1 shares more closely than a few large ones"
+            },
+            (optimizer_buffer_count as u64 * SUB_GROUP_SIZE * 4) as f64 / 1e9
+        ));
+        notes.push(format!(
+            "nvme_path = {}: the tierfs mount, for both offloads; merge these blocks into your \
+             DeepSpeed config (stage 3 is needed for offload_param).",
+            m.mountpoint
         ));
     }
-    notes.push(format!(
-        "zero_optimization.sub_group_size = {SUB_GROUP_SIZE} elements: each subgroup becomes \
-         its own swap files, {}. Pinned host memory of the optimizer buffers per rank: \
-         buffer_count x sub_group_size x 4 bytes = {:.1} GB; lower sub_group_size (or turn \
-         the pipelines off and use buffer_count {ADAM_BUFFERS}) if that does not fit.",
-        if m.layout == "stripe" {
-            "and striping splits every file across the tiers whatever its size"
-        } else {
-            "and whole-file placement splits the state across tiers file by file, so many \
-             smaller subgroups follow the Eq. 1 shares more closely than a few large ones"
-        },
-        (optimizer_buffer_count as u64 * SUB_GROUP_SIZE * 4) as f64 / 1e9
-    ));
-    notes.push(format!(
-        "nvme_path = {}: the tierfs mount, for both offloads; merge these blocks into your \
-         DeepSpeed config (stage 3 is needed for offload_param).",
-        m.mountpoint
-    ));
+}
 
-    let config = DsConfig {
+/// The DeepSpeed config blocks for the chosen depth and buffers.
+fn ds_config(m: &MountFacts, depth: &Depth, buffers: &Buffers) -> DsConfig {
+    DsConfig {
         zero_optimization: ZeroOptimization {
             stage: 3,
             sub_group_size: SUB_GROUP_SIZE,
@@ -471,7 +609,7 @@ pub fn choose(m: &MountFacts, ranks: usize, ranks_from: &str) -> Choice {
                 device: "nvme",
                 nvme_path: m.mountpoint.clone(),
                 pin_memory: true,
-                buffer_count: param_buffer_count,
+                buffer_count: buffers.param,
                 buffer_size: PARAM_BUFFER_SIZE,
                 max_in_cpu: MAX_IN_CPU,
             },
@@ -479,34 +617,19 @@ pub fn choose(m: &MountFacts, ranks: usize, ranks_from: &str) -> Choice {
                 device: "nvme",
                 nvme_path: m.mountpoint.clone(),
                 pin_memory: true,
-                buffer_count: optimizer_buffer_count,
-                pipeline_read: pipeline,
-                pipeline_write: pipeline,
+                buffer_count: buffers.optimizer,
+                pipeline_read: depth.pipeline,
+                pipeline_write: depth.pipeline,
                 fast_init: false,
             },
         },
         aio: Aio {
             block_size: BLOCK_SIZE,
-            queue_depth: qd,
-            intra_op_parallelism: intra,
+            queue_depth: depth.qd,
+            intra_op_parallelism: depth.intra,
             single_submit: false,
             overlap_events: true,
         },
-    };
-    let json = serde_json::to_value(&config).unwrap_or_default();
-    Choice {
-        json,
-        config,
-        notes,
-        ranks,
-        intra_op_parallelism: intra,
-        queue_depth: qd,
-        handles_per_rank: handles,
-        max_in_flight,
-        reserve,
-        pipeline,
-        param_buffer_count,
-        optimizer_buffer_count,
     }
 }
 

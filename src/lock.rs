@@ -247,108 +247,10 @@ impl TierLock {
         tier_flock: bool,
     ) -> Result<(TierLock, Option<TakenOver>), LockError> {
         let record = meta.join(RECORD);
-        let node =
-            node_lock(meta, tier_flock).map_err(|e| LockError::io(&meta.join(NODE_LOCK), e))?;
-        if let Err(e) = crate::sys::try_lock_exclusive(node.as_fd()) {
-            if e.kind() != io::ErrorKind::WouldBlock {
-                return Err(LockError::io(&meta.join(NODE_LOCK), e));
-            }
-            // A live process of this node (or, where flock is cluster-wide, of any node)
-            // holds it; the record says who.
-            let holder = read(&record).ok().flatten().unwrap_or(Holder {
-                host: String::new(),
-                pid: 0,
-                boot: String::new(),
-                start: 0,
-                what: "mount".into(),
-                mountpoint: None,
-                scratch: false,
-            });
-            return Err(LockError::Held {
-                root: root.to_path_buf(),
-                holder: Box::new(holder),
-                hint: "unmount that mount first".into(),
-            });
-        }
+        let node = lock_node(root, meta, &record, tier_flock)?;
         let tmp = meta.join(format!(".{RECORD}.{}.{}", me.host, me.pid));
         write_file(&tmp, &me.to_text()).map_err(|e| LockError::io(&tmp, e))?;
-        let publish = || -> Result<Option<TakenOver>, LockError> {
-            match std::fs::hard_link(&tmp, &record) {
-                Ok(()) => return Ok(None),
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                // A file system without hard links: create-exclusive is atomic too.
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::EPERM | libc::EOPNOTSUPP | libc::EMLINK)
-                    ) =>
-                {
-                    match OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .mode(0o644)
-                        .open(&record)
-                    {
-                        Ok(mut f) => {
-                            f.write_all(me.to_text().as_bytes())
-                                .and_then(|_| f.sync_all())
-                                .map_err(|e| LockError::io(&record, e))?;
-                            return Ok(None);
-                        }
-                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                        Err(e) => return Err(LockError::io(&record, e)),
-                    }
-                }
-                Err(e) => return Err(LockError::io(&record, e)),
-            }
-            let old = match read(&record) {
-                Ok(Some(h)) => h,
-                // Removed between our link and this read: the holder just let go.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    return std::fs::hard_link(&tmp, &record)
-                        .map(|_| None)
-                        .map_err(|e| LockError::io(&record, e))
-                }
-                Err(e) => return Err(LockError::io(&record, e)),
-                Ok(None) if break_lock => {
-                    replace(&tmp, &record)?;
-                    return Ok(Some(TakenOver::Unreadable));
-                }
-                Ok(None) => {
-                    return Err(LockError::Unreadable {
-                        path: record.clone(),
-                        root: root.to_path_buf(),
-                    })
-                }
-            };
-            let taken = if old.is_this_host() {
-                if old.is_alive() {
-                    return Err(LockError::Held {
-                        root: root.to_path_buf(),
-                        holder: Box::new(old),
-                        hint: "unmount that mount first".into(),
-                    });
-                }
-                TakenOver::Stale(old)
-            } else if break_lock {
-                TakenOver::Broken(old)
-            } else {
-                return Err(LockError::Held {
-                    root: root.to_path_buf(),
-                    hint: format!(
-                        "this host cannot check whether it still runs. If it does not (that \
-                         node crashed or was rebooted, or its job was killed), mount with \
-                         --break-lock; if it does, a second daemon would corrupt the tier: \
-                         unmount it on {} first",
-                        old.host
-                    ),
-                    holder: Box::new(old),
-                });
-            };
-            replace(&tmp, &record)?;
-            Ok(Some(taken))
-        };
-        let r = publish();
+        let r = publish(&tmp, &record, &me, root, break_lock);
         let _ = std::fs::remove_file(&tmp);
         let taken = r?;
         Ok((
@@ -363,6 +265,127 @@ impl TierLock {
 
     pub fn holder(&self) -> &Holder {
         &self.me
+    }
+}
+
+/// Takes the node lock of the tier whose `.tierfs-meta/` folder is `meta`; when a live
+/// process holds it, the error names that process from its `record`.
+fn lock_node(root: &Path, meta: &Path, record: &Path, tier_flock: bool) -> Result<File, LockError> {
+    let node = node_lock(meta, tier_flock).map_err(|e| LockError::io(&meta.join(NODE_LOCK), e))?;
+    if let Err(e) = crate::sys::try_lock_exclusive(node.as_fd()) {
+        if e.kind() != io::ErrorKind::WouldBlock {
+            return Err(LockError::io(&meta.join(NODE_LOCK), e));
+        }
+        // A live process of this node (or, where flock is cluster-wide, of any node)
+        // holds it; the record says who.
+        let holder = read(record).ok().flatten().unwrap_or(Holder {
+            host: String::new(),
+            pid: 0,
+            boot: String::new(),
+            start: 0,
+            what: "mount".into(),
+            mountpoint: None,
+            scratch: false,
+        });
+        return Err(LockError::Held {
+            root: root.to_path_buf(),
+            holder: Box::new(holder),
+            hint: "unmount that mount first".into(),
+        });
+    }
+    Ok(node)
+}
+
+/// Puts the record written to `tmp` in place at `record`, with the node lock held: at once
+/// where there is none, over a stale record of this host, and over any other only with
+/// `break_lock`. Returns what it replaced.
+fn publish(
+    tmp: &Path,
+    record: &Path,
+    me: &Holder,
+    root: &Path,
+    break_lock: bool,
+) -> Result<Option<TakenOver>, LockError> {
+    if create_record(tmp, record, me)? {
+        return Ok(None);
+    }
+    let old = match read(record) {
+        Ok(Some(h)) => h,
+        // Removed between our link and this read: the holder just let go.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return std::fs::hard_link(tmp, record)
+                .map(|_| None)
+                .map_err(|e| LockError::io(record, e))
+        }
+        Err(e) => return Err(LockError::io(record, e)),
+        Ok(None) if break_lock => {
+            replace(tmp, record)?;
+            return Ok(Some(TakenOver::Unreadable));
+        }
+        Ok(None) => {
+            return Err(LockError::Unreadable {
+                path: record.to_path_buf(),
+                root: root.to_path_buf(),
+            })
+        }
+    };
+    let taken = if old.is_this_host() {
+        if old.is_alive() {
+            return Err(LockError::Held {
+                root: root.to_path_buf(),
+                holder: Box::new(old),
+                hint: "unmount that mount first".into(),
+            });
+        }
+        TakenOver::Stale(old)
+    } else if break_lock {
+        TakenOver::Broken(old)
+    } else {
+        return Err(LockError::Held {
+            root: root.to_path_buf(),
+            hint: format!(
+                "this host cannot check whether it still runs. If it does not (that \
+                 node crashed or was rebooted, or its job was killed), mount with \
+                 --break-lock; if it does, a second daemon would corrupt the tier: \
+                 unmount it on {} first",
+                old.host
+            ),
+            holder: Box::new(old),
+        });
+    };
+    replace(tmp, record)?;
+    Ok(Some(taken))
+}
+
+/// Creates `record` as a hard link to `tmp`, or where the file system has no hard links
+/// by an exclusive create (atomic too); `false` when a record is already there.
+fn create_record(tmp: &Path, record: &Path, me: &Holder) -> Result<bool, LockError> {
+    match std::fs::hard_link(tmp, record) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EPERM | libc::EOPNOTSUPP | libc::EMLINK)
+            ) =>
+        {
+            match OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(record)
+            {
+                Ok(mut f) => {
+                    f.write_all(me.to_text().as_bytes())
+                        .and_then(|_| f.sync_all())
+                        .map_err(|e| LockError::io(record, e))?;
+                    Ok(true)
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+                Err(e) => Err(LockError::io(record, e)),
+            }
+        }
+        Err(e) => Err(LockError::io(record, e)),
     }
 }
 

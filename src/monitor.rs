@@ -458,27 +458,42 @@ pub fn read_samples(r: impl BufRead) -> Result<Vec<Sample>, String> {
         }
     };
     if first == Some('{') {
-        let mut out = Vec::new();
-        for (no, line) in lines {
-            let line = line.map_err(|e| e.to_string())?;
-            if line.trim().is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<Sample>(&line) {
-                Ok(s) => out.push(s),
-                // A recording stopped by Ctrl-C mid-line: keep what came before.
-                Err(e) if e.is_eof() => break,
-                Err(e) => return Err(format!("line {}: {e}", no + 1)),
-            }
-        }
-        return Ok(out);
+        read_jsonl(lines)
+    } else {
+        read_csv(lines)
     }
+}
+
+/// A JSON-lines recording, one [`Sample`] a line.
+fn read_jsonl(
+    lines: impl Iterator<Item = (usize, std::io::Result<String>)>,
+) -> Result<Vec<Sample>, String> {
+    let mut out = Vec::new();
+    for (no, line) in lines {
+        let line = line.map_err(|e| e.to_string())?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<Sample>(&line) {
+            Ok(s) => out.push(s),
+            // A recording stopped by Ctrl-C mid-line: keep what came before.
+            Err(e) if e.is_eof() => break,
+            Err(e) => return Err(format!("line {}: {e}", no + 1)),
+        }
+    }
+    Ok(out)
+}
+
+/// A CSV recording: a header, then one row per tier and sample; the rows of one sample
+/// share its time.
+fn read_csv(
+    mut lines: impl Iterator<Item = (usize, std::io::Result<String>)>,
+) -> Result<Vec<Sample>, String> {
     let (_, header) = lines.next().ok_or("empty file")?;
     let header = header.map_err(|e| e.to_string())?;
     let cols: Vec<&str> = header.trim().split(',').collect();
-    let idx = |name: &str| cols.iter().position(|c| *c == name);
     for need in ["elapsed_s", "tier", "bytes_read", "bytes_written"] {
-        if idx(need).is_none() {
+        if !cols.contains(&need) {
             return Err(format!(
                 "not a tierfs recording: the CSV header has no `{need}` column"
             ));
@@ -490,90 +505,103 @@ pub fn read_samples(r: impl BufRead) -> Result<Vec<Sample>, String> {
         if line.trim().is_empty() {
             continue;
         }
-        let f: Vec<&str> = line.split(',').collect();
-        if f.len() != cols.len() {
+        let cells: Vec<&str> = line.split(',').collect();
+        if cells.len() != cols.len() {
             // A half-written last row.
             break;
         }
-        let err = |c: &str| format!("line {}: bad {c}", no + 1);
-        let get = |c: &str| idx(c).map(|i| f[i]).unwrap_or("");
-        let u = |c: &str| -> Result<u64, String> {
-            let v = get(c);
-            if v.is_empty() {
-                Ok(0)
-            } else {
-                v.parse().map_err(|_| err(c))
-            }
+        let row = CsvRow {
+            cols: &cols,
+            cells,
+            line: no + 1,
         };
-        let ou = |c: &str| -> Result<Option<u64>, String> {
-            let v = get(c);
-            if v.is_empty() {
-                Ok(None)
-            } else {
-                v.parse().map(Some).map_err(|_| err(c))
-            }
-        };
-        let fl = |c: &str| -> Result<f64, String> {
-            let v = get(c);
-            if v.is_empty() {
-                Ok(0.0)
-            } else {
-                v.parse().map_err(|_| err(c))
-            }
-        };
-        let of = |c: &str| -> Result<Option<f64>, String> {
-            let v = get(c);
-            if v.is_empty() {
-                Ok(None)
-            } else {
-                v.parse().map(Some).map_err(|_| err(c))
-            }
-        };
-        let elapsed_s = fl("elapsed_s")?;
-        let time = fl("time")?;
-        let tier = TierSample {
-            name: get("tier").to_string(),
-            bytes_read: u("bytes_read")?,
-            bytes_written: u("bytes_written")?,
-            reads: u("reads")?,
-            writes: u("writes")?,
-            in_flight: u("in_flight")?,
-            queue_waiting: u("queue_waiting")?,
-            errors: u("errors")?,
-            share: fl("share")?,
-            used: u("used")?,
-            free: u("free")?,
-            healthy: get("healthy") != "false",
-            passthrough_open: u("passthrough_open")?,
-            passthrough_opens: u("passthrough_opens")?,
-            device_read: ou("device_read")?,
-            device_written: ou("device_written")?,
-            read_mbps: of("read_MBps")?,
-            write_mbps: of("write_MBps")?,
-            device_read_mbps: of("device_read_MBps")?,
-            device_write_mbps: of("device_write_MBps")?,
-            est_read_bps: of("est_read_bps")?,
-            est_write_bps: of("est_write_bps")?,
-            paused: get("paused") == "true",
-            saturated: get("saturated") == "true",
-            shared_live: ou("shared_live")?,
-            shared_allot_bps: of("shared_allot_bps")?,
-        };
+        let elapsed_s = row.f("elapsed_s")?;
+        let time = row.f("time")?;
+        let tier = row.tier()?;
         match out.last_mut() {
             Some(s) if s.elapsed_s == elapsed_s && s.time == time => s.tiers.push(tier),
             _ => out.push(Sample {
                 time,
                 elapsed_s,
-                pid: u("pid")? as u32,
-                uptime_s: fl("uptime_s")?,
-                layout: get("layout").to_string(),
-                passthrough: get("passthrough") == "true",
-                files: u("files")?,
+                pid: row.u("pid")? as u32,
+                uptime_s: row.f("uptime_s")?,
+                layout: row.get("layout").to_string(),
+                passthrough: row.get("passthrough") == "true",
+                files: row.u("files")?,
                 tiers: vec![tier],
             }),
         }
     }
     Ok(out)
+}
+
+/// One CSV row, its cells looked up by column name; an empty cell is 0 or `None`.
+struct CsvRow<'a> {
+    cols: &'a [&'a str],
+    cells: Vec<&'a str>,
+    /// 1-based, for messages.
+    line: usize,
+}
+
+impl CsvRow<'_> {
+    fn get(&self, c: &str) -> &str {
+        self.cols
+            .iter()
+            .position(|x| *x == c)
+            .map(|i| self.cells[i])
+            .unwrap_or("")
+    }
+
+    fn opt<T: std::str::FromStr>(&self, c: &str) -> Result<Option<T>, String> {
+        let v = self.get(c);
+        if v.is_empty() {
+            Ok(None)
+        } else {
+            v.parse()
+                .map(Some)
+                .map_err(|_| format!("line {}: bad {c}", self.line))
+        }
+    }
+
+    fn u(&self, c: &str) -> Result<u64, String> {
+        Ok(self.opt(c)?.unwrap_or(0))
+    }
+
+    fn f(&self, c: &str) -> Result<f64, String> {
+        Ok(self.opt(c)?.unwrap_or(0.0))
+    }
+
+    /// The row's tier columns.
+    fn tier(&self) -> Result<TierSample, String> {
+        Ok(TierSample {
+            name: self.get("tier").to_string(),
+            bytes_read: self.u("bytes_read")?,
+            bytes_written: self.u("bytes_written")?,
+            reads: self.u("reads")?,
+            writes: self.u("writes")?,
+            in_flight: self.u("in_flight")?,
+            queue_waiting: self.u("queue_waiting")?,
+            errors: self.u("errors")?,
+            share: self.f("share")?,
+            used: self.u("used")?,
+            free: self.u("free")?,
+            healthy: self.get("healthy") != "false",
+            passthrough_open: self.u("passthrough_open")?,
+            passthrough_opens: self.u("passthrough_opens")?,
+            device_read: self.opt("device_read")?,
+            device_written: self.opt("device_written")?,
+            read_mbps: self.opt("read_MBps")?,
+            write_mbps: self.opt("write_MBps")?,
+            device_read_mbps: self.opt("device_read_MBps")?,
+            device_write_mbps: self.opt("device_write_MBps")?,
+            est_read_bps: self.opt("est_read_bps")?,
+            est_write_bps: self.opt("est_write_bps")?,
+            paused: self.get("paused") == "true",
+            saturated: self.get("saturated") == "true",
+            shared_live: self.opt("shared_live")?,
+            shared_allot_bps: self.opt("shared_allot_bps")?,
+        })
+    }
 }
 
 /// Local wall-clock time as `HH:MM:SS`.

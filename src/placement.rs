@@ -15,6 +15,8 @@
 use parking_lot::Mutex;
 use std::collections::HashMap;
 
+pub use crate::config::DEFAULT_MIN_SHARE;
+
 /// The bandwidth used for Eq. 1 when a tier has different read and write bandwidths: the
 /// optimizer step reads and writes every byte once, so a tier's time per byte is
 /// 1/R + 1/W, i.e. the harmonic mean.
@@ -47,9 +49,6 @@ pub fn shares(bandwidths: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-/// Default `placement.min_share`: with `adapt`, a tier that would get less than this next
-/// to the fastest tier alone is paused (see [`pause_small`]).
-pub const DEFAULT_MIN_SHARE: f64 = 0.10;
 /// A paused tier resumes once its pairwise share reaches this multiple of `min_share`, so
 /// an estimate that hovers at the threshold does not flip the placement every second.
 pub const RESUME_FACTOR: f64 = 1.5;

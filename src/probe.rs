@@ -24,10 +24,10 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::io::{AlignedBuf, ALIGN};
 use crate::units::{fmt_bytes, fmt_rate};
 
 /// What a probe measured.
@@ -95,53 +95,14 @@ pub enum ProbeError {
     InvalidOptions { dir: String, msg: String },
 }
 
-/// Alignment of the I/O buffers and the unit `O_DIRECT` needs.
-const ALIGN: usize = 4096;
-
 /// Measures `dir`. Writes and removes a temporary file in it.
 pub fn probe_dir(dir: &Path, opts: &ProbeOptions) -> Result<ProbeResult, ProbeError> {
     let dir_s = dir.display().to_string();
-    let io_err = |msg: String| ProbeError::Io {
-        dir: dir_s.clone(),
-        msg,
-    };
-    let invalid = |msg: &str| ProbeError::InvalidOptions {
-        dir: dir_s.clone(),
-        msg: msg.into(),
-    };
-    if opts.block_size == 0 {
-        return Err(invalid("block_size is 0"));
-    }
-    if opts.queue_depth == 0 {
-        return Err(invalid("queue_depth is 0"));
-    }
-    if opts.file_size == 0 {
-        return Err(invalid("file_size is 0"));
-    }
+    let nblocks = check_options(opts, &dir_s)?;
     let bs = opts.block_size as u64;
-    let nblocks = opts.file_size.div_ceil(bs);
-    let total = nblocks
-        .checked_mul(bs)
-        .ok_or_else(|| invalid("file_size rounded up to block_size overflows"))?;
-    let layout = Layout::from_size_align(opts.block_size, ALIGN)
-        .map_err(|e| invalid(&format!("block_size {}: {e}", opts.block_size)))?;
-
-    match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => return Err(io_err("not a directory".into())),
-        Err(e) => return Err(io_err(format!("cannot use directory: {e}"))),
-    }
-
-    // Fail before filling the filesystem when the test file cannot fit.
-    if let Some(avail) = available_bytes(dir) {
-        if avail < total {
-            return Err(ProbeError::NoSpace {
-                dir: dir_s.clone(),
-                needed: total,
-                msg: format!("only {} available", fmt_bytes(avail)),
-            });
-        }
-    }
+    // check_options saw that this does not overflow.
+    let total = nblocks * bs;
+    check_dir(dir, &dir_s, total)?;
 
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -149,53 +110,15 @@ pub fn probe_dir(dir: &Path, opts: &ProbeOptions) -> Result<ProbeResult, ProbeEr
         .unwrap_or(0);
     let path = dir.join(format!(".tierfs-probe-{}-{}", std::process::id(), nanos));
     let name = path.display().to_string();
-
-    let mut direct = true;
-    let (file, guard) = match open_test_file(&path, true) {
-        Ok(f) => (f, TempFile(path.clone())),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-            log::warn!(
-                "probe of {dir_s}: O_DIRECT open refused ({e}); measuring buffered I/O + fsync"
-            );
-            direct = false;
-            let f = open_test_file(&path, false)
-                .map_err(|e| io_err(format!("cannot create test file {name}: {e}")))?;
-            (f, TempFile(path.clone()))
-        }
-        Err(e) => return Err(io_err(format!("cannot create test file {name}: {e}"))),
-    };
+    let (file, direct) = create_test_file(&path, &name, &dir_s)?;
+    let guard = TempFile(path.clone());
 
     let threads = (opts.queue_depth as u64).min(nblocks) as usize;
-    let mut bufs = Vec::with_capacity(threads);
-    for _ in 0..threads {
-        bufs.push(AlignedBuf::new(layout).ok_or_else(|| {
-            io_err(format!(
-                "cannot allocate {} bytes of I/O buffer",
-                opts.block_size
-            ))
-        })?);
-    }
-
-    // The first write decides whether O_DIRECT really works here.
-    let file = if direct {
-        let buf = &mut bufs[0];
-        stamp(buf, 0);
-        match write_full(&file, buf, 0) {
-            Ok(()) => file,
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                log::warn!(
-                    "probe of {dir_s}: O_DIRECT write refused ({e}); \
-                     measuring buffered I/O + fsync"
-                );
-                direct = false;
-                drop(file);
-                open_test_file(&path, false)
-                    .map_err(|e| io_err(format!("cannot reopen test file {name}: {e}")))?
-            }
-            Err(e) => return Err(op_error(&dir_s, total, &name, "write", 0, e)),
-        }
+    let mut bufs: Vec<AlignedBuf> = (0..threads).map(|_| pattern_buf(opts.block_size)).collect();
+    let (file, direct) = if direct {
+        confirm_direct(file, &path, &name, &dir_s, &mut bufs[0], total)?
     } else {
-        file
+        (file, false)
     };
 
     let plan = Plan {
@@ -226,6 +149,115 @@ pub fn probe_dir(dir: &Path, opts: &ProbeOptions) -> Result<ProbeResult, ProbeEr
         measured_at: unix_now(),
         bytes: wbytes.min(rbytes),
     })
+}
+
+/// Refuses options the probe cannot run with; returns the blocks of the test file.
+fn check_options(opts: &ProbeOptions, dir_s: &str) -> Result<u64, ProbeError> {
+    let invalid = |msg: &str| ProbeError::InvalidOptions {
+        dir: dir_s.to_string(),
+        msg: msg.into(),
+    };
+    if opts.block_size == 0 {
+        return Err(invalid("block_size is 0"));
+    }
+    if opts.queue_depth == 0 {
+        return Err(invalid("queue_depth is 0"));
+    }
+    if opts.file_size == 0 {
+        return Err(invalid("file_size is 0"));
+    }
+    let bs = opts.block_size as u64;
+    let nblocks = opts.file_size.div_ceil(bs);
+    nblocks
+        .checked_mul(bs)
+        .ok_or_else(|| invalid("file_size rounded up to block_size overflows"))?;
+    Layout::from_size_align(opts.block_size, ALIGN)
+        .map_err(|e| invalid(&format!("block_size {}: {e}", opts.block_size)))?;
+    Ok(nblocks)
+}
+
+/// `dir` is a directory with room for the `total` bytes of the test file (where its free
+/// space is known): fail before filling the file system.
+fn check_dir(dir: &Path, dir_s: &str, total: u64) -> Result<(), ProbeError> {
+    let io_err = |msg: String| ProbeError::Io {
+        dir: dir_s.to_string(),
+        msg,
+    };
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => return Err(io_err("not a directory".into())),
+        Err(e) => return Err(io_err(format!("cannot use directory: {e}"))),
+    }
+    if let Some(avail) = available_bytes(dir) {
+        if avail < total {
+            return Err(ProbeError::NoSpace {
+                dir: dir_s.to_string(),
+                needed: total,
+                msg: format!("only {} available", fmt_bytes(avail)),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Creates the test file at `path` (named `name` in messages), with `O_DIRECT` where the
+/// file system takes it; says which.
+fn create_test_file(path: &Path, name: &str, dir_s: &str) -> Result<(File, bool), ProbeError> {
+    let io_err = |msg: String| ProbeError::Io {
+        dir: dir_s.to_string(),
+        msg,
+    };
+    match open_test_file(path, true) {
+        Ok(f) => Ok((f, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            log::warn!(
+                "probe of {dir_s}: O_DIRECT open refused ({e}); measuring buffered I/O + fsync"
+            );
+            let f = open_test_file(path, false)
+                .map_err(|e| io_err(format!("cannot create test file {name}: {e}")))?;
+            Ok((f, false))
+        }
+        Err(e) => Err(io_err(format!("cannot create test file {name}: {e}"))),
+    }
+}
+
+/// The first write, from `buf`, decides whether `O_DIRECT` really works on the test file
+/// opened with it: where that write is refused the file is reopened buffered. Returns the
+/// file to measure and whether it does direct I/O; `total` is its size, for messages.
+fn confirm_direct(
+    file: File,
+    path: &Path,
+    name: &str,
+    dir_s: &str,
+    buf: &mut AlignedBuf,
+    total: u64,
+) -> Result<(File, bool), ProbeError> {
+    stamp(buf, 0);
+    match write_full(&file, buf, 0) {
+        Ok(()) => Ok((file, true)),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            log::warn!(
+                "probe of {dir_s}: O_DIRECT write refused ({e}); \
+                 measuring buffered I/O + fsync"
+            );
+            drop(file);
+            let file = open_test_file(path, false).map_err(|e| ProbeError::Io {
+                dir: dir_s.to_string(),
+                msg: format!("cannot reopen test file {name}: {e}"),
+            })?;
+            Ok((file, false))
+        }
+        Err(e) => Err(op_error(dir_s, total, name, "write", 0, e)),
+    }
+}
+
+/// A buffer of `len` bytes for the probe's requests, filled with [`pattern`].
+fn pattern_buf(len: usize) -> AlignedBuf {
+    let mut b = AlignedBuf::zeroed(len);
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = pattern(i);
+    }
+    b
 }
 
 /// Returns the cached result in `cache_file` if there is one, else probes `dir` and caches.
@@ -428,55 +460,6 @@ fn open_test_file(path: &Path, direct: bool) -> io::Result<File> {
         o.create(true).truncate(true);
     }
     o.open(path)
-}
-
-/// A zero-filled heap buffer aligned to [`ALIGN`], as `O_DIRECT` needs.
-struct AlignedBuf {
-    ptr: NonNull<u8>,
-    layout: Layout,
-}
-
-// SAFETY: AlignedBuf owns its allocation exclusively (like Box<[u8]>); nothing else holds the
-// pointer, so moving it to or sharing it with another thread is sound.
-unsafe impl Send for AlignedBuf {}
-// SAFETY: as above; shared access only hands out `&[u8]`.
-unsafe impl Sync for AlignedBuf {}
-
-impl AlignedBuf {
-    /// Allocates `layout.size()` bytes (non-zero) filled with [`pattern`].
-    fn new(layout: Layout) -> Option<Self> {
-        assert!(layout.size() > 0);
-        // SAFETY: the layout has a non-zero size (checked above).
-        let ptr = NonNull::new(unsafe { std::alloc::alloc_zeroed(layout) })?;
-        let mut b = AlignedBuf { ptr, layout };
-        for (i, x) in b.iter_mut().enumerate() {
-            *x = pattern(i);
-        }
-        Some(b)
-    }
-}
-
-impl std::ops::Deref for AlignedBuf {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: ptr points to layout.size() initialised (zeroed, then written) bytes owned
-        // by self, valid for the lifetime of &self.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
-    }
-}
-
-impl std::ops::DerefMut for AlignedBuf {
-    fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in deref; &mut self guarantees exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: ptr was allocated by std::alloc with exactly this layout and is freed once.
-        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) }
-    }
 }
 
 /// The byte every block holds at position `i` (past the offset stamp).
@@ -950,7 +933,7 @@ mod tests {
 
     #[test]
     fn verify_catches_wrong_data() {
-        let mut b = AlignedBuf::new(Layout::from_size_align(4096, ALIGN).unwrap()).unwrap();
+        let mut b = pattern_buf(4096);
         assert_eq!(b.as_ptr() as usize % ALIGN, 0);
         stamp(&mut b, 8192);
         assert!(verify(&b, 8192).is_ok());

@@ -1,5 +1,7 @@
 //! The command line: parse with clap, validate, call the library, map failures to exit
-//! codes (0 ok, 2 bad usage or config, 1 runtime failure).
+//! codes (0 ok, 2 bad usage or config, 1 runtime failure). What the commands and their
+//! arguments are is in [`args`], apart, so the manual pages can be made from it without
+//! depending on what the commands do.
 
 pub mod args;
 

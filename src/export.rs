@@ -17,7 +17,7 @@
 
 use crate::beneath::Beneath;
 use crate::config::MountConfig;
-use crate::daemon::Failure;
+use crate::failure::Failure;
 use crate::layout::{conflict_path, FileLayout, LAYOUT_XATTR};
 use crate::sys::{self, SetTime};
 use crate::tier::{DATA_DIR, META_DIR};

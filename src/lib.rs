@@ -2,7 +2,8 @@
 //! system, for DeepSpeed ZeRO-Infinity's swap files.
 //!
 //! Layers, bottom up:
-//! - [`config`], [`units`]: the TOML file, validated into a plan.
+//! - [`config`], [`units`]: the TOML file, validated into a plan; [`failure`]: the
+//!   exit-code error of every command; [`logging`]: the daemon's log.
 //! - [`probe`]: measured tier bandwidth.
 //! - [`tier`]: an open, locked tier folder and its counters; [`beneath`]: every backing
 //!   call, relative to a tier folder and never through a symlink in it; [`lock`]: who holds a tier
@@ -10,10 +11,11 @@
 //!   allowed; [`sys`]: libc wrappers.
 //! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`layout`]: where a
 //!   file's bytes are and how that is persisted.
-//! - [`fs`]: the FUSE-free filesystem core; [`stats`]: the `.tierfs/` files.
+//! - [`fs`]: the FUSE-free filesystem core; [`stats`]: the `.tierfs/` files; [`client`]:
+//!   reading them from outside a running mount.
 //! - [`fuse`]: the kernel side: mounting, the FUSE protocol, its /dev/fuse and io_uring
 //!   transports and the one dispatcher into the core; [`daemon`]: mount, background,
-//!   unmount; [`cli`];
+//!   unmount; [`cli`]: the commands, their clap definition in `cli::args`;
 //!   [`mount_helper`]: `mount -t fuse.tierfs` and fstab; [`manpage`]: `tierfs man`;
 //!   [`prom`]: `tierfs stat --prom` for node_exporter.
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -22,6 +24,7 @@ pub mod adapt;
 pub mod beneath;
 pub mod cache;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod control;
 pub mod coord;
@@ -31,11 +34,13 @@ pub mod dsconfig;
 pub mod engine;
 pub mod error;
 pub mod export;
+pub mod failure;
 pub mod fuse;
 pub mod io;
 pub mod layout;
 pub mod ledger;
 pub mod lock;
+pub mod logging;
 pub mod manpage;
 pub mod metrics;
 pub mod monitor;

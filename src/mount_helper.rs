@@ -18,7 +18,8 @@
 //! tierfs mount (said in [`OPTIONS`]), or refused with the list of accepted ones: a mount
 //! silently weaker than its fstab line (`ro` mounted read-write) must not happen.
 
-use crate::daemon::{Failure, MountOptions};
+use crate::daemon::MountOptions;
+use crate::failure::Failure;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -249,7 +250,7 @@ pub fn is_helper_call(args: &[OsString], commands: &[&str]) -> bool {
     }
 }
 
-/// Parses `CONFIG MOUNTPOINT [-s] [-f] [-n] [-v] [-o OPTS]... [-t TYPE]` (after argv[0]).
+/// Parses `CONFIG MOUNTPOINT [-s] [-f] [-n] [-v] [-o OPTS]... [-t TYPE]` (after `argv[0]`).
 pub fn parse_args(args: &[OsString]) -> Result<HelperArgs, Failure> {
     let usage = || {
         Failure::usage(format!(

@@ -75,6 +75,10 @@ fn errno(e: &Error) -> i32 {
     e.errno()
 }
 
+fn to_errno(e: Error) -> i32 {
+    errno(&e)
+}
+
 fn time(t: SystemTime) -> (u64, u32) {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => (d.as_secs(), d.subsec_nanos()),
@@ -327,14 +331,13 @@ impl Dispatcher {
             gid: req.gid,
         };
         let ino = req.nodeid;
-        let e = |e: Error| errno(&e);
         match &req.op {
             Op::Init(_) => return Err(libc::EPROTO),
             Op::Destroy => {}
             Op::Lookup { name } => {
                 // A failed file is not handed out again.
-                let a = fs.lookup(ino, name).map_err(e)?;
-                fs.check_failed(a.ino).map_err(e)?;
+                let a = fs.lookup(ino, name).map_err(to_errno)?;
+                fs.check_failed(a.ino).map_err(to_errno)?;
                 out.extend_from_slice(entry_out(&a).bytes())
             }
             Op::Forget { nlookup } => {
@@ -347,46 +350,34 @@ impl Dispatcher {
                 }
                 return Ok(Reply::None);
             }
-            Op::Getattr => out.extend_from_slice(attr_out(&fs.getattr(ino).map_err(e)?).bytes()),
-            Op::Setattr(s) => {
-                if s.valid & fattr::KILL_SUIDGID != 0 {
-                    fs.kill_suidgid(ino).map_err(e)?;
-                }
-                let t = |now: u32, set: u32, secs: u64, nsec: u32| {
-                    if s.valid & now != 0 {
-                        Some(SetTime::Now)
-                    } else if s.valid & set != 0 {
-                        Some(SetTime::At(set_time(secs, nsec)))
-                    } else {
-                        None
-                    }
-                };
-                let sa = SetAttr {
-                    mode: (s.valid & fattr::MODE != 0).then_some(s.mode),
-                    uid: (s.valid & fattr::UID != 0).then_some(s.uid),
-                    gid: (s.valid & fattr::GID != 0).then_some(s.gid),
-                    size: (s.valid & fattr::SIZE != 0).then_some(s.size),
-                    atime: t(fattr::ATIME_NOW, fattr::ATIME, s.atime, s.atimensec),
-                    mtime: t(fattr::MTIME_NOW, fattr::MTIME, s.mtime, s.mtimensec),
-                };
-                out.extend_from_slice(attr_out(&fs.setattr(ino, sa).map_err(e)?).bytes())
+            Op::Getattr => {
+                out.extend_from_slice(attr_out(&fs.getattr(ino).map_err(to_errno)?).bytes())
             }
-            Op::Readlink => out.extend_from_slice(fs.readlink(ino).map_err(e)?.as_bytes()),
+            Op::Setattr(s) => self.setattr(ino, s, out)?,
+            Op::Readlink => out.extend_from_slice(fs.readlink(ino).map_err(to_errno)?.as_bytes()),
             Op::Symlink { name, target } => out.extend_from_slice(
-                entry_out(&fs.symlink(ino, name, Path::new(target), ctx).map_err(e)?).bytes(),
+                entry_out(
+                    &fs.symlink(ino, name, Path::new(target), ctx)
+                        .map_err(to_errno)?,
+                )
+                .bytes(),
             ),
             Op::Mknod { name, arg } => out.extend_from_slice(
                 entry_out(
                     &fs.mknod(ino, name, arg.mode & !arg.umask, arg.rdev, ctx)
-                        .map_err(e)?,
+                        .map_err(to_errno)?,
                 )
                 .bytes(),
             ),
             Op::Mkdir { name, arg } => out.extend_from_slice(
-                entry_out(&fs.mkdir(ino, name, arg.mode & !arg.umask, ctx).map_err(e)?).bytes(),
+                entry_out(
+                    &fs.mkdir(ino, name, arg.mode & !arg.umask, ctx)
+                        .map_err(to_errno)?,
+                )
+                .bytes(),
             ),
-            Op::Unlink { name } => fs.unlink(ino, name).map_err(e)?,
-            Op::Rmdir { name } => fs.rmdir(ino, name).map_err(e)?,
+            Op::Unlink { name } => fs.unlink(ino, name).map_err(to_errno)?,
+            Op::Rmdir { name } => fs.rmdir(ino, name).map_err(to_errno)?,
             Op::Rename {
                 name,
                 newdir,
@@ -394,107 +385,181 @@ impl Dispatcher {
                 flags,
             } => {
                 // Both folders must be sound (contain checked the first).
-                fs.check_failed(*newdir).map_err(e)?;
-                fs.rename(ino, name, *newdir, newname, *flags).map_err(e)?
+                fs.check_failed(*newdir).map_err(to_errno)?;
+                fs.rename(ino, name, *newdir, newname, *flags)
+                    .map_err(to_errno)?
             }
-            Op::Link { .. } => out.extend_from_slice(entry_out(&fs.link().map_err(e)?).bytes()),
-            Op::Open(o) => {
-                if o.open_flags & abi::OPEN_KILL_SUIDGID != 0 && fs.kill_suidgid(ino).map_err(e)? {
-                    self.invalidate_attr(ino);
-                }
-                let (fh, info) = fs.open(ino, o.flags as i32).map_err(e)?;
-                out.extend_from_slice(self.open_out(ino, fh, &info).bytes());
+            Op::Link { .. } => {
+                out.extend_from_slice(entry_out(&fs.link().map_err(to_errno)?).bytes())
             }
+            Op::Open(o) => self.open(ino, o, out)?,
             Op::Read(_) => return Err(libc::EPROTO),
-            Op::Write { arg, data } => {
-                if arg.write_flags & abi::WRITE_KILL_SUIDGID != 0
-                    && fs.kill_suidgid(ino).map_err(e)?
-                {
-                    self.invalidate_attr(ino);
-                }
-                let n = fs.write(arg.fh, arg.offset, data).map_err(e)?;
-                fs.ledger().moved(Class::Demand, n as u64);
-                out.extend_from_slice(
-                    abi::WriteOut {
-                        size: n,
-                        padding: 0,
-                    }
-                    .bytes(),
-                );
-            }
-            Op::Statfs => {
-                let s = fs.statfs();
-                let k = abi::Kstatfs {
-                    blocks: s.blocks,
-                    bfree: s.bfree,
-                    bavail: s.bavail,
-                    files: s.files,
-                    ffree: s.ffree,
-                    bsize: s.bsize,
-                    namelen: s.namelen,
-                    frsize: s.bsize,
-                    ..abi::Kstatfs::default()
-                };
-                out.extend_from_slice(k.bytes());
-            }
+            Op::Write { arg, data } => self.write(ino, arg, data, out)?,
+            Op::Statfs => self.statfs(out),
             Op::Release(r) => {
                 self.release_backing(r.fh);
-                fs.release(r.fh).map_err(e)?;
+                fs.release(r.fh).map_err(to_errno)?;
             }
             Op::Fsync(f) => fs
                 .fsync(f.fh, f.fsync_flags & abi::FSYNC_FDATASYNC != 0)
-                .map_err(e)?,
-            Op::Setxattr { name, value, flags } => {
-                fs.setxattr(ino, name, value, *flags as i32).map_err(e)?
-            }
+                .map_err(to_errno)?,
+            Op::Setxattr { name, value, flags } => fs
+                .setxattr(ino, name, value, *flags as i32)
+                .map_err(to_errno)?,
             Op::Getxattr { name, size } => {
-                xattr_reply(&fs.getxattr(ino, name).map_err(e)?, *size, out)?
+                xattr_reply(&fs.getxattr(ino, name).map_err(to_errno)?, *size, out)?
             }
-            Op::Listxattr { size } => xattr_reply(&fs.listxattr(ino).map_err(e)?, *size, out)?,
-            Op::Removexattr { name } => fs.removexattr(ino, name).map_err(e)?,
+            Op::Listxattr { size } => {
+                xattr_reply(&fs.listxattr(ino).map_err(to_errno)?, *size, out)?
+            }
+            Op::Removexattr { name } => fs.removexattr(ino, name).map_err(to_errno)?,
             // Writes are on the tier when acknowledged; flush only brings the books (a
             // passthrough file's size) up to date before close returns.
-            Op::Flush(f) => fs.flush(f.fh).map_err(e)?,
-            Op::Opendir(_) => {
-                let fh = fs.opendir(ino).map_err(e)?;
-                out.extend_from_slice(
-                    abi::OpenOut {
-                        fh,
-                        open_flags: 0,
-                        backing_id: 0,
-                    }
-                    .bytes(),
-                );
-            }
-            Op::Readdir(r) => {
-                let entries = fs.readdir(r.fh, r.offset).map_err(e)?;
-                for (i, d) in entries.iter().enumerate().skip(r.offset as usize) {
-                    if !push_dirent(out, r.size as usize, d.ino, (i + 1) as u64, d.kind, &d.name) {
-                        break;
-                    }
-                }
-            }
+            Op::Flush(f) => fs.flush(f.fh).map_err(to_errno)?,
+            Op::Opendir(_) => self.opendir(ino, out)?,
+            Op::Readdir(r) => self.readdir(r, out)?,
             Op::Releasedir(r) => fs.releasedir(r.fh),
-            Op::Fsyncdir(_) => fs.fsyncdir(ino).map_err(e)?,
+            Op::Fsyncdir(_) => fs.fsyncdir(ino).map_err(to_errno)?,
             // Mounted with default_permissions: the kernel checks modes itself.
             Op::Access(_) => {}
-            Op::Create { name, arg } => {
-                let (a, fh, info) = fs
-                    .create(ino, name, arg.mode & !arg.umask, arg.flags as i32, ctx)
-                    .map_err(e)?;
-                out.extend_from_slice(entry_out(&a).bytes());
-                out.extend_from_slice(self.open_out(a.ino, fh, &info).bytes());
-            }
+            Op::Create { name, arg } => self.create(ino, name, arg, ctx, out)?,
             // The handler runs to completion; the kernel waits for its reply.
             Op::Interrupt { .. } => return Ok(Reply::None),
             Op::Fallocate(f) => fs
                 .fallocate(f.fh, f.offset, f.length, f.mode as i32)
-                .map_err(e)?,
+                .map_err(to_errno)?,
             // No ioctls of our own; tools probe a few (FS_IOC_GETFLAGS) and expect ENOTTY.
             Op::Unsupported if req.opcode == op::IOCTL => return Err(libc::ENOTTY),
             Op::Unsupported => return Err(libc::ENOSYS),
         }
         Ok(Reply::Ok)
+    }
+
+    // The handlers below are the longer arms of `serve`, each for one operation; they reply
+    // into `out` like the inline arms and are inlined back into it.
+
+    #[inline]
+    fn setattr(&self, ino: u64, s: &abi::SetattrIn, out: &mut Vec<u8>) -> Result<(), i32> {
+        let fs = &self.fs;
+        if s.valid & fattr::KILL_SUIDGID != 0 {
+            fs.kill_suidgid(ino).map_err(to_errno)?;
+        }
+        let t = |now: u32, set: u32, secs: u64, nsec: u32| {
+            if s.valid & now != 0 {
+                Some(SetTime::Now)
+            } else if s.valid & set != 0 {
+                Some(SetTime::At(set_time(secs, nsec)))
+            } else {
+                None
+            }
+        };
+        let sa = SetAttr {
+            mode: (s.valid & fattr::MODE != 0).then_some(s.mode),
+            uid: (s.valid & fattr::UID != 0).then_some(s.uid),
+            gid: (s.valid & fattr::GID != 0).then_some(s.gid),
+            size: (s.valid & fattr::SIZE != 0).then_some(s.size),
+            atime: t(fattr::ATIME_NOW, fattr::ATIME, s.atime, s.atimensec),
+            mtime: t(fattr::MTIME_NOW, fattr::MTIME, s.mtime, s.mtimensec),
+        };
+        out.extend_from_slice(attr_out(&fs.setattr(ino, sa).map_err(to_errno)?).bytes());
+        Ok(())
+    }
+
+    #[inline]
+    fn open(&self, ino: u64, o: &abi::OpenIn, out: &mut Vec<u8>) -> Result<(), i32> {
+        let fs = &self.fs;
+        if o.open_flags & abi::OPEN_KILL_SUIDGID != 0 && fs.kill_suidgid(ino).map_err(to_errno)? {
+            self.invalidate_attr(ino);
+        }
+        let (fh, info) = fs.open(ino, o.flags as i32).map_err(to_errno)?;
+        out.extend_from_slice(self.open_out(ino, fh, &info).bytes());
+        Ok(())
+    }
+
+    #[inline]
+    fn write(
+        &self,
+        ino: u64,
+        arg: &abi::WriteIn,
+        data: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<(), i32> {
+        let fs = &self.fs;
+        if arg.write_flags & abi::WRITE_KILL_SUIDGID != 0
+            && fs.kill_suidgid(ino).map_err(to_errno)?
+        {
+            self.invalidate_attr(ino);
+        }
+        let n = fs.write(arg.fh, arg.offset, data).map_err(to_errno)?;
+        fs.ledger().moved(Class::Demand, n as u64);
+        out.extend_from_slice(
+            abi::WriteOut {
+                size: n,
+                padding: 0,
+            }
+            .bytes(),
+        );
+        Ok(())
+    }
+
+    #[inline]
+    fn statfs(&self, out: &mut Vec<u8>) {
+        let s = self.fs.statfs();
+        let k = abi::Kstatfs {
+            blocks: s.blocks,
+            bfree: s.bfree,
+            bavail: s.bavail,
+            files: s.files,
+            ffree: s.ffree,
+            bsize: s.bsize,
+            namelen: s.namelen,
+            frsize: s.bsize,
+            ..abi::Kstatfs::default()
+        };
+        out.extend_from_slice(k.bytes());
+    }
+
+    #[inline]
+    fn opendir(&self, ino: u64, out: &mut Vec<u8>) -> Result<(), i32> {
+        let fh = self.fs.opendir(ino).map_err(to_errno)?;
+        out.extend_from_slice(
+            abi::OpenOut {
+                fh,
+                open_flags: 0,
+                backing_id: 0,
+            }
+            .bytes(),
+        );
+        Ok(())
+    }
+
+    #[inline]
+    fn readdir(&self, r: &abi::ReadIn, out: &mut Vec<u8>) -> Result<(), i32> {
+        let entries = self.fs.readdir(r.fh, r.offset).map_err(to_errno)?;
+        for (i, d) in entries.iter().enumerate().skip(r.offset as usize) {
+            if !push_dirent(out, r.size as usize, d.ino, (i + 1) as u64, d.kind, &d.name) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn create(
+        &self,
+        ino: u64,
+        name: &OsStr,
+        arg: &abi::CreateIn,
+        ctx: Ctx,
+        out: &mut Vec<u8>,
+    ) -> Result<(), i32> {
+        let (a, fh, info) = self
+            .fs
+            .create(ino, name, arg.mode & !arg.umask, arg.flags as i32, ctx)
+            .map_err(to_errno)?;
+        out.extend_from_slice(entry_out(&a).bytes());
+        out.extend_from_slice(self.open_out(a.ino, fh, &info).bytes());
+        Ok(())
     }
 
     /// Tells the kernel to drop its cached attributes of `ino` (after a change no reply

@@ -135,7 +135,32 @@ impl<'a> Request<'a> {
         op_in: &'a [u8],
         payload: &'a [u8],
     ) -> Result<Request<'a>, Malformed> {
-        let op = match h.opcode {
+        Ok(Request {
+            unique: h.unique,
+            nodeid: h.nodeid,
+            uid: h.uid,
+            gid: h.gid,
+            pid: h.pid,
+            opcode: h.opcode,
+            op: Op::decode(h.opcode, op_in, payload)?,
+        })
+    }
+
+    /// Decodes a request delivered back to back (/dev/fuse): header, op struct, rest.
+    pub fn decode_contiguous(b: &'a [u8]) -> Result<(InHeader, Request<'a>), Malformed> {
+        let h = InHeader::read(b).ok_or(Malformed("short header"))?;
+        let len = (h.len as usize).min(b.len());
+        let args = b.get(40..len).unwrap_or(&[]);
+        let split = abi::op_in_len(h.opcode).min(args.len());
+        let (op_in, payload) = args.split_at(split);
+        Ok((h, Request::decode(&h, op_in, payload)?))
+    }
+}
+
+impl<'a> Op<'a> {
+    /// Decodes the operation of `opcode` from its opcode struct and the rest.
+    pub fn decode(opcode: u32, op_in: &'a [u8], payload: &'a [u8]) -> Result<Op<'a>, Malformed> {
+        Ok(match opcode {
             op::INIT => Op::Init(abi::InitIn::read_prefix(op_in)),
             op::DESTROY => Op::Destroy,
             op::LOOKUP => Op::Lookup {
@@ -144,24 +169,11 @@ impl<'a> Request<'a> {
             op::FORGET => Op::Forget {
                 nlookup: fixed::<abi::ForgetIn>(op_in, "forget")?.nlookup,
             },
-            op::BATCH_FORGET => {
-                let b: abi::BatchForgetIn = fixed(op_in, "batch_forget")?;
-                let want = b.count as usize * std::mem::size_of::<abi::ForgetOne>();
-                Op::BatchForget {
-                    items: payload.get(..want).ok_or(Malformed("batch_forget items"))?,
-                    count: b.count,
-                }
-            }
+            op::BATCH_FORGET => decode_batch_forget(op_in, payload)?,
             op::GETATTR => Op::Getattr,
             op::SETATTR => Op::Setattr(fixed(op_in, "setattr")?),
             op::READLINK => Op::Readlink,
-            op::SYMLINK => {
-                let (n, rest) = name(payload)?;
-                Op::Symlink {
-                    name: n,
-                    target: name(rest)?.0,
-                }
-            }
+            op::SYMLINK => decode_symlink(payload)?,
             op::MKNOD => Op::Mknod {
                 arg: fixed(op_in, "mknod")?,
                 name: name(payload)?.0,
@@ -176,50 +188,18 @@ impl<'a> Request<'a> {
             op::RMDIR => Op::Rmdir {
                 name: name(payload)?.0,
             },
-            op::RENAME | op::RENAME2 => {
-                let (newdir, flags) = if h.opcode == op::RENAME {
-                    (fixed::<abi::RenameIn>(op_in, "rename")?.newdir, 0)
-                } else {
-                    let r: abi::Rename2In = fixed(op_in, "rename2")?;
-                    (r.newdir, r.flags)
-                };
-                let (n, rest) = name(payload)?;
-                Op::Rename {
-                    name: n,
-                    newdir,
-                    newname: name(rest)?.0,
-                    flags,
-                }
-            }
+            op::RENAME | op::RENAME2 => decode_rename(opcode, op_in, payload)?,
             op::LINK => Op::Link {
                 oldnodeid: fixed::<abi::LinkIn>(op_in, "link")?.oldnodeid,
                 newname: name(payload)?.0,
             },
             op::OPEN => Op::Open(fixed(op_in, "open")?),
             op::READ => Op::Read(fixed(op_in, "read")?),
-            op::WRITE => {
-                let arg: abi::WriteIn = fixed(op_in, "write")?;
-                Op::Write {
-                    data: payload
-                        .get(..arg.size as usize)
-                        .ok_or(Malformed("write shorter than its size"))?,
-                    arg,
-                }
-            }
+            op::WRITE => decode_write(op_in, payload)?,
             op::STATFS => Op::Statfs,
             op::RELEASE => Op::Release(fixed(op_in, "release")?),
             op::FSYNC => Op::Fsync(fixed(op_in, "fsync")?),
-            op::SETXATTR => {
-                let a: abi::SetxattrIn = fixed(op_in, "setxattr")?;
-                let (n, rest) = name(payload)?;
-                Op::Setxattr {
-                    name: n,
-                    value: rest
-                        .get(..a.size as usize)
-                        .ok_or(Malformed("setxattr value"))?,
-                    flags: a.flags,
-                }
-            }
+            op::SETXATTR => decode_setxattr(op_in, payload)?,
             op::GETXATTR => Op::Getxattr {
                 size: fixed::<abi::GetxattrIn>(op_in, "getxattr")?.size,
                 name: name(payload)?.0,
@@ -245,27 +225,64 @@ impl<'a> Request<'a> {
             },
             op::FALLOCATE => Op::Fallocate(fixed(op_in, "fallocate")?),
             _ => Op::Unsupported,
-        };
-        Ok(Request {
-            unique: h.unique,
-            nodeid: h.nodeid,
-            uid: h.uid,
-            gid: h.gid,
-            pid: h.pid,
-            opcode: h.opcode,
-            op,
         })
     }
+}
 
-    /// Decodes a request delivered back to back (/dev/fuse): header, op struct, rest.
-    pub fn decode_contiguous(b: &'a [u8]) -> Result<(InHeader, Request<'a>), Malformed> {
-        let h = InHeader::read(b).ok_or(Malformed("short header"))?;
-        let len = (h.len as usize).min(b.len());
-        let args = b.get(40..len).unwrap_or(&[]);
-        let split = abi::op_in_len(h.opcode).min(args.len());
-        let (op_in, payload) = args.split_at(split);
-        Ok((h, Request::decode(&h, op_in, payload)?))
-    }
+fn decode_batch_forget<'a>(op_in: &[u8], payload: &'a [u8]) -> Result<Op<'a>, Malformed> {
+    let b: abi::BatchForgetIn = fixed(op_in, "batch_forget")?;
+    let want = b.count as usize * std::mem::size_of::<abi::ForgetOne>();
+    Ok(Op::BatchForget {
+        items: payload.get(..want).ok_or(Malformed("batch_forget items"))?,
+        count: b.count,
+    })
+}
+
+fn decode_symlink(payload: &[u8]) -> Result<Op<'_>, Malformed> {
+    let (n, rest) = name(payload)?;
+    Ok(Op::Symlink {
+        name: n,
+        target: name(rest)?.0,
+    })
+}
+
+/// RENAME, or RENAME2 with its flags.
+fn decode_rename<'a>(opcode: u32, op_in: &[u8], payload: &'a [u8]) -> Result<Op<'a>, Malformed> {
+    let (newdir, flags) = if opcode == op::RENAME {
+        (fixed::<abi::RenameIn>(op_in, "rename")?.newdir, 0)
+    } else {
+        let r: abi::Rename2In = fixed(op_in, "rename2")?;
+        (r.newdir, r.flags)
+    };
+    let (n, rest) = name(payload)?;
+    Ok(Op::Rename {
+        name: n,
+        newdir,
+        newname: name(rest)?.0,
+        flags,
+    })
+}
+
+fn decode_write<'a>(op_in: &[u8], payload: &'a [u8]) -> Result<Op<'a>, Malformed> {
+    let arg: abi::WriteIn = fixed(op_in, "write")?;
+    Ok(Op::Write {
+        data: payload
+            .get(..arg.size as usize)
+            .ok_or(Malformed("write shorter than its size"))?,
+        arg,
+    })
+}
+
+fn decode_setxattr<'a>(op_in: &[u8], payload: &'a [u8]) -> Result<Op<'a>, Malformed> {
+    let a: abi::SetxattrIn = fixed(op_in, "setxattr")?;
+    let (n, rest) = name(payload)?;
+    Ok(Op::Setxattr {
+        name: n,
+        value: rest
+            .get(..a.size as usize)
+            .ok_or(Malformed("setxattr value"))?,
+        flags: a.flags,
+    })
 }
 
 /// The `(nodeid, nlookup)` pairs of a BATCH_FORGET.

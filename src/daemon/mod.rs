@@ -1,0 +1,84 @@
+//! Mounting and unmounting: the daemon's life from `tierfs mount` to its exit.
+//!
+//! [`mount`] checks the config and the mountpoint, then either serves in this process
+//! (`--foreground`, or as the child of the background fork) or starts that child and waits
+//! until the mount answers. The parts, each in its own module:
+//! - `options`: what `tierfs mount` asks for ([`MountOptions`]);
+//! - `background`: the detached child, the readiness pipe, the default log file;
+//! - `tiers`: opening, locking and measuring the tiers ([`open_tiers`]);
+//! - `serve`: from opened tiers to an answering mount and its helper threads;
+//! - `shutdown`: signals, the daemon's own unmount, write-back and the lost report at exit;
+//! - `scratch`: removing a scratch mount's data, also what a killed daemon left;
+//! - `mountinfo`: what is mounted where, and whether its daemon answers;
+//! - `unmount`: asking the kernel to unmount, and `tierfs unmount` ([`unmount`]);
+//! - `lost`: the report of data an unmount could not write back.
+
+mod background;
+mod lost;
+mod mountinfo;
+mod options;
+mod scratch;
+mod serve;
+mod shutdown;
+mod tiers;
+mod unmount;
+
+pub use crate::failure::Failure;
+pub use background::default_log_path;
+pub use lost::{lost_report_path, LOST_REPORT};
+pub use mountinfo::{
+    daemon_of, is_dead_mount_errno, is_mountpoint, mount_at, mountpoint_state, resolve_outer,
+    Daemon, MountEntry, MountpointState,
+};
+pub use options::MountOptions;
+pub use scratch::sweep_stale_scratch;
+pub use tiers::{open_tiers, open_tiers_degraded};
+pub use unmount::{clear_dead_mount, unmount, unmount_path, UnmountError};
+
+use crate::config::MountConfig;
+
+fn check_mountpoint(opts: &MountOptions) -> Result<(), Failure> {
+    let mp = &opts.mountpoint;
+    match mountpoint_state(mp) {
+        MountpointState::Usable => Ok(()),
+        MountpointState::Missing => Err(Failure::usage(format!("mountpoint {} does not exist; create it with `mkdir -p {}`", mp.display(), mp.display()))),
+        MountpointState::NotADirectory => Err(Failure::usage(format!("mountpoint {} is not a directory", mp.display()))),
+        MountpointState::Mounted => Err(Failure::runtime(format!(
+            "{} is already a mount point; unmount it first (`tierfs unmount {}`)",
+            mp.display(),
+            mp.display()
+        ))),
+        MountpointState::Dead if opts.force => {
+            eprintln!("tierfs: clearing the dead mount at {} (--force)", mp.display());
+            clear_dead_mount(mp)
+        }
+        MountpointState::Dead => Err(Failure::runtime(format!(
+            "{} holds a dead tierfs mount (its daemon is gone); clear it with `fusermount3 -uz {}` (or `umount -l {}` as root), or rerun with --force",
+            mp.display(),
+            mp.display(),
+            mp.display()
+        ))),
+    }
+}
+
+/// `tierfs mount`.
+pub fn mount(opts: &MountOptions) -> Result<(), Failure> {
+    let mut config = MountConfig::load(&opts.config).map_err(|e| Failure::usage(e.to_string()))?;
+    if let Some(scratch) = opts.scratch {
+        config.mount.scratch = scratch;
+    }
+    config.mount.allow_other |= opts.allow_other;
+    config
+        .prepare_tier_dirs_degraded(opts.degraded || config.mount.degraded)
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    check_mountpoint(opts)?;
+    let overlaps = config.mountpoint_overlaps(&opts.mountpoint);
+    if !overlaps.is_empty() {
+        return Err(Failure::usage(overlaps.join("\n")));
+    }
+    if opts.foreground || background::is_background_child() {
+        serve::run_daemon(opts, &config)
+    } else {
+        background::spawn_background(opts, &config)
+    }
+}

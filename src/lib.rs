@@ -28,7 +28,6 @@ pub mod daemon;
 pub mod dsconfig;
 pub mod engine;
 pub mod error;
-pub mod export;
 pub mod fs;
 pub mod fuse;
 pub mod io;
@@ -39,11 +38,13 @@ pub mod manpage;
 pub mod metrics;
 pub mod monitor;
 pub mod mount_helper;
+pub mod ondisk;
 pub mod placement;
 pub mod plot;
 pub mod probe;
 pub mod prom;
 pub mod reqstats;
+pub mod resolve;
 pub mod sched;
 pub mod stats;
 pub mod sys;
@@ -51,3 +52,6 @@ pub mod sys;
 mod testutil;
 pub mod tier;
 pub mod units;
+
+/// The offline tools' old path (`cli` calls `export::run_fsck` and `export::run_export`).
+pub use ondisk as export;

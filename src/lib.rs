@@ -33,7 +33,6 @@ pub mod data;
 pub mod dsconfig;
 pub mod engine;
 pub mod error;
-pub mod export;
 pub mod failure;
 pub mod fuse;
 pub mod io;
@@ -45,11 +44,13 @@ pub mod manpage;
 pub mod metrics;
 pub mod monitor;
 pub mod mount_helper;
+pub mod ondisk;
 pub mod placement;
 pub mod plot;
 pub mod probe;
 pub mod prom;
 pub mod reqstats;
+pub mod resolve;
 pub mod sched;
 pub mod stats;
 pub mod sys;
@@ -58,3 +59,6 @@ mod testutil;
 pub mod tier;
 pub mod units;
 pub mod vfs;
+
+/// The offline tools' old path (`cli` calls `export::run_fsck` and `export::run_export`).
+pub use ondisk as export;

@@ -24,7 +24,7 @@ LAYERS = [
     # 1: configuration, on-disk formats, logging and the exit codes of failures
     ["config", "layout", "lock", "control", "ledger", "reqstats", "logging", "failure"],
     # 2: a tier folder and the only way to it
-    ["beneath", "io", "tierio", "engine", "sched", "tier", "probe"],
+    ["beneath", "io", "tierio", "engine", "sched", "tier", "probe", "resolve"],
     # 3: decisions over tiers and pure bookkeeping: placement, shared-tier coordination, the
     # cache's books, open-file state, the statistics snapshot and its renderings
     ["placement", "coord", "cache", "data", "stats", "metrics"],

@@ -1,0 +1,372 @@
+//! Offline tools over the tier folders, with no daemon and no FUSE: `tierfs fsck` checks
+//! that the pieces on the tiers agree (and with `--repair` fixes what is safe to fix), and
+//! `tierfs export` copies the whole tree out into an ordinary folder, reassembling striped
+//! files, so no one's data depends on the daemon.
+//!
+//! Both resolve what they find with the rules a mount's scan uses, [`crate::resolve`]: every
+//! folder is mirrored on every tier, a file's pieces sit at its own path on the tiers of its
+//! layout, symlinks and special files live on the first tier, and `.tierfs-tmp-*` names
+//! are leftovers of an interrupted move. So what `export` writes is what a mount would
+//! show, and `fsck --repair` leaves the tiers as the next mount would (pieces of one striped
+//! file found at two paths are moved back together, by their file id), except that it
+//! never deletes anything but a leftover temporary or a byte-identical duplicate, never
+//! overwrites (a second conflict gets a new name), and the empty stripe pieces it makes
+//! carry the file's layout xattr.
+//!
+//! Here: the tier folders of a config and one folder's listing over them. `issues` turns
+//! the resolver's plans into the problems fsck lists, `fsck` checks and repairs, `export`
+//! copies.
+
+mod export;
+mod fsck;
+mod issues;
+
+pub use self::export::{export, run_export, ExportReport};
+pub use self::fsck::{fsck, lock_tiers, run_fsck, FsckReport, TierLocks};
+pub use self::issues::{Action, FileView, Issue};
+pub use crate::resolve::LayoutRead;
+
+use crate::beneath::Beneath;
+use crate::config::MountConfig;
+use crate::failure::Failure;
+use crate::resolve::Class;
+use crate::tier::DATA_DIR;
+use crate::vfs::TMP_PREFIX;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// One tier folder of a config, not opened by a daemon.
+#[derive(Debug, Clone)]
+pub struct TierDir {
+    pub name: String,
+    pub root: PathBuf,
+    pub data: PathBuf,
+}
+
+impl TierDir {
+    /// Calls on this tier's paths, relative to its folder and never through a symlink in
+    /// it, at any depth (as the daemon's, see [`crate::beneath`]).
+    pub fn fs(&self) -> Beneath<'_> {
+        Beneath::new(&self.root)
+    }
+
+    /// The backing path of mount-relative `rel` on this tier.
+    pub fn path(&self, rel: &Path) -> PathBuf {
+        if rel.as_os_str().is_empty() {
+            self.data.clone()
+        } else {
+            self.data.join(rel)
+        }
+    }
+}
+
+/// The tier folders of a config; each must exist (a missing one is a config error: tierfs
+/// never guesses where a tier went).
+pub fn tier_dirs(cfg: &MountConfig) -> Result<Vec<TierDir>, Failure> {
+    let mut out = Vec::new();
+    for t in &cfg.tiers {
+        match fs::metadata(&t.path) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(Failure::usage(format!(
+                    "tier '{}': {} is not a directory",
+                    t.name,
+                    t.path.display()
+                )))
+            }
+            Err(e) => {
+                return Err(Failure::usage(format!(
+                    "tier '{}': {}: {e} (is its file system mounted on this node?)",
+                    t.name,
+                    t.path.display()
+                )))
+            }
+        }
+        out.push(TierDir {
+            name: t.name.clone(),
+            root: t.path.clone(),
+            data: t.path.join(DATA_DIR),
+        });
+    }
+    Ok(out)
+}
+
+/// What a backing directory entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntKind {
+    Dir,
+    File,
+    Symlink,
+    Fifo,
+    Socket,
+    Device,
+}
+
+impl EntKind {
+    fn of(ft: fs::FileType) -> Option<EntKind> {
+        use std::os::unix::fs::FileTypeExt;
+        Some(if ft.is_dir() {
+            EntKind::Dir
+        } else if ft.is_file() {
+            EntKind::File
+        } else if ft.is_symlink() {
+            EntKind::Symlink
+        } else if ft.is_fifo() {
+            EntKind::Fifo
+        } else if ft.is_socket() {
+            EntKind::Socket
+        } else if ft.is_char_device() || ft.is_block_device() {
+            EntKind::Device
+        } else {
+            return None;
+        })
+    }
+
+    /// How the resolver counts it.
+    fn class(self) -> Class {
+        match self {
+            EntKind::Dir => Class::Dir,
+            EntKind::File => Class::File,
+            _ => Class::Other,
+        }
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            EntKind::Dir => "folder",
+            EntKind::File => "file",
+            EntKind::Symlink => "symlink",
+            EntKind::Fifo => "FIFO",
+            EntKind::Socket => "socket",
+            EntKind::Device => "device node",
+        }
+    }
+}
+
+/// One folder's entries over all tiers.
+#[derive(Debug, Default)]
+struct Listing {
+    /// name -> (tier, kind) for every tier that has it, in tier order.
+    entries: BTreeMap<OsString, Vec<(usize, EntKind)>>,
+    /// Names starting with [`TMP_PREFIX`], per tier.
+    temps: Vec<(usize, OsString, EntKind)>,
+    /// Tiers on which the folder does not exist.
+    missing: Vec<usize>,
+    /// Tiers whose folder could not be read.
+    errors: Vec<(usize, PathBuf, io::Error)>,
+}
+
+fn list(tiers: &[TierDir], rel: &Path) -> Listing {
+    let mut l = Listing::default();
+    for (i, t) in tiers.iter().enumerate() {
+        let dir = t.path(rel);
+        let rd = match t.fs().read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                l.missing.push(i);
+                continue;
+            }
+            Err(e) => {
+                l.errors.push((i, dir, e));
+                continue;
+            }
+        };
+        for (name, ft) in rd {
+            let Some(kind) = EntKind::of(ft) else {
+                continue;
+            };
+            if name.as_bytes().starts_with(TMP_PREFIX.as_bytes()) {
+                l.temps.push((i, name, kind));
+            } else {
+                l.entries.entry(name).or_default().push((i, kind));
+            }
+        }
+    }
+    l
+}
+
+/// Unit tests of `fsck` and `export` over small tier folders made by hand.
+#[cfg(test)]
+mod tests {
+    use super::{export, fsck, lock_tiers, tier_dirs, FsckReport, TierDir};
+    use crate::config::MountConfig;
+    use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
+    use crate::resolve::{read_layout, LayoutRead};
+    use crate::sys::{self, SetTime};
+    use crate::tier::{DATA_DIR, META_DIR};
+    use crate::vfs::TMP_PREFIX;
+    use std::ffi::OsStr;
+    use std::fs;
+    use std::path::Path;
+
+    fn setup(n: usize) -> (tempfile::TempDir, MountConfig, Vec<TierDir>) {
+        let d = tempfile::tempdir().unwrap();
+        let mut text = String::new();
+        for i in 0..n {
+            let p = d.path().join(format!("t{i}"));
+            fs::create_dir_all(p.join(DATA_DIR)).unwrap();
+            fs::create_dir_all(p.join(META_DIR)).unwrap();
+            text.push_str(&format!(
+                "[[tier]]\nname = \"t{i}\"\npath = \"{}\"\nread_bandwidth = \"1GB/s\"\n",
+                p.display()
+            ));
+        }
+        let cfg = MountConfig::parse(&text, &d.path().join("c.toml")).unwrap();
+        let tiers = tier_dirs(&cfg).unwrap();
+        (d, cfg, tiers)
+    }
+
+    fn xattrs_work(dir: &Path) -> bool {
+        let f = dir.join("probe");
+        fs::write(&f, b"").unwrap();
+        let ok = sys::lsetxattr(&f, OsStr::new("user.x"), b"1", 0).is_ok();
+        fs::remove_file(&f).unwrap();
+        ok
+    }
+
+    fn check(cfg: &MountConfig, tiers: &[TierDir], repair: bool) -> (FsckReport, String) {
+        let mut out = Vec::new();
+        let r = fsck(cfg, tiers, repair, &mut out).unwrap();
+        (r, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn clean_tree_and_whole_file_duplicates() {
+        let (_d, cfg, tiers) = setup(2);
+        fs::create_dir(tiers[0].data.join("a")).unwrap();
+        fs::create_dir(tiers[1].data.join("a")).unwrap();
+        fs::write(tiers[0].data.join("a/f"), b"hello").unwrap();
+        let (r, out) = check(&cfg, &tiers, false);
+        assert_eq!(r.problems(), 0, "{out}");
+        assert_eq!((r.folders, r.files, r.bytes), (1, 1, 5));
+        // An identical copy and a different older one.
+        fs::write(tiers[1].data.join("a/f"), b"hello").unwrap();
+        fs::write(tiers[0].data.join("g"), b"new").unwrap();
+        fs::write(tiers[1].data.join("g"), b"old!").unwrap();
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(100);
+        sys::lutimens(&tiers[1].data.join("g"), SetTime::At(old), SetTime::At(old)).unwrap();
+        let (r, out) = check(&cfg, &tiers, false);
+        assert_eq!(r.problems(), 2, "{out}");
+        let (r, out) = check(&cfg, &tiers, true);
+        assert_eq!(r.repaired(), r.problems(), "{out}");
+        assert_eq!(
+            fs::read(tiers[1].data.join("g.tierfs-conflict-t1")).unwrap(),
+            b"old!"
+        );
+        assert_eq!(fs::read(tiers[0].data.join("g")).unwrap(), b"new");
+        let (r, out) = check(&cfg, &tiers, false);
+        assert_eq!(r.problems(), 0, "{out}");
+    }
+
+    #[test]
+    fn stripe_pieces_are_checked_and_exported() {
+        let (d, cfg, tiers) = setup(2);
+        crate::testutil::require!(
+            xattrs_work(&tiers[0].data),
+            "no user xattrs on the temp file system"
+        );
+        let m = StripeMap::new(4096, vec![0, 1, 0]);
+        let layout = FileLayout::Stripe(m.clone());
+        let data: Vec<u8> = (0..20000u32).map(|i| (i % 251) as u8 + 1).collect();
+        for (t, tier) in tiers.iter().enumerate() {
+            let p = tier.data.join("s");
+            let mut piece = vec![0u8; m.piece_len(t, data.len() as u64) as usize];
+            for ex in m.extents(0, data.len()) {
+                if ex.tier == t {
+                    piece[ex.local as usize..ex.local as usize + ex.len]
+                        .copy_from_slice(&data[ex.buf..ex.buf + ex.len]);
+                }
+            }
+            fs::write(&p, &piece).unwrap();
+            sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), layout.encode().as_bytes(), 0).unwrap();
+        }
+        sys::lsetxattr(&tiers[0].data.join("s"), OsStr::new("user.k"), b"v", 0).unwrap();
+        let (r, out) = check(&cfg, &tiers, false);
+        assert_eq!(r.problems(), 0, "{out}");
+        assert_eq!(r.bytes, data.len() as u64);
+        let dest = d.path().join("out");
+        fs::create_dir(&dest).unwrap();
+        let rep = export(&cfg, &tiers, &dest, true);
+        assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+        assert_eq!(fs::read(dest.join("s")).unwrap(), data);
+        assert_eq!(
+            sys::lgetxattr(&dest.join("s"), OsStr::new("user.k")).unwrap(),
+            b"v"
+        );
+        assert!(sys::lgetxattr(&dest.join("s"), OsStr::new(LAYOUT_XATTR)).is_err());
+        // A lost piece: reported, recreated empty with the layout.
+        fs::remove_file(tiers[1].data.join("s")).unwrap();
+        let (r, out) = check(&cfg, &tiers, true);
+        assert_eq!((r.problems(), r.repaired()), (1, 1), "{out}");
+        assert_eq!(
+            read_layout(tiers[1].fs(), &tiers[1].data.join("s"), 2),
+            LayoutRead::Valid(layout)
+        );
+        let (r, out) = check(&cfg, &tiers, false);
+        assert_eq!(r.problems(), 0, "{out}");
+    }
+
+    #[test]
+    fn temporaries_and_missing_folders() {
+        let (_d, cfg, tiers) = setup(3);
+        fs::create_dir_all(tiers[0].data.join("x/y")).unwrap();
+        fs::create_dir_all(tiers[1].data.join("x")).unwrap();
+        fs::write(tiers[2].data.join(format!("{TMP_PREFIX}77")), b"t").unwrap();
+        let (r, out) = check(&cfg, &tiers, false);
+        // x on t2, x/y on t1 (x/y on t2 is implied by x), the temporary.
+        assert_eq!(r.problems(), 3, "{out}");
+        let (r, out) = check(&cfg, &tiers, true);
+        // With repair, x is made on t2 first, so x/y on t2 is found missing too.
+        assert_eq!(r.repaired(), 4, "{out}");
+        assert!(tiers[2].data.join("x/y").is_dir());
+        let (r, out) = check(&cfg, &tiers, false);
+        assert_eq!(r.problems(), 0, "{out}");
+    }
+
+    #[test]
+    fn a_held_lock_is_refused() {
+        let (_d, _cfg, tiers) = setup(2);
+        let held = lock_tiers(&tiers).unwrap();
+        assert!(lock_tiers(&tiers).is_err());
+        drop(held);
+        assert!(lock_tiers(&tiers).is_ok());
+    }
+
+    /// An empty stripe piece without its label (a creation cut short) is adopted, as the
+    /// mount's scan adopts it: one problem, repaired by labelling it, no conflict copy.
+    #[test]
+    fn an_empty_unlabelled_stripe_piece_is_adopted() {
+        let (_d, cfg, tiers) = setup(2);
+        crate::testutil::require!(
+            xattrs_work(&tiers[0].data),
+            "no user xattrs on the temp file system"
+        );
+        let layout = FileLayout::Stripe(StripeMap::new(4096, vec![0, 1]));
+        let label = layout.encode_with_id(Some(0x42));
+        fs::write(tiers[0].data.join("s"), b"abc").unwrap();
+        sys::lsetxattr(
+            &tiers[0].data.join("s"),
+            OsStr::new(LAYOUT_XATTR),
+            label.as_bytes(),
+            0,
+        )
+        .unwrap();
+        fs::write(tiers[1].data.join("s"), b"").unwrap();
+        let (r, out) = check(&cfg, &tiers, false);
+        assert_eq!(r.problems(), 1, "{out}");
+        assert!(out.contains("the mount adopts it"), "{out}");
+        let (r, out) = check(&cfg, &tiers, true);
+        assert_eq!(r.repaired(), 1, "{out}");
+        assert_eq!(
+            sys::lgetxattr(&tiers[1].data.join("s"), OsStr::new(LAYOUT_XATTR)).unwrap(),
+            label.as_bytes()
+        );
+        assert_eq!(fs::read_dir(&tiers[1].data).unwrap().count(), 1);
+        let (r, out) = check(&cfg, &tiers, false);
+        assert_eq!(r.problems(), 0, "{out}");
+    }
+}

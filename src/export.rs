@@ -1353,7 +1353,7 @@ fn copy_stripes(
         for ex in m.extents(off, n) {
             let dst = &mut b[ex.buf..ex.buf + ex.len];
             let got = match &pieces[ex.tier] {
-                Some(f) => crate::io::read_full(f, dst, ex.local)?,
+                Some(f) => crate::tierio::piece::read_full(f, dst, ex.local)?,
                 None => 0,
             };
             dst[got..].fill(0);

@@ -26,7 +26,7 @@ pub mod order;
 use crate::config::{CacheConfig, CachePolicy};
 use crate::control::OrderHint;
 use crate::fs::FileNode;
-use crate::io::AlignedBuf;
+use crate::tierio::AlignedBuf;
 use order::{DirOrder, OrderView};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::HashMap;

@@ -242,7 +242,8 @@ impl TierFs {
         self.read_extents(st, off, buf, class)
     }
 
-    /// Serves a read of a cached file (state lock held for reading).
+    /// Serves a read of a cached file (state lock held for reading); a block not in memory
+    /// is filled at `class`.
     pub(super) fn cached_read(
         &self,
         node: &FileNode,
@@ -250,6 +251,7 @@ impl TierFs {
         e: &Entry,
         off: u64,
         buf: &mut [u8],
+        class: Class,
     ) -> Result<()> {
         let c = self.cache.as_ref().expect("cached file without a cache");
         let mut done = 0usize;
@@ -271,7 +273,7 @@ impl TierFs {
                         .fetch_add(s.len() as u64, Ordering::Relaxed);
                 }
             } else {
-                self.fill(node, st, e, b, &mut s, Class::DemandRead)?;
+                self.fill(node, st, e, b, &mut s, class)?;
                 c.counters.miss_bytes.fetch_add(n as u64, Ordering::Relaxed);
             }
             // A block filled or written before the file grew past it: the rest is a hole.
@@ -400,7 +402,7 @@ impl TierFs {
                 let data = &s.buf.as_ref().expect("dirty slot has a buffer")[..n];
                 for x in st.layout.extents(*start, n) {
                     tiers.push(x.tier);
-                    ops.push(crate::engine::Op::Write {
+                    ops.push(crate::tierio::Op::Write {
                         piece: st.pieces[x.tier].as_ref().expect("checked above"),
                         buf: &data[x.buf..x.buf + x.len],
                         off: x.local,

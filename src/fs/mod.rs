@@ -25,14 +25,12 @@ mod scan;
 pub use relocate::RelayoutCounters;
 
 use crate::config::{Layout, MountConfig};
-use crate::engine::Op;
 use crate::error::{Error, Result};
-use crate::io::{AlignedBuf, Piece};
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR, NAME_MAX};
 use crate::placement::{self, Charge, Placer};
-use crate::sched::Class;
 use crate::sys::{self, SetTime};
-use crate::tier::{InFlight, Tier};
+use crate::tier::Tier;
+use crate::tierio::{AlignedBuf, Class, Op, Piece};
 use parking_lot::{Mutex, RwLock};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -432,7 +430,7 @@ pub struct TierFs {
     /// Where the cache's size comes from, or why there is none (`.tierfs/cache`).
     staging_from: String,
     /// How batches of backing requests are issued (`[mount] engine`).
-    engine: Box<dyn crate::engine::Engine>,
+    engine: Box<dyn crate::tierio::Engine>,
     /// FUSE threads (each holds a 1 MiB read buffer: part of the memory bound).
     threads: usize,
     /// Bytes moved by re-layouts (`stats.json`).
@@ -573,7 +571,7 @@ impl TierFs {
             }),
             staging_from: staging.from,
             threads: config.mount.threads,
-            engine: crate::engine::choose(config.mount.engine),
+            engine: crate::tierio::choose(config.mount.engine),
             relayout: RelayoutCounters::default(),
             requests: Arc::default(),
             ledger: crate::ledger::CpuLedger::default(),
@@ -821,7 +819,7 @@ impl TierFs {
                 let fs = self.clone();
                 let r = std::thread::Builder::new()
                     .name("tierfs-probe".into())
-                    .spawn(move || fs.tiers[i].probe_now());
+                    .spawn(move || crate::tierio::recovery::probe(&fs.tiers[i], &*fs.engine));
                 if let Err(e) = r {
                     log::warn!("cannot start a probe thread: {e}");
                 }
@@ -2275,7 +2273,7 @@ impl TierFs {
     ) -> Result<R> {
         READ_BUF.with(|b| {
             let mut b = b.borrow_mut();
-            b.resize((size as usize).div_ceil(crate::io::ALIGN) * crate::io::ALIGN);
+            b.resize((size as usize).div_ceil(crate::tierio::ALIGN) * crate::tierio::ALIGN);
             let n = self.read_into(fh, off, &mut b[..size as usize])?;
             Ok(reply(&b[..n]))
         })
@@ -2302,16 +2300,18 @@ impl TierFs {
                 }
                 let len = (buf.len() as u64).min(fsize - off) as usize;
                 match &st.cache {
-                    Some(e) => self.cached_read(&node, &st, e, off, &mut buf[..len])?,
-                    None => self.read_file(&st, off, &mut buf[..len])?,
+                    Some(e) => {
+                        self.cached_read(&node, &st, e, off, &mut buf[..len], Class::DemandRead)?
+                    }
+                    None => self.read_file(&st, off, &mut buf[..len], Class::DemandRead)?,
                 }
                 Ok(len)
             }
         }
     }
 
-    fn read_pieces(&self, st: &FileState, off: u64, buf: &mut [u8]) -> Result<()> {
-        self.read_layout(&st.layout, &st.pieces, off, buf, false)
+    fn read_pieces(&self, st: &FileState, off: u64, buf: &mut [u8], class: Class) -> Result<()> {
+        self.read_layout(&st.layout, &st.pieces, off, buf, false, class)
     }
 
     /// Reads logical bytes through `layout` from `pieces`. A striped piece shorter than the
@@ -2323,11 +2323,12 @@ impl TierFs {
         off: u64,
         buf: &mut [u8],
         holes: bool,
+        class: Class,
     ) -> Result<()> {
         match layout {
             FileLayout::Whole { tier } => {
                 let piece = self.piece_in(pieces, *tier, "read")?;
-                let got = self.piece_read(*tier, piece, buf, off)?;
+                let got = self.piece_read_as(*tier, piece, buf, off, class)?;
                 if holes {
                     buf[got..].fill(0);
                 } else if got < buf.len() {
@@ -2340,9 +2341,7 @@ impl TierFs {
                     });
                 }
             }
-            FileLayout::Stripe(_) => {
-                self.read_extents_in(layout, pieces, off, buf, Class::DemandRead)?
-            }
+            FileLayout::Stripe(_) => self.read_extents_in(layout, pieces, off, buf, class)?,
         }
         Ok(())
     }
@@ -2379,13 +2378,8 @@ impl TierFs {
         }
         let results = self.run_batch(class, &tiers, &mut ops);
         for ((op, r), t) in ops.iter_mut().zip(results).zip(tiers) {
-            let got = r.map_err(|e| {
-                self.tiers[t]
-                    .counters
-                    .read_errors
-                    .fetch_add(1, Ordering::Relaxed);
-                self.tier_err(t, "read", Path::new("(open file)"), e)
-            })?;
+            // Counted on its tier by `tierio`.
+            let got = r.map_err(|e| Error::tier(&self.tiers[t].name, "read", "(open file)", e))?;
             if let Op::Read { buf, .. } = op {
                 buf[got..].fill(0);
             }
@@ -2393,52 +2387,26 @@ impl TierFs {
         Ok(())
     }
 
-    /// Runs backing requests (`ops[i]` on tier `tiers[i]`) on the engine as one batch. It
-    /// takes one admission slot per tier involved, in tier order (so two batches never wait
-    /// on each other crosswise), and counts as one request against each tier's bound; each
-    /// request is counted in the tier's traffic and estimates. Write errors are noted on
-    /// their tier; the caller maps them.
+    /// The way to the tiers: every backing read and write goes through it with its class.
+    fn io(&self) -> crate::tierio::Io<'_> {
+        crate::tierio::Io::new(&*self.engine, &self.tiers)
+    }
+
+    /// Runs backing requests (`ops[i]` on tier `tiers[i]`) as one batch of `class`
+    /// ([`crate::tierio::Io::submit`]: admission, engine, accounting); the caller maps errors.
     fn run_batch(
         &self,
         class: Class,
         tiers: &[usize],
         ops: &mut [Op<'_>],
     ) -> Vec<std::io::Result<usize>> {
-        let mut held: Vec<(usize, u64)> = tiers
-            .iter()
-            .zip(ops.iter())
-            .map(|(t, op)| (*t, piece_id(op.piece())))
-            .collect();
-        held.sort_by_key(|h| h.0);
-        held.dedup_by_key(|h| h.0);
-        let _slots: Vec<_> = held
-            .iter()
-            .map(|(t, id)| self.tiers[*t].queue.acquire(class, *id))
-            .collect();
-        let ios: Vec<InFlight> = tiers
-            .iter()
-            .zip(ops.iter())
-            .map(|(t, op)| InFlight::start(&self.tiers[*t], op.is_write(), op.len() as u64))
-            .collect();
-        let results = self.engine.run(ops);
-        for ((io, r), (t, op)) in ios
-            .into_iter()
-            .zip(&results)
-            .zip(tiers.iter().zip(ops.iter()))
-        {
-            match r {
-                Ok(n) => io.finish(true, *n as u64),
-                Err(e) => {
-                    io.finish(false, 0);
-                    if op.is_write() {
-                        let c = &self.tiers[*t].counters;
-                        c.write_errors.fetch_add(1, Ordering::Relaxed);
-                        self.tiers[*t].note_error(e);
-                    }
-                }
-            }
-        }
-        results
+        self.io().submit(class, tiers, ops)
+    }
+
+    /// Replaces the engine that runs the batches (before the filesystem is shared): tests
+    /// install one that records what arrives.
+    pub fn set_engine(&mut self, engine: Box<dyn crate::tierio::Engine>) {
+        self.engine = engine;
     }
 
     /// Writes a range of a file to its pieces as one engine batch; the first failure with
@@ -2474,10 +2442,6 @@ impl TierFs {
         Ok(())
     }
 
-    fn piece_read(&self, tier: usize, piece: &Piece, buf: &mut [u8], off: u64) -> Result<usize> {
-        self.piece_read_as(tier, piece, buf, off, Class::DemandRead)
-    }
-
     fn piece_read_as(
         &self,
         tier: usize,
@@ -2486,44 +2450,13 @@ impl TierFs {
         off: u64,
         class: Class,
     ) -> Result<usize> {
-        let _slot = self.tiers[tier].queue.acquire(class, piece_id(piece));
-        let io = InFlight::start(&self.tiers[tier], false, buf.len() as u64);
-        match piece.read_at(buf, off) {
-            Ok(n) => {
-                io.finish(true, n as u64);
-                Ok(n)
-            }
-            Err(e) => {
-                io.finish(false, 0);
-                let c = &self.tiers[tier].counters;
-                c.read_errors.fetch_add(1, Ordering::Relaxed);
-                Err(self.tier_err(tier, "read", Path::new("(open file)"), e))
-            }
-        }
+        self.io()
+            .read(class, tier, piece, buf, off)
+            .map_err(|e| Error::tier(&self.tiers[tier].name, "read", "(open file)", e))
     }
 
     fn piece_write(&self, tier: usize, piece: &Piece, buf: &[u8], off: u64) -> std::io::Result<()> {
-        self.piece_write_as(tier, piece, buf, off, Class::DemandWrite)
-    }
-
-    fn piece_write_as(
-        &self,
-        tier: usize,
-        piece: &Piece,
-        buf: &[u8],
-        off: u64,
-        class: Class,
-    ) -> std::io::Result<()> {
-        let _slot = self.tiers[tier].queue.acquire(class, piece_id(piece));
-        let io = InFlight::start(&self.tiers[tier], true, buf.len() as u64);
-        let r = piece.write_all_at(buf, off);
-        io.finish(r.is_ok(), buf.len() as u64);
-        if let Err(e) = &r {
-            let c = &self.tiers[tier].counters;
-            c.write_errors.fetch_add(1, Ordering::Relaxed);
-            self.tiers[tier].note_error(e);
-        }
-        r
+        self.io().write(Class::DemandWrite, tier, piece, buf, off)
     }
 
     /// Writes all of `data` at `off`, or fails with the tier's errno: never a short write.
@@ -3124,11 +3057,6 @@ fn touches_primary(layout: &FileLayout, off: u64, end: u64) -> bool {
     let period = m.pattern.len() as u64;
     last - first + 1 >= period
         || (first..=last).any(|k| m.pattern[(k % period) as usize] == m.pattern[0])
-}
-
-/// Identifies a file to the tier queue (one piece per file and tier while it is open).
-fn piece_id(p: &Piece) -> u64 {
-    p as *const Piece as u64
 }
 
 fn sys_egid() -> u32 {

@@ -24,6 +24,8 @@ use super::*;
 
 /// The unit a migration tracks: DeepSpeed's swap I/O writes whole 1 MiB pieces.
 pub(super) const MIGRATION_BLOCK: u64 = 1 << 20;
+/// What one copy step reads and writes at once (a batch over every tier it touches).
+const COPY_CHUNK: u64 = 8 * MIGRATION_BLOCK;
 /// Block locks of a migration (block `b` uses lock `b % MIGRATION_LOCKS`).
 const MIGRATION_LOCKS: usize = 64;
 /// Temporaries of a migration end in this (an eager move's have no suffix, so both can be
@@ -267,12 +269,27 @@ impl TierFs {
         }
     }
 
-    /// Writes `data` at logical `off` into a move's new pieces.
-    fn write_new(&self, m: &Migration, off: u64, data: &[u8]) -> std::result::Result<(), TierFail> {
-        for ex in m.layout.extents(off, data.len()) {
-            let piece = m.pieces[ex.tier].as_ref().expect("made by begin_move");
-            self.piece_write(ex.tier, piece, &data[ex.buf..ex.buf + ex.len], ex.local)
-                .map_err(|e| (ex.tier, e))?;
+    /// Writes `data` at logical `off` into a move's new pieces, as one batch of `class`.
+    fn write_new(
+        &self,
+        m: &Migration,
+        off: u64,
+        data: &[u8],
+        class: Class,
+    ) -> std::result::Result<(), TierFail> {
+        let exts = m.layout.extents(off, data.len());
+        let tiers: Vec<usize> = exts.iter().map(|ex| ex.tier).collect();
+        let mut ops: Vec<Op> = exts
+            .iter()
+            .map(|ex| Op::Write {
+                piece: m.pieces[ex.tier].as_ref().expect("made by begin_move"),
+                buf: &data[ex.buf..ex.buf + ex.len],
+                off: ex.local,
+            })
+            .collect();
+        let results = self.run_batch(class, &tiers, &mut ops);
+        for (r, t) in results.into_iter().zip(tiers) {
+            r.map_err(|e| (t, e))?;
         }
         Ok(())
     }
@@ -301,16 +318,19 @@ impl TierFs {
         off: u64,
         len: u64,
     ) -> Result<std::result::Result<(), TierFail>> {
-        let mut buf = AlignedBuf::zeroed(MIGRATION_BLOCK as usize);
+        // Each chunk is read and written as one batch over all its extents, at the
+        // migration's class: behind demand, prefetch and write-back, within the queue's bound.
+        let class = Class::Migration;
+        let mut buf = AlignedBuf::zeroed((len.min(COPY_CHUNK) as usize).max(1));
         let mut pos = off;
         while pos < off + len {
             let n = ((off + len - pos) as usize).min(buf.len());
             match st.cache.clone() {
                 // Its newest bytes may be only in memory.
-                Some(e) => self.cached_read(node, st, &e, pos, &mut buf[..n])?,
-                None => self.read_file(st, pos, &mut buf[..n])?,
+                Some(e) => self.cached_read(node, st, &e, pos, &mut buf[..n], class)?,
+                None => self.read_file(st, pos, &mut buf[..n], class)?,
             }
-            if let Err(f) = self.write_new(m, pos, &buf[..n]) {
+            if let Err(f) = self.write_new(m, pos, &buf[..n], class) {
                 return Ok(Err(f));
             }
             pos += n as u64;
@@ -588,7 +608,7 @@ impl TierFs {
                             return Ok(Err(f));
                         }
                     }
-                    if let Err(f) = self.write_new(m, pos, chunk) {
+                    if let Err(f) = self.write_new(m, pos, chunk, Class::DemandWrite) {
                         return Ok(Err(f));
                     }
                     m.moved[b as usize].store(true, Ordering::Release);
@@ -602,7 +622,7 @@ impl TierFs {
                     continue;
                 }
             }
-            if let Err(f) = self.write_new(m, pos, chunk) {
+            if let Err(f) = self.write_new(m, pos, chunk, Class::DemandWrite) {
                 return Ok(Err(f));
             }
             pos = chunk_end;
@@ -610,11 +630,17 @@ impl TierFs {
         Ok(Ok(()))
     }
 
-    /// Reads `[off, off+buf.len())` of a file as it is now (no cache): during a migration
-    /// each block from where its bytes are, else from the pieces.
-    pub(super) fn read_file(&self, st: &FileState, off: u64, buf: &mut [u8]) -> Result<()> {
+    /// Reads `[off, off+buf.len())` of a file as it is now (no cache) at `class`: during a
+    /// migration each block from where its bytes are, else from the pieces.
+    pub(super) fn read_file(
+        &self,
+        st: &FileState,
+        off: u64,
+        buf: &mut [u8],
+        class: Class,
+    ) -> Result<()> {
         let Some(m) = &st.migration else {
-            return self.read_pieces(st, off, buf);
+            return self.read_pieces(st, off, buf, class);
         };
         let end = off + buf.len() as u64;
         let mut pos = off;
@@ -623,9 +649,9 @@ impl TierFs {
             let chunk_end = end.min((b + 1) * MIGRATION_BLOCK);
             let dst = &mut buf[(pos - off) as usize..(chunk_end - off) as usize];
             if m.is_moved(b) {
-                self.read_layout(&m.layout, &m.pieces, pos, dst, true)?;
+                self.read_layout(&m.layout, &m.pieces, pos, dst, true, class)?;
             } else {
-                self.read_pieces(st, pos, dst)?;
+                self.read_pieces(st, pos, dst, class)?;
             }
             pos = chunk_end;
         }

@@ -13,7 +13,8 @@
 //! refused direct request) through the piece's own `pread`/`pwrite` path, so the two
 //! engines cannot disagree on an edge case; `tests` runs one conformance suite on both.
 
-use crate::io::{AlignedBuf, Piece, ALIGN};
+use super::piece::{note_bounce, AlignedBuf, Piece, ALIGN};
+use super::sched::Class;
 use std::cell::RefCell;
 use std::io;
 
@@ -64,9 +65,13 @@ impl<'a> Op<'a> {
 
 /// Runs batches of backing requests. Results are in the order of the ops: bytes read
 /// (fewer only at the piece's end) or written (all of them).
+///
+/// `class` is what the batch is for, as admitted by [`super::Io::submit`] (the only caller
+/// in the daemon): an engine may use it (as an I/O priority, or to count what arrives, as
+/// the tests' counting engine does); the two built-in ones treat every class alike.
 pub trait Engine: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &'static str;
-    fn run(&self, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>>;
+    fn run(&self, class: Class, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>>;
 }
 
 /// One request after another.
@@ -78,7 +83,7 @@ impl Engine for Psync {
         "psync"
     }
 
-    fn run(&self, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>> {
+    fn run(&self, _class: Class, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>> {
         ops.iter_mut().map(|op| op.run_sync()).collect()
     }
 }
@@ -114,10 +119,10 @@ impl Engine for IoUring {
         "io_uring"
     }
 
-    fn run(&self, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>> {
+    fn run(&self, class: Class, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>> {
         if ops.len() <= 1 {
             // Nothing to overlap: a plain syscall costs less than a ring round trip.
-            return Psync.run(ops);
+            return Psync.run(class, ops);
         }
         let mut out: Vec<Option<io::Result<usize>>> = (0..ops.len()).map(|_| None).collect();
         for chunk_start in (0..ops.len()).step_by(RING_ENTRIES as usize) {
@@ -183,7 +188,7 @@ fn run_chunk(
         let (ptr, bounce) = match op {
             Op::Read { buf, .. } => {
                 if direct && (buf.as_ptr() as usize) % ALIGN != 0 {
-                    crate::io::note_bounce(len);
+                    note_bounce(len);
                     let mut b = AlignedBuf::zeroed(len);
                     (b.as_mut_ptr(), Some(b))
                 } else {
@@ -192,7 +197,7 @@ fn run_chunk(
             }
             Op::Write { buf, .. } => {
                 if direct && (buf.as_ptr() as usize) % ALIGN != 0 {
-                    crate::io::note_bounce(len);
+                    note_bounce(len);
                     let mut b = AlignedBuf::zeroed(len);
                     b.copy_from_slice(buf);
                     (b.as_mut_ptr(), Some(b))
@@ -308,7 +313,7 @@ pub fn choose(kind: crate::config::EngineKind) -> Box<dyn Engine> {
 mod tests {
     //! One conformance suite for both engines, each checked against plain file contents.
     use super::*;
-    use crate::io::dir_accepts_direct_io;
+    use crate::tierio::piece::dir_accepts_direct_io;
 
     fn pattern(len: usize, seed: u8) -> Vec<u8> {
         (0..len)
@@ -376,7 +381,7 @@ mod tests {
                 off: 5 << 20,
             },
         ];
-        let r = engine.run(&mut ops);
+        let r = engine.run(Class::DemandWrite, &mut ops);
         let want_w = [d1.len(), d2.len(), big.len(), 4096, 0];
         for (i, (r, w)) in r.into_iter().zip(want_w).enumerate() {
             assert_eq!(r.unwrap(), w, "{name}: write {i}");
@@ -428,7 +433,7 @@ mod tests {
             },
         ];
         let got: Vec<usize> = engine
-            .run(&mut ops)
+            .run(Class::DemandRead, &mut ops)
             .into_iter()
             .map(|r| r.unwrap())
             .collect();
@@ -469,7 +474,7 @@ mod tests {
                     off: 4096,
                 },
             ];
-            let r = engine.run(&mut ops);
+            let r = engine.run(Class::DemandWrite, &mut ops);
             for i in [0, 2] {
                 match &r[i] {
                     Err(e) => assert_eq!(e.raw_os_error(), Some(want), "{name}: write {i}: {e}"),
@@ -506,7 +511,10 @@ mod tests {
                     off: (i * 4096) as u64,
                 })
                 .collect();
-            assert!(e.run(&mut ops).iter().all(|r| r.is_ok()));
+            assert!(e
+                .run(Class::DemandWrite, &mut ops)
+                .iter()
+                .all(|r| r.is_ok()));
             assert_eq!(
                 std::fs::read(dir.path().join("f")).unwrap(),
                 data,
@@ -523,7 +531,10 @@ mod tests {
                     off: (i * 4096) as u64,
                 })
                 .collect();
-            assert!(e.run(&mut ops).iter().all(|r| *r.as_ref().unwrap() == 4096));
+            assert!(e
+                .run(Class::DemandRead, &mut ops)
+                .iter()
+                .all(|r| *r.as_ref().unwrap() == 4096));
             assert_eq!(back, data, "{}", e.name());
         }
     }

@@ -1,6 +1,10 @@
 //! Backing I/O on one piece of a file: full reads and writes, never short, with O_DIRECT
 //! where the tier accepts it and the request is aligned.
 //!
+//! A piece's reads and writes are visible only inside [`crate::tierio`]: every byte to or
+//! from a tier is admitted, counted and run there ([`super::Io`]). The rest of the daemon
+//! opens pieces and uses their descriptor for metadata (fsync, truncate, fstat).
+//!
 //! Why two descriptors per piece: DeepSpeed's 1 MiB requests are 4 KiB-aligned but its
 //! tails are not (FACTS.md), and Lustre direct I/O and 4Kn drives reject unaligned direct
 //! I/O with EINVAL. Aligned requests go through an `O_DIRECT` descriptor from an aligned
@@ -208,11 +212,6 @@ impl Piece {
         &self.file
     }
 
-    /// Whether this piece does direct I/O for aligned requests.
-    pub fn is_direct(&self) -> bool {
-        self.direct_ok.load(Ordering::Relaxed)
-    }
-
     fn direct_file(&self) -> Option<&File> {
         if self.direct_ok.load(Ordering::Relaxed) {
             self.direct.as_ref()
@@ -222,26 +221,30 @@ impl Piece {
     }
 
     /// The errno a write gets before it is tried (a piece opened read-only).
-    pub fn write_refusal(&self) -> Option<io::Error> {
+    pub(in crate::tierio) fn write_refusal(&self) -> Option<io::Error> {
         self.read_only.map(io::Error::from_raw_os_error)
     }
 
     /// The O_DIRECT descriptor, if a request at `off` of `len` bytes goes direct (the tier
     /// takes it and the request is aligned); the buffer must then be aligned too.
-    pub fn direct_fd_for(&self, off: u64, len: usize) -> Option<std::os::fd::RawFd> {
+    pub(in crate::tierio) fn direct_fd_for(
+        &self,
+        off: u64,
+        len: usize,
+    ) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
         let d = self.direct_file()?;
         (off % ALIGN as u64 == 0 && len % ALIGN == 0 && len > 0).then(|| d.as_raw_fd())
     }
 
     /// The buffered descriptor's number (for engines that submit requests themselves).
-    pub fn buffered_fd(&self) -> std::os::fd::RawFd {
+    pub(in crate::tierio) fn buffered_fd(&self) -> std::os::fd::RawFd {
         use std::os::fd::AsRawFd;
         self.file.as_raw_fd()
     }
 
     /// Notes a refused direct request: true (and direct I/O off for this piece) on EINVAL.
-    pub fn refuse_direct(&self, e: &io::Error) -> bool {
+    pub(in crate::tierio) fn refuse_direct(&self, e: &io::Error) -> bool {
         if e.raw_os_error() == Some(libc::EINVAL) {
             if self.direct_ok.swap(false, Ordering::Relaxed) {
                 log::warn!("a tier refused an aligned O_DIRECT request ({e}); using buffered I/O for this file");
@@ -252,7 +255,7 @@ impl Piece {
     }
 
     /// Writes all of `buf` at `off`, or fails: never a short write.
-    pub fn write_all_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
+    pub(in crate::tierio) fn write_all_at(&self, buf: &[u8], off: u64) -> io::Result<()> {
         if let Some(errno) = self.read_only {
             return Err(io::Error::from_raw_os_error(errno));
         }
@@ -279,7 +282,7 @@ impl Piece {
     }
 
     /// Reads into `buf` at `off` until it is full or the piece ends; returns the bytes read.
-    pub fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    pub(in crate::tierio) fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
         if let Some(d) = self.direct_file() {
             if off % ALIGN as u64 == 0 && buf.len() % ALIGN == 0 && !buf.is_empty() {
                 let r = if is_aligned(off, buf.len(), buf.as_ptr()) {
@@ -363,7 +366,7 @@ pub fn dir_accepts_direct_io_of(dir: &Path, len: usize) -> bool {
     r.is_ok()
 }
 
-/// Pieces that refuse writing, for the engines' conformance tests (`crate::engine`).
+/// Pieces that refuse writing, for the engines' conformance tests ([`super::engine`]).
 #[cfg(test)]
 impl Piece {
     /// `path` opened read-only, as [`Piece::open`] leaves a file whose tier refused writing:

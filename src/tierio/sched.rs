@@ -1,12 +1,22 @@
 //! Per-tier admission: a bounded number of requests in flight on each tier, across all
-//! ranks and processes of the node, granted in priority order.
+//! ranks and processes of the node, granted in priority order with a bound on waiting.
 //!
-//! Every backing request takes a [`Slot`] from its tier's [`TierQueue`] first. Classes are
-//! served strictly in order — demand reads, then demand writes, then prefetch, then
-//! write-back and migration — so background work never delays what a caller waits for.
-//! The bound keeps a slow tier from collecting more requests than it can serve (each would
-//! hold a FUSE thread), and with `exclusive` a tier serves one file at a time, the
-//! MLP-Offload paper's node-local concurrency control, as an option to measure.
+//! Every backing request takes a [`Slot`] from its tier's [`TierQueue`] first (through
+//! [`super::Io::submit`], the only caller in the daemon). Classes are served in order —
+//! demand reads, demand writes, prefetch, write-back, migration copies, recovery probes —
+//! so background work does not delay what a caller waits for. The bound keeps a slow tier
+//! from collecting more requests than it can serve (each would hold a FUSE thread), and
+//! with `exclusive` a tier serves one file at a time, the MLP-Offload paper's node-local
+//! concurrency control, as an option to measure.
+//!
+//! **Starvation bound.** Strict priority alone lets steady demand starve a write-back or a
+//! migration forever (and with it the memory the cache holds dirty, or a file's move off a
+//! full tier). So while requests of a class wait, every grant to a more urgent class counts
+//! against it; after [`STARVE_LIMIT`] such grants the class is *due* and the next slot goes
+//! to it, whatever waits above it (the most urgent due class first). A waiting class is
+//! therefore served at least once every `STARVE_LIMIT + 1` grants, plus one grant for each
+//! more urgent class due at the same time: background work gets at least about 1/17 of a
+//! saturated tier, and all of an idle one.
 
 use parking_lot::{Condvar, Mutex};
 
@@ -17,9 +27,16 @@ pub enum Class {
     DemandWrite = 1,
     Prefetch = 2,
     WriteBack = 3,
+    /// Copies of a file's bytes to a new layout (a re-layout, a move off a full tier).
+    Migration = 4,
+    /// A recovery probe's small write and read-back on an idle tier.
+    Probe = 5,
 }
 
-const CLASSES: usize = 4;
+const CLASSES: usize = 6;
+
+/// Grants to more urgent classes a waiting class lets pass before it is served.
+pub const STARVE_LIMIT: u32 = 16;
 
 #[derive(Debug, Default)]
 struct State {
@@ -29,6 +46,29 @@ struct State {
     owner: Option<u64>,
     granted: [u64; CLASSES],
     waited: u64,
+    /// Per class: grants to more urgent classes since it was last served, counted while
+    /// it has requests waiting.
+    passed: [u32; CLASSES],
+}
+
+impl State {
+    /// The class owed the next slot: the most urgent one waiting that has let
+    /// [`STARVE_LIMIT`] grants pass.
+    fn due(&self) -> Option<usize> {
+        (0..CLASSES).find(|c| self.waiting[*c] > 0 && self.passed[*c] >= STARVE_LIMIT)
+    }
+
+    fn grant(&mut self, class: Class) {
+        let c = class as usize;
+        self.in_flight += 1;
+        self.granted[c] += 1;
+        self.passed[c] = 0;
+        for lower in c + 1..CLASSES {
+            if self.waiting[lower] > 0 {
+                self.passed[lower] += 1;
+            }
+        }
+    }
 }
 
 /// One tier's admission queue.
@@ -70,9 +110,11 @@ impl TierQueue {
     }
 
     fn may_go(&self, s: &State, class: Class, file: u64) -> bool {
-        s.in_flight < self.limit
-            && s.waiting[..class as usize].iter().all(|w| *w == 0)
-            && (!self.exclusive || s.owner.is_none_or(|o| o == file))
+        let turn = match s.due() {
+            Some(d) => d == class as usize,
+            None => s.waiting[..class as usize].iter().all(|w| *w == 0),
+        };
+        s.in_flight < self.limit && turn && (!self.exclusive || s.owner.is_none_or(|o| o == file))
     }
 
     /// Waits for a slot for a request of `class` on behalf of `file` (an inode number).
@@ -86,8 +128,7 @@ impl TierQueue {
             }
             s.waiting[class as usize] -= 1;
         }
-        s.in_flight += 1;
-        s.granted[class as usize] += 1;
+        s.grant(class);
         if self.exclusive {
             s.owner = Some(file);
         }
@@ -227,6 +268,63 @@ mod tests {
             rd.join().unwrap();
             assert_eq!(*order.lock(), vec![Class::DemandRead, Class::WriteBack]);
         });
+    }
+
+    /// Steady demand cannot starve background work: a write-back and a migration waiting
+    /// behind more demand reads than [`STARVE_LIMIT`] are served after at most that many
+    /// of them (the more urgent of the two first). Without the bound both go last.
+    #[test]
+    fn waiting_background_work_is_served_within_the_bound() {
+        within(30, || {
+            let q = Arc::new(TierQueue::new(1, false));
+            let order = Arc::new(Mutex::new(Vec::new()));
+            let held = q.acquire(Class::DemandRead, 0);
+            let spawn = |class: Class| {
+                let (q, order) = (q.clone(), order.clone());
+                std::thread::spawn(move || {
+                    let _s = q.acquire(class, 1);
+                    order.lock().push(class);
+                })
+            };
+            let mut threads = vec![spawn(Class::Migration)];
+            wait_until("the migration waits", || q.stats().waiting >= 1);
+            threads.push(spawn(Class::WriteBack));
+            wait_until("the write-back waits", || q.stats().waiting >= 2);
+            let demand = STARVE_LIMIT as usize + 10;
+            for _ in 0..demand {
+                threads.push(spawn(Class::DemandRead));
+            }
+            wait_until("all wait", || q.stats().waiting >= demand + 2);
+            drop(held);
+            for t in threads {
+                t.join().unwrap();
+            }
+            let order = order.lock();
+            let at = |c: Class| order.iter().position(|x| *x == c).unwrap();
+            let limit = STARVE_LIMIT as usize;
+            assert_eq!(at(Class::WriteBack), limit, "{order:?}");
+            assert_eq!(at(Class::Migration), limit + 1, "{order:?}");
+            assert_eq!(
+                q.stats().granted[Class::DemandRead as usize],
+                demand as u64 + 1
+            );
+        });
+    }
+
+    /// A class served through the bound starts counting anew: the next grants go by
+    /// priority again until it has let another [`STARVE_LIMIT`] pass.
+    #[test]
+    fn the_bound_counts_from_the_last_grant() {
+        let q = TierQueue::new(1, false);
+        let mut s = q.state.lock();
+        s.waiting[Class::Probe as usize] = 1;
+        for _ in 0..STARVE_LIMIT {
+            assert_eq!(s.due(), None);
+            s.grant(Class::DemandWrite);
+        }
+        assert_eq!(s.due(), Some(Class::Probe as usize));
+        s.grant(Class::Probe);
+        assert_eq!(s.due(), None);
     }
 
     #[test]

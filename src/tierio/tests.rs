@@ -2,9 +2,9 @@
 //! class it was submitted at, takes its queue slots, and is counted once on its tier.
 
 use super::{recovery, Class, Engine, Io, Op, Piece, Psync};
-use std::io;
 use crate::tier::{BandwidthSource, Tier};
 use parking_lot::Mutex;
+use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Runs everything on psync and records `(class, write, bytes)` of each op; fails reads

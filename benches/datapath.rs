@@ -3,9 +3,8 @@
 //! block size on a temp dir (O_DIRECT where the filesystem takes it, like a tier), and the
 //! I/O engines running a batch of requests over two pieces by block size and batch depth.
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use tierfs::engine::{Engine, IoUring, Op, Psync};
-use tierfs::io::{dir_accepts_direct_io, AlignedBuf, Piece};
-use tierfs::sched::{Class, TierQueue};
+use tierfs::tierio::piece::dir_accepts_direct_io;
+use tierfs::tierio::{AlignedBuf, Class, Engine, IoUring, Op, Piece, Psync, TierQueue};
 
 fn admission(c: &mut Criterion) {
     let q = TierQueue::new(32, false);
@@ -46,13 +45,28 @@ fn piece_io(c: &mut Criterion) {
         g.throughput(Throughput::Bytes(bs as u64));
         g.bench_with_input(BenchmarkId::new("write", bs), &bs, |b, _| {
             b.iter(|| {
-                piece.write_all_at(&buf, off).unwrap();
+                // A piece's I/O is tierio's alone: one op on the psync engine is its
+                // write_all_at and nothing more.
+                let r = Psync.run(
+                    Class::DemandWrite,
+                    &mut [Op::Write {
+                        piece: &piece,
+                        buf: &buf,
+                        off,
+                    }],
+                );
+                r[0].as_ref().unwrap();
                 off = (off + bs as u64) % span;
             })
         });
         g.bench_with_input(BenchmarkId::new("read", bs), &bs, |b, _| {
             b.iter(|| {
-                let n = piece.read_at(&mut buf, off).unwrap();
+                let mut ops = [Op::Read {
+                    piece: &piece,
+                    buf: &mut buf,
+                    off,
+                }];
+                let n = *Psync.run(Class::DemandRead, &mut ops)[0].as_ref().unwrap();
                 off = (off + bs as u64) % span;
                 black_box(n)
             })
@@ -88,7 +102,7 @@ fn engines(c: &mut Criterion) {
                             off: (i / 2 * bs) as u64,
                         })
                         .collect();
-                    black_box(engine.run(&mut ops))
+                    black_box(engine.run(Class::DemandWrite, &mut ops))
                 })
             });
             g.bench_function(BenchmarkId::new("read", &id), |bch| {
@@ -102,7 +116,7 @@ fn engines(c: &mut Criterion) {
                             off: (i / 2 * bs) as u64,
                         })
                         .collect();
-                    black_box(engine.run(&mut ops))
+                    black_box(engine.run(Class::DemandRead, &mut ops))
                 })
             });
         }

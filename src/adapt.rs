@@ -152,7 +152,7 @@ pub(crate) fn probe_tiers(fs: &Arc<TierFs>) {
             let fs = fs.clone();
             let r = std::thread::Builder::new()
                 .name("tierfs-probe".into())
-                .spawn(move || fs.tiers[i].probe_now());
+                .spawn(move || crate::tierio::recovery::probe(&fs.tiers[i], &*fs.engine));
             if let Err(e) = r {
                 log::warn!("cannot start a probe thread: {e}");
             }

@@ -7,8 +7,9 @@
 //! - [`probe`]: measured tier bandwidth.
 //! - [`tier`]: an open, locked tier folder and its counters; [`beneath`]: every backing
 //!   call, relative to a tier folder and never through a symlink in it; [`lock`]: who holds a tier
-//!   folder; [`io`]: full, never-short backing reads and writes with O_DIRECT where it is
-//!   allowed; [`sys`]: libc wrappers.
+//!   folder; [`tierio`]: the only way to a tier (admission by class, the engines, the
+//!   accounting; full, never-short backing reads and writes with O_DIRECT where it is
+//!   allowed); [`sys`]: libc wrappers.
 //! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`layout`]: where a
 //!   file's bytes are and how that is persisted.
 //! - [`fs`]: the FUSE-free filesystem core; [`stats`]: the `.tierfs/` files; [`client`]:
@@ -57,6 +58,7 @@ pub mod sys;
 #[cfg(test)]
 mod testutil;
 pub mod tier;
+pub mod tierio;
 pub mod units;
 pub mod vfs;
 

@@ -187,7 +187,14 @@ pub const TIER_QUEUE_GRANTED: Metric = counter(
 
 /// Names of the admission queue's priority classes, in the order of
 /// `QueueStats::granted` (the `class` label of [`TIER_QUEUE_GRANTED`]).
-pub const QUEUE_CLASSES: [&str; 4] = ["demand_read", "demand_write", "prefetch", "write_back"];
+pub const QUEUE_CLASSES: [&str; 6] = [
+    "demand_read",
+    "demand_write",
+    "prefetch",
+    "write_back",
+    "migration",
+    "probe",
+];
 
 /// Every metric, in the order they are printed.
 // Host-memory cache (only with a cache).
@@ -807,7 +814,7 @@ pub(crate) mod tests {
         a.passthrough_opens = 4;
         a.est_write_bps = Some(1.5e9);
         a.queue.limit = 32;
-        a.queue.granted = [5, 6, 7, 8];
+        a.queue.granted = [5, 6, 7, 8, 0, 0];
         a.queue.waited = 9;
         let mut b = tier("pfs", 1e9);
         b.bandwidth_source = "probe".into();
@@ -860,7 +867,7 @@ pub(crate) mod tests {
             6.0
         );
         assert_eq!(
-            crate::sched::QueueStats::default().granted.len(),
+            crate::tierio::QueueStats::default().granted.len(),
             QUEUE_CLASSES.len(),
             "the queue's classes changed: update QUEUE_CLASSES"
         );

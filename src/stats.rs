@@ -69,7 +69,7 @@ pub struct TierStats {
     pub device_written: Option<u64>,
     /// The tier's admission queue: bound, waiting now, and requests that had to wait.
     #[serde(default)]
-    pub queue: crate::sched::QueueStats,
+    pub queue: crate::tierio::QueueStats,
     /// Online estimates from the daemon's own traffic (bytes per busy second), bytes/s;
     /// None until enough traffic was seen. Passthrough I/O is not in them.
     #[serde(default)]
@@ -396,7 +396,7 @@ pub fn snapshot(fs: &TierFs) -> Snapshot {
                 evictions: get(&k.evictions),
             }
         }),
-        bounce_bytes: crate::io::bounce_bytes(),
+        bounce_bytes: crate::tierio::bounce_bytes(),
         cpu,
         fuse: {
             let r = fs.requests();

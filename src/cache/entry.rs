@@ -2,7 +2,7 @@
 //! promised to its bytes that are only in memory. Kept apart from the cache's table so that
 //! an open file's state can hold its entry without depending on the table.
 
-use crate::io::AlignedBuf;
+use crate::tierio::AlignedBuf;
 use parking_lot::{Mutex, RwLock};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -12,10 +12,10 @@ use crate::cache::{self, Cache, Slot, BLOCK};
 use crate::data::file::{FileNode, FileState};
 use crate::data::{migrate, path};
 use crate::error::{Error, Result};
-use crate::io::AlignedBuf;
 use crate::layout::FileLayout;
-use crate::sched::Class;
 use crate::sys::{self, SetTime};
+use crate::tierio::AlignedBuf;
+use crate::tierio::Class;
 use crate::vfs::backing;
 use crate::vfs::state::TierFs;
 use crate::vfs::types::*;
@@ -262,7 +262,8 @@ pub(crate) fn read_lenient(
     path::read_extents(fs, st, off, buf, class)
 }
 
-/// Serves a read of a cached file (state lock held for reading).
+/// Serves a read of a cached file (state lock held for reading); a block not in memory
+/// is filled at `class`.
 pub(crate) fn cached_read(
     fs: &TierFs,
     node: &FileNode,
@@ -270,6 +271,7 @@ pub(crate) fn cached_read(
     e: &Entry,
     off: u64,
     buf: &mut [u8],
+    class: Class,
 ) -> Result<()> {
     let c = fs.cache.as_ref().expect("cached file without a cache");
     let mut done = 0usize;
@@ -291,7 +293,7 @@ pub(crate) fn cached_read(
                     .fetch_add(s.len() as u64, Ordering::Relaxed);
             }
         } else {
-            fill(fs, node, st, e, b, &mut s, Class::DemandRead)?;
+            fill(fs, node, st, e, b, &mut s, class)?;
             c.counters.miss_bytes.fetch_add(n as u64, Ordering::Relaxed);
         }
         // A block filled or written before the file grew past it: the rest is a hole.
@@ -420,7 +422,7 @@ pub(crate) fn write_back_locked(
             let data = &s.buf.as_ref().expect("dirty slot has a buffer")[..n];
             for x in st.layout.extents(*start, n) {
                 tiers.push(x.tier);
-                ops.push(crate::engine::Op::Write {
+                ops.push(crate::tierio::Op::Write {
                     piece: st.pieces[x.tier].as_ref().expect("checked above"),
                     buf: &data[x.buf..x.buf + x.len],
                     off: x.local,

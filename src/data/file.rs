@@ -2,9 +2,9 @@
 //! behind the file's own lock. The namespace finds a file by inode; the data path works on
 //! this state alone, so reads and writes never touch the tree.
 
-use crate::io::Piece;
 use crate::layout::FileLayout;
 use crate::placement::Charge;
+use crate::tierio::Piece;
 use parking_lot::{Mutex, RwLock};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

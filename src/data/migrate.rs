@@ -24,10 +24,11 @@ use crate::config::Layout;
 use crate::data::file::{FileNode, FileState, Migration};
 use crate::data::{cached, path};
 use crate::error::{Error, Result};
-use crate::io::{AlignedBuf, Piece};
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
 use crate::placement::{self, Charge};
 use crate::sys::{self, SetTime};
+use crate::tierio::{AlignedBuf, Piece};
+use crate::tierio::{Class, Op};
 use crate::vfs::state::TierFs;
 use crate::vfs::tree::Tree;
 use crate::vfs::types::*;
@@ -43,6 +44,8 @@ use std::sync::Arc;
 
 /// The unit a migration tracks: DeepSpeed's swap I/O writes whole 1 MiB pieces.
 pub(crate) const MIGRATION_BLOCK: u64 = 1 << 20;
+/// What one copy step reads and writes at once (a batch over every tier it touches).
+pub(crate) const COPY_CHUNK: u64 = 8 * MIGRATION_BLOCK;
 /// Block locks of a migration (block `b` uses lock `b % MIGRATION_LOCKS`).
 pub(crate) const MIGRATION_LOCKS: usize = 64;
 /// Temporaries of a migration end in this (an eager move's have no suffix, so both can be
@@ -247,17 +250,27 @@ pub(crate) fn drop_move(fs: &TierFs, ino: u64, m: Migration) {
     }
 }
 
-/// Writes `data` at logical `off` into a move's new pieces.
+/// Writes `data` at logical `off` into a move's new pieces, as one batch of `class`.
 pub(crate) fn write_new(
     fs: &TierFs,
     m: &Migration,
     off: u64,
     data: &[u8],
+    class: Class,
 ) -> std::result::Result<(), TierFail> {
-    for ex in m.layout.extents(off, data.len()) {
-        let piece = m.pieces[ex.tier].as_ref().expect("made by begin_move");
-        path::piece_write(fs, ex.tier, piece, &data[ex.buf..ex.buf + ex.len], ex.local)
-            .map_err(|e| (ex.tier, e))?;
+    let exts = m.layout.extents(off, data.len());
+    let tiers: Vec<usize> = exts.iter().map(|ex| ex.tier).collect();
+    let mut ops: Vec<Op> = exts
+        .iter()
+        .map(|ex| Op::Write {
+            piece: m.pieces[ex.tier].as_ref().expect("made by begin_move"),
+            buf: &data[ex.buf..ex.buf + ex.len],
+            off: ex.local,
+        })
+        .collect();
+    let results = path::run_batch(fs, class, &tiers, &mut ops);
+    for (r, t) in results.into_iter().zip(tiers) {
+        r.map_err(|e| (t, e))?;
     }
     Ok(())
 }
@@ -286,16 +299,19 @@ pub(crate) fn copy_range_blocks(
     off: u64,
     len: u64,
 ) -> Result<std::result::Result<(), TierFail>> {
-    let mut buf = AlignedBuf::zeroed(MIGRATION_BLOCK as usize);
+    // Each chunk is read and written as one batch over all its extents, at the
+    // migration's class: behind demand, prefetch and write-back, within the queue's bound.
+    let class = Class::Migration;
+    let mut buf = AlignedBuf::zeroed((len.min(COPY_CHUNK) as usize).max(1));
     let mut pos = off;
     while pos < off + len {
         let n = ((off + len - pos) as usize).min(buf.len());
         match st.cache.clone() {
             // Its newest bytes may be only in memory.
-            Some(e) => cached::cached_read(fs, node, st, &e, pos, &mut buf[..n])?,
-            None => read_file(fs, st, pos, &mut buf[..n])?,
+            Some(e) => cached::cached_read(fs, node, st, &e, pos, &mut buf[..n], class)?,
+            None => read_file(fs, st, pos, &mut buf[..n], class)?,
         }
-        if let Err(f) = write_new(fs, m, pos, &buf[..n]) {
+        if let Err(f) = write_new(fs, m, pos, &buf[..n], class) {
             return Ok(Err(f));
         }
         pos += n as u64;
@@ -575,7 +591,7 @@ pub(crate) fn migration_write(
                         return Ok(Err(f));
                     }
                 }
-                if let Err(f) = write_new(fs, m, pos, chunk) {
+                if let Err(f) = write_new(fs, m, pos, chunk, Class::DemandWrite) {
                     return Ok(Err(f));
                 }
                 m.moved[b as usize].store(true, Ordering::Release);
@@ -589,7 +605,7 @@ pub(crate) fn migration_write(
                 continue;
             }
         }
-        if let Err(f) = write_new(fs, m, pos, chunk) {
+        if let Err(f) = write_new(fs, m, pos, chunk, Class::DemandWrite) {
             return Ok(Err(f));
         }
         pos = chunk_end;
@@ -597,11 +613,17 @@ pub(crate) fn migration_write(
     Ok(Ok(()))
 }
 
-/// Reads `[off, off+buf.len())` of a file as it is now (no cache): during a migration
-/// each block from where its bytes are, else from the pieces.
-pub(crate) fn read_file(fs: &TierFs, st: &FileState, off: u64, buf: &mut [u8]) -> Result<()> {
+/// Reads `[off, off+buf.len())` of a file as it is now (no cache) at `class`: during a
+/// migration each block from where its bytes are, else from the pieces.
+pub(crate) fn read_file(
+    fs: &TierFs,
+    st: &FileState,
+    off: u64,
+    buf: &mut [u8],
+    class: Class,
+) -> Result<()> {
     let Some(m) = &st.migration else {
-        return path::read_pieces(fs, st, off, buf);
+        return path::read_pieces(fs, st, off, buf, class);
     };
     let end = off + buf.len() as u64;
     let mut pos = off;
@@ -610,9 +632,9 @@ pub(crate) fn read_file(fs: &TierFs, st: &FileState, off: u64, buf: &mut [u8]) -
         let chunk_end = end.min((b + 1) * MIGRATION_BLOCK);
         let dst = &mut buf[(pos - off) as usize..(chunk_end - off) as usize];
         if m.is_moved(b) {
-            path::read_layout(fs, &m.layout, &m.pieces, pos, dst, true)?;
+            path::read_layout(fs, &m.layout, &m.pieces, pos, dst, true, class)?;
         } else {
-            path::read_pieces(fs, st, pos, dst)?;
+            path::read_pieces(fs, st, pos, dst, class)?;
         }
         pos = chunk_end;
     }

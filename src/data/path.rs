@@ -3,19 +3,17 @@
 
 use crate::data::file::FileState;
 use crate::data::{cached, migrate};
-use crate::engine::Op;
 use crate::error::{Error, Result};
-use crate::io::{AlignedBuf, Piece};
 use crate::layout::FileLayout;
-use crate::sched::Class;
-use crate::tier::InFlight;
+use crate::tierio::{AlignedBuf, Piece};
+use crate::tierio::{Class, Op};
 use crate::vfs::handles::Handle;
 use crate::vfs::state::TierFs;
 use crate::vfs::types::*;
-use crate::vfs::{backing, files, handles, statsdir};
+use crate::vfs::{backing, files, handles, state, statsdir};
 use std::cell::RefCell;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -33,7 +31,7 @@ pub(crate) fn read_with<R>(
 ) -> Result<R> {
     READ_BUF.with(|b| {
         let mut b = b.borrow_mut();
-        b.resize((size as usize).div_ceil(crate::io::ALIGN) * crate::io::ALIGN);
+        b.resize((size as usize).div_ceil(crate::tierio::ALIGN) * crate::tierio::ALIGN);
         let n = read_into(fs, fh, off, &mut b[..size as usize])?;
         Ok(reply(&b[..n]))
     })
@@ -57,16 +55,24 @@ pub(crate) fn read_into(fs: &TierFs, fh: u64, off: u64, buf: &mut [u8]) -> Resul
             }
             let len = (buf.len() as u64).min(fsize - off) as usize;
             match &st.cache {
-                Some(e) => cached::cached_read(fs, &node, &st, e, off, &mut buf[..len])?,
-                None => migrate::read_file(fs, &st, off, &mut buf[..len])?,
+                Some(e) => {
+                    cached::cached_read(fs, &node, &st, e, off, &mut buf[..len], Class::DemandRead)?
+                }
+                None => migrate::read_file(fs, &st, off, &mut buf[..len], Class::DemandRead)?,
             }
             Ok(len)
         }
     }
 }
 
-pub(crate) fn read_pieces(fs: &TierFs, st: &FileState, off: u64, buf: &mut [u8]) -> Result<()> {
-    read_layout(fs, &st.layout, &st.pieces, off, buf, false)
+pub(crate) fn read_pieces(
+    fs: &TierFs,
+    st: &FileState,
+    off: u64,
+    buf: &mut [u8],
+    class: Class,
+) -> Result<()> {
+    read_layout(fs, &st.layout, &st.pieces, off, buf, false, class)
 }
 
 /// Reads logical bytes through `layout` from `pieces`. A striped piece shorter than the
@@ -78,11 +84,12 @@ pub(crate) fn read_layout(
     off: u64,
     buf: &mut [u8],
     holes: bool,
+    class: Class,
 ) -> Result<()> {
     match layout {
         FileLayout::Whole { tier } => {
             let piece = backing::piece_in(fs, pieces, *tier, "read")?;
-            let got = piece_read(fs, *tier, piece, buf, off)?;
+            let got = piece_read_as(fs, *tier, piece, buf, off, class)?;
             if holes {
                 buf[got..].fill(0);
             } else if got < buf.len() {
@@ -95,7 +102,7 @@ pub(crate) fn read_layout(
                 });
             }
         }
-        FileLayout::Stripe(_) => read_extents_in(fs, layout, pieces, off, buf, Class::DemandRead)?,
+        FileLayout::Stripe(_) => read_extents_in(fs, layout, pieces, off, buf, class)?,
     }
     Ok(())
 }
@@ -138,13 +145,8 @@ pub(crate) fn read_extents_in(
     }
     let results = run_batch(fs, class, &tiers, &mut ops);
     for ((op, r), t) in ops.iter_mut().zip(results).zip(tiers) {
-        let got = r.map_err(|e| {
-            fs.tiers[t]
-                .counters
-                .read_errors
-                .fetch_add(1, Ordering::Relaxed);
-            backing::tier_err(fs, t, "read", Path::new("(open file)"), e)
-        })?;
+        // Counted on its tier by `tierio`.
+        let got = r.map_err(|e| Error::tier(&fs.tiers[t].name, "read", "(open file)", e))?;
         if let Op::Read { buf, .. } = op {
             buf[got..].fill(0);
         }
@@ -152,52 +154,15 @@ pub(crate) fn read_extents_in(
     Ok(())
 }
 
-/// Runs backing requests (`ops[i]` on tier `tiers[i]`) on the engine as one batch. It
-/// takes one admission slot per tier involved, in tier order (so two batches never wait
-/// on each other crosswise), and counts as one request against each tier's bound; each
-/// request is counted in the tier's traffic and estimates. Write errors are noted on
-/// their tier; the caller maps them.
+/// Runs backing requests (`ops[i]` on tier `tiers[i]`) as one batch of `class`
+/// ([`crate::tierio::Io::submit`]: admission, engine, accounting); the caller maps errors.
 pub(crate) fn run_batch(
     fs: &TierFs,
     class: Class,
     tiers: &[usize],
     ops: &mut [Op<'_>],
 ) -> Vec<std::io::Result<usize>> {
-    let mut held: Vec<(usize, u64)> = tiers
-        .iter()
-        .zip(ops.iter())
-        .map(|(t, op)| (*t, piece_id(op.piece())))
-        .collect();
-    held.sort_by_key(|h| h.0);
-    held.dedup_by_key(|h| h.0);
-    let _slots: Vec<_> = held
-        .iter()
-        .map(|(t, id)| fs.tiers[*t].queue.acquire(class, *id))
-        .collect();
-    let ios: Vec<InFlight> = tiers
-        .iter()
-        .zip(ops.iter())
-        .map(|(t, op)| InFlight::start(&fs.tiers[*t], op.is_write(), op.len() as u64))
-        .collect();
-    let results = fs.engine.run(ops);
-    for ((io, r), (t, op)) in ios
-        .into_iter()
-        .zip(&results)
-        .zip(tiers.iter().zip(ops.iter()))
-    {
-        match r {
-            Ok(n) => io.finish(true, *n as u64),
-            Err(e) => {
-                io.finish(false, 0);
-                if op.is_write() {
-                    let c = &fs.tiers[*t].counters;
-                    c.write_errors.fetch_add(1, Ordering::Relaxed);
-                    fs.tiers[*t].note_error(e);
-                }
-            }
-        }
-    }
-    results
+    state::io(fs).submit(class, tiers, ops)
 }
 
 /// Writes a range of a file to its pieces as one engine batch; the first failure with
@@ -233,16 +198,6 @@ pub(crate) fn write_extents(
     Ok(())
 }
 
-pub(crate) fn piece_read(
-    fs: &TierFs,
-    tier: usize,
-    piece: &Piece,
-    buf: &mut [u8],
-    off: u64,
-) -> Result<usize> {
-    piece_read_as(fs, tier, piece, buf, off, Class::DemandRead)
-}
-
 pub(crate) fn piece_read_as(
     fs: &TierFs,
     tier: usize,
@@ -251,26 +206,9 @@ pub(crate) fn piece_read_as(
     off: u64,
     class: Class,
 ) -> Result<usize> {
-    let _slot = fs.tiers[tier].queue.acquire(class, piece_id(piece));
-    let io = InFlight::start(&fs.tiers[tier], false, buf.len() as u64);
-    match piece.read_at(buf, off) {
-        Ok(n) => {
-            io.finish(true, n as u64);
-            Ok(n)
-        }
-        Err(e) => {
-            io.finish(false, 0);
-            let c = &fs.tiers[tier].counters;
-            c.read_errors.fetch_add(1, Ordering::Relaxed);
-            Err(backing::tier_err(
-                fs,
-                tier,
-                "read",
-                Path::new("(open file)"),
-                e,
-            ))
-        }
-    }
+    state::io(fs)
+        .read(class, tier, piece, buf, off)
+        .map_err(|e| Error::tier(&fs.tiers[tier].name, "read", "(open file)", e))
 }
 
 pub(crate) fn piece_write(
@@ -280,27 +218,7 @@ pub(crate) fn piece_write(
     buf: &[u8],
     off: u64,
 ) -> std::io::Result<()> {
-    piece_write_as(fs, tier, piece, buf, off, Class::DemandWrite)
-}
-
-pub(crate) fn piece_write_as(
-    fs: &TierFs,
-    tier: usize,
-    piece: &Piece,
-    buf: &[u8],
-    off: u64,
-    class: Class,
-) -> std::io::Result<()> {
-    let _slot = fs.tiers[tier].queue.acquire(class, piece_id(piece));
-    let io = InFlight::start(&fs.tiers[tier], true, buf.len() as u64);
-    let r = piece.write_all_at(buf, off);
-    io.finish(r.is_ok(), buf.len() as u64);
-    if let Err(e) = &r {
-        let c = &fs.tiers[tier].counters;
-        c.write_errors.fetch_add(1, Ordering::Relaxed);
-        fs.tiers[tier].note_error(e);
-    }
-    r
+    state::io(fs).write(Class::DemandWrite, tier, piece, buf, off)
 }
 
 pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> {

@@ -4,12 +4,11 @@
 use crate::cache::entry::Entry;
 use crate::cache::BLOCK;
 use crate::data::cached;
-use crate::data::cached::PREFETCH_FILL_THREADS;
 use crate::data::file::FileNode;
 use crate::error::{Error, Result};
-use crate::io::Piece;
 use crate::layout::FileLayout;
-use crate::sched::Class;
+use crate::tierio::Class;
+use crate::tierio::Piece;
 use crate::vfs::state::TierFs;
 use crate::vfs::tree::NodeData;
 use crate::vfs::types::*;
@@ -17,6 +16,7 @@ use crate::vfs::{backing, handles};
 use parking_lot::Mutex;
 use std::os::unix::ffi::OsStrExt;
 
+use crate::data::cached::PREFETCH_FILL_THREADS;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 

@@ -10,8 +10,8 @@
 use super::abi::{self, op, InHeader, OutHeader, Pod};
 use super::dispatch::{Dispatcher, Reply, MAX_REQUEST};
 use super::request::Request;
-use crate::io::AlignedBuf;
 use crate::ledger::{Class, Meter};
+use crate::tierio::AlignedBuf;
 use std::io;
 use std::os::fd::RawFd;
 

@@ -3,9 +3,9 @@
 
 use crate::data::file::FileState;
 use crate::error::{Error, Result};
-use crate::io::Piece;
 use crate::layout::FileLayout;
 use crate::sys::{self};
+use crate::tierio::Piece;
 use crate::vfs::backing;
 use crate::vfs::state::TierFs;
 use crate::vfs::tree::{NodeData, Tree};

@@ -4,13 +4,14 @@
 use crate::data::file::FileState;
 use crate::data::{cached, migrate};
 use crate::error::{Error, Result};
-use crate::io::Piece;
 use crate::layout::{FileLayout, NAME_MAX};
+use crate::tierio::Piece;
 use crate::vfs::state::TierFs;
 use crate::vfs::tree::{NodeData, Tree};
 use crate::vfs::types::*;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

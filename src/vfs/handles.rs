@@ -3,12 +3,13 @@
 
 use crate::data::file::{FileNode, FileState};
 use crate::error::{Error, Result};
-use crate::io::Piece;
 use crate::layout::FileLayout;
+use crate::tierio::Piece;
 use crate::vfs::backing;
 use crate::vfs::state::TierFs;
 use crate::vfs::types::*;
 use std::ffi::OsStr;
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 

@@ -284,6 +284,12 @@ impl TierFs {
         path::read_into(self, fh, off, buf)
     }
 
+    /// Replaces the engine that runs the batches (before the filesystem is shared): tests
+    /// install one that records what arrives.
+    pub fn set_engine(&mut self, engine: Box<dyn crate::tierio::Engine>) {
+        state::set_engine(self, engine)
+    }
+
     /// Writes all of `data` at `off`, or fails with the tier's errno: never a short write.
     pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
         path::write(self, fh, off, data)

@@ -2,9 +2,9 @@
 //! rmdir, rename and setattr, each applied to every tier that holds the object.
 
 use crate::error::{Error, Result};
-use crate::io::Piece;
 use crate::layout::NAME_MAX;
 use crate::sys::SetTime;
+use crate::tierio::Piece;
 use crate::vfs::state::TierFs;
 use crate::vfs::tree::{NodeData, Tree};
 use crate::vfs::types::*;

@@ -27,10 +27,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// One folder's entries: name -> (tier, kind) for every tier of the mount that has it.
-type Entries = BTreeMap<OsString, Vec<(usize, Kind)>>;
+pub(crate) type Entries = BTreeMap<OsString, Vec<(usize, Kind)>>;
 
 /// What placing one name in the tree left to do.
-enum Placed {
+pub(crate) enum Placed {
     Nothing,
     /// A folder, to walk.
     Dir(u64),
@@ -41,15 +41,15 @@ enum Placed {
 /// A striped file as the scan found it (see [`TierFs::adopt_file`]).
 pub(crate) struct StripeFound {
     /// The id its pieces carry (none for pieces made before ids existed).
-    id: Option<u64>,
+    pub(crate) id: Option<u64>,
     /// Its layout xattr, id included: what a recreated piece gets.
-    encoded: String,
+    pub(crate) encoded: String,
     /// Tiers of this mount on which its piece is missing.
-    missing: Vec<usize>,
+    pub(crate) missing: Vec<usize>,
 }
 
 /// How the resolver counts a kind of entry.
-fn class_of(k: Kind) -> Class {
+pub(crate) fn class_of(k: Kind) -> Class {
     match k {
         Kind::Dir => Class::Dir,
         Kind::File => Class::File,
@@ -82,7 +82,7 @@ pub(crate) fn scan(fs: &TierFs) -> Result<()> {
 
 /// Lists folder `rel` (inode `ino`) on every tier of this mount: makes it where it is
 /// missing, removes our leftover temporaries, and leaves out what hides the stats folder.
-fn list_folder(fs: &TierFs, ino: u64, rel: &Path) -> Result<Entries> {
+pub(crate) fn list_folder(fs: &TierFs, ino: u64, rel: &Path) -> Result<Entries> {
     let mut found = Entries::new();
     // A tier left out of a degraded mount is neither read nor mirrored to.
     for t in fs.tiers.iter().filter(|t| !t.missing) {
@@ -121,7 +121,11 @@ fn list_folder(fs: &TierFs, ino: u64, rel: &Path) -> Result<Entries> {
 }
 
 /// Queues the conflict copies this pass made in folder `rel`, to be placed too.
-fn list_aside(fs: &TierFs, rel: &Path, entries: &mut VecDeque<(OsString, Vec<(usize, Kind)>)>) {
+pub(crate) fn list_aside(
+    fs: &TierFs,
+    rel: &Path,
+    entries: &mut VecDeque<(OsString, Vec<(usize, Kind)>)>,
+) {
     for (new_rel, t) in std::mem::take(&mut *fs.aside.lock()) {
         if new_rel.parent() != Some(rel) {
             continue;
@@ -139,7 +143,7 @@ fn list_aside(fs: &TierFs, rel: &Path, entries: &mut VecDeque<(OsString, Vec<(us
 
 /// Resolves name `name` (at `rel`, in folder `ino`) found on the `on` tiers, carries
 /// the plan out on the tiers and puts the result in the tree.
-fn place(
+pub(crate) fn place(
     fs: &TierFs,
     tree: &mut Tree,
     ino: u64,
@@ -184,7 +188,7 @@ fn place(
 }
 
 /// Puts the file whose pieces are on the `on` tiers in the tree and its accounts.
-fn place_file(
+pub(crate) fn place_file(
     fs: &TierFs,
     tree: &mut Tree,
     ino: u64,
@@ -217,7 +221,11 @@ fn place_file(
 /// at another path (a rename that reached only some tiers), and an empty piece made in
 /// its place would hide the split for good, each half reading zeros where the other
 /// holds the bytes.
-fn settle_stripes(fs: &TierFs, tree: &mut Tree, mut found: Vec<(u64, PathBuf, StripeFound)>) {
+pub(crate) fn settle_stripes(
+    fs: &TierFs,
+    tree: &mut Tree,
+    mut found: Vec<(u64, PathBuf, StripeFound)>,
+) {
     let mut by_id: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
     for (i, (_, _, sf)) in found.iter().enumerate() {
         if let (Some(id), false) = (sf.id, sf.missing.is_empty()) {
@@ -236,7 +244,12 @@ fn settle_stripes(fs: &TierFs, tree: &mut Tree, mut found: Vec<(u64, PathBuf, St
 
 /// Puts back together the striped file whose parts are `found[i]` for `i` in `idxs`
 /// (one file id, each part lacking pieces), if they share one layout.
-fn rejoin(fs: &TierFs, tree: &mut Tree, found: &mut [(u64, PathBuf, StripeFound)], idxs: &[usize]) {
+pub(crate) fn rejoin(
+    fs: &TierFs,
+    tree: &mut Tree,
+    found: &mut [(u64, PathBuf, StripeFound)],
+    idxs: &[usize],
+) {
     let layouts: Vec<FileLayout> = idxs
         .iter()
         .filter_map(|i| match &tree.nodes.get(&found[*i].0)?.data {
@@ -285,7 +298,7 @@ fn rejoin(fs: &TierFs, tree: &mut Tree, found: &mut [(u64, PathBuf, StripeFound)
 }
 
 /// Moves the piece on tier `t` from `from` back to `to`; true when it moved.
-fn move_piece_back(fs: &TierFs, t: usize, from: &Path, to: &Path) -> bool {
+pub(crate) fn move_piece_back(fs: &TierFs, t: usize, from: &Path, to: &Path) -> bool {
     let src = fs.tiers[t].path(from);
     let dst = fs.tiers[t].path(to);
     match fs.tiers[t].fs().rename(&src, &dst, libc::RENAME_NOREPLACE) {
@@ -312,7 +325,7 @@ fn move_piece_back(fs: &TierFs, t: usize, from: &Path, to: &Path) -> bool {
 }
 
 /// Sets the size of the rejoined file `ino` (at `rel`, striped by `m`) from its pieces.
-fn resize_rejoined(fs: &TierFs, tree: &Tree, ino: u64, m: &StripeMap, rel: &Path) {
+pub(crate) fn resize_rejoined(fs: &TierFs, tree: &Tree, ino: u64, m: &StripeMap, rel: &Path) {
     let Some(NodeData::File(f)) = tree.nodes.get(&ino).map(|n| &n.data) else {
         return;
     };
@@ -330,7 +343,7 @@ fn resize_rejoined(fs: &TierFs, tree: &Tree, ino: u64, m: &StripeMap, rel: &Path
 }
 
 /// Takes file `ino`, whose pieces all moved elsewhere, out of the tree and the accounts.
-fn drop_node(fs: &TierFs, tree: &mut Tree, ino: u64) {
+pub(crate) fn drop_node(fs: &TierFs, tree: &mut Tree, ino: u64) {
     let Some(n) = tree.nodes.remove(&ino) else {
         return;
     };
@@ -351,7 +364,7 @@ fn drop_node(fs: &TierFs, tree: &mut Tree, ino: u64) {
 
 /// Recreates the missing piece of `rel` on tier `t`, empty, with the file's layout
 /// xattr `encoded`.
-fn recreate_piece(fs: &TierFs, rel: &Path, t: usize, encoded: &str) {
+pub(crate) fn recreate_piece(fs: &TierFs, rel: &Path, t: usize, encoded: &str) {
     let p = fs.tiers[t].path(rel);
     log::error!(
         "{}: stripe piece missing; its stripes read as zeros (`tierfs fsck` lists such \
@@ -435,7 +448,7 @@ pub(crate) fn adopt_file(
 
 /// Carries out a striped file's plan: labels the adopted pieces, sets aside the strays,
 /// and says which pieces are missing.
-fn adopt_stripe(fs: &TierFs, rel: &Path, m: &StripeMap, plan: &FilePlan) -> StripeFound {
+pub(crate) fn adopt_stripe(fs: &TierFs, rel: &Path, m: &StripeMap, plan: &FilePlan) -> StripeFound {
     let stray = "a piece that does not belong to the file's stripe layout";
     // Adopted pieces that could not be labelled, and so were set aside.
     let mut lost = Vec::new();
@@ -489,7 +502,7 @@ fn adopt_stripe(fs: &TierFs, rel: &Path, m: &StripeMap, plan: &FilePlan) -> Stri
 
 /// Carries out a whole file's plan (kept on `keep`): removes the identical older
 /// copies, sets aside the different ones.
-fn adopt_whole(fs: &TierFs, rel: &Path, keep: usize, plan: &FilePlan) {
+pub(crate) fn adopt_whole(fs: &TierFs, rel: &Path, keep: usize, plan: &FilePlan) {
     for step in &plan.steps {
         match step {
             Step::RemoveCopy { tier } => {
@@ -513,7 +526,7 @@ fn adopt_whole(fs: &TierFs, rel: &Path, keep: usize, plan: &FilePlan) {
 }
 
 /// Whether the pieces of `rel` on tiers `a` and `b` hold the same bytes.
-fn same_bytes(fs: &TierFs, rel: &Path, a: usize, b: usize) -> bool {
+pub(crate) fn same_bytes(fs: &TierFs, rel: &Path, a: usize, b: usize) -> bool {
     let open = |t: usize| {
         let p = fs.tiers[t].path(rel);
         fs.tiers[t].fs().open(&p, libc::O_RDONLY, 0).ok()

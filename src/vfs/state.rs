@@ -51,7 +51,7 @@ pub struct TierFs {
     /// Where the cache's size comes from, or why there is none (`.tierfs/cache`).
     pub(crate) staging_from: String,
     /// How batches of backing requests are issued (`[mount] engine`).
-    pub(crate) engine: Box<dyn crate::engine::Engine>,
+    pub(crate) engine: Box<dyn crate::tierio::Engine>,
     /// FUSE threads (each holds a 1 MiB read buffer: part of the memory bound).
     pub(crate) threads: usize,
     /// Bytes moved by re-layouts (`stats.json`).
@@ -138,7 +138,7 @@ pub(crate) fn with_staging(
         }),
         staging_from: staging.from,
         threads: config.mount.threads,
-        engine: crate::engine::choose(config.mount.engine),
+        engine: crate::tierio::choose(config.mount.engine),
         relayout: RelayoutCounters::default(),
         requests: Arc::default(),
         ledger: crate::ledger::CpuLedger::default(),
@@ -163,6 +163,15 @@ pub(crate) fn with_staging(
     let fs = TierFs { shared, ..fs };
     scan::scan(&fs)?;
     Ok(fs)
+}
+
+/// The way to the tiers: every backing read and write goes through it with its class.
+pub(crate) fn io(fs: &TierFs) -> crate::tierio::Io<'_> {
+    crate::tierio::Io::new(&*fs.engine, &fs.tiers)
+}
+
+pub(crate) fn set_engine(fs: &mut TierFs, engine: Box<dyn crate::tierio::Engine>) {
+    fs.engine = engine;
 }
 
 pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {

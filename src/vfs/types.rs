@@ -3,9 +3,9 @@
 //! errors shared by the namespace and the data path.
 
 use crate::error::{Error, Result};
-use crate::io::Piece;
 use crate::layout::{FileLayout, NAME_MAX};
 use crate::sys::SetTime;
+use crate::tierio::Piece;
 use std::ffi::{OsStr, OsString};
 use std::fs::{self};
 use std::os::unix::ffi::OsStrExt;
@@ -228,11 +228,6 @@ pub(crate) fn touches_primary(layout: &FileLayout, off: u64, end: u64) -> bool {
     let period = m.pattern.len() as u64;
     last - first + 1 >= period
         || (first..=last).any(|k| m.pattern[(k % period) as usize] == m.pattern[0])
-}
-
-/// Identifies a file to the tier queue (one piece per file and tier while it is open).
-pub(crate) fn piece_id(p: &Piece) -> u64 {
-    p as *const Piece as u64
 }
 
 pub(crate) fn sys_egid() -> u32 {

@@ -7,11 +7,20 @@
 
 use crate::error::{Error, Result};
 use crate::sys;
-use std::fs::OpenOptions;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::lock::{Holder, TakenOver, TierLock};
+use crate::lock::TierLock;
+
+mod estimate;
+mod folder;
+use estimate::{epoch_ns, within};
+pub use estimate::{
+    judge_queueing, Busy, Estimate, Queueing, EWMA_ALPHA, EWMA_ALPHA_DOWN, MIN_SAMPLE_BUSY_NS,
+    MIN_SAMPLE_BYTES, QUEUE_LATENCY, QUEUE_MIN_BYTES, QUEUE_MIN_REQUESTS, QUEUE_THROUGHPUT,
+    STALL_BUSY_NS,
+};
+pub use folder::{discard_contents, remove_folder};
 
 /// How a daemon takes a tier's lock ([`crate::lock`]).
 #[derive(Debug, Clone, Default)]
@@ -73,83 +82,6 @@ pub struct TierCounters {
     pub write_busy: Busy,
 }
 
-/// Wall time during which at least one request of a kind was in flight.
-#[derive(Debug, Default)]
-pub struct Busy {
-    in_flight: AtomicU64,
-    /// Nanoseconds since [`epoch`] when the current busy period began.
-    since: AtomicU64,
-    total: AtomicU64,
-}
-
-fn epoch_ns() -> u64 {
-    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    EPOCH
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_nanos() as u64
-}
-
-/// Whether the [`epoch_ns`] time `t` (0 = never) is less than `ns` ago.
-fn within(t: u64, ns: u64) -> bool {
-    t != 0 && epoch_ns().saturating_sub(t) < ns
-}
-
-impl Busy {
-    fn begin(&self) {
-        if self.in_flight.fetch_add(1, Ordering::AcqRel) == 0 {
-            self.since.store(epoch_ns(), Ordering::Release);
-        }
-    }
-    fn end(&self) {
-        if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let since = self.since.load(Ordering::Acquire);
-            self.total
-                .fetch_add(epoch_ns().saturating_sub(since), Ordering::Relaxed);
-        }
-    }
-    /// Busy nanoseconds so far, the current busy period included.
-    pub fn total_ns(&self) -> u64 {
-        let t = self.total.load(Ordering::Relaxed);
-        if self.in_flight.load(Ordering::Acquire) > 0 {
-            t + epoch_ns().saturating_sub(self.since.load(Ordering::Acquire))
-        } else {
-            t
-        }
-    }
-}
-
-/// The online bandwidth estimate of one direction: an exponentially weighted mean of
-/// bytes / busy time over sampling intervals that saw enough traffic to mean something.
-#[derive(Debug, Default)]
-pub struct Estimate {
-    /// f64 bits; 0 = no estimate yet.
-    bps: AtomicU64,
-    last_bytes: AtomicU64,
-    last_busy: AtomicU64,
-}
-
-/// An interval must have moved this much, busy this long, to update an estimate.
-pub const MIN_SAMPLE_BYTES: u64 = 16 << 20;
-pub const MIN_SAMPLE_BUSY_NS: u64 = 50_000_000;
-/// ... or have been busy this long: a tier that stalls (completes little or nothing while
-/// requests wait on it) must pull its estimate down, not freeze it.
-pub const STALL_BUSY_NS: u64 = 1_000_000_000;
-/// Weight of the newest sample when it is above the estimate...
-pub const EWMA_ALPHA: f64 = 0.3;
-/// ... and when it is below: a tier that slows down is believed sooner than one that
-/// speeds up, because every step waits for its slowest tier (overrating a tier costs the
-/// whole step; underrating it costs only what it could have added).
-pub const EWMA_ALPHA_DOWN: f64 = 0.5;
-
-fn ewma(old: Option<f64>, sample: f64) -> f64 {
-    match old {
-        Some(old) if sample < old => old + EWMA_ALPHA_DOWN * (sample - old),
-        Some(old) => old + EWMA_ALPHA * (sample - old),
-        None => sample,
-    }
-}
-
 /// Recovery probes: a tier whose share was cut and that has had no sample of its own
 /// traffic for [`PROBE_IDLE_NS`] is measured with a small O_DIRECT write and read-back of
 /// [`PROBE_BYTES`] in its `.tierfs-meta` folder, at most every [`PROBE_EVERY_NS`], so an
@@ -157,118 +89,6 @@ fn ewma(old: Option<f64>, sample: f64) -> f64 {
 pub const PROBE_BYTES: usize = 8 << 20;
 pub const PROBE_EVERY_NS: u64 = 5_000_000_000;
 pub const PROBE_IDLE_NS: u64 = 3_000_000_000;
-
-impl Estimate {
-    /// Folds one measured bandwidth (bytes/s) into the estimate.
-    pub fn observe(&self, sample: f64) -> f64 {
-        let new = ewma(self.get(), sample);
-        self.bps.store(new.to_bits(), Ordering::Relaxed);
-        new
-    }
-
-    pub fn get(&self) -> Option<f64> {
-        let v = f64::from_bits(self.bps.load(Ordering::Relaxed));
-        (v > 0.0).then_some(v)
-    }
-
-    /// Takes a sample from the running totals; returns the new estimate if it changed.
-    pub fn sample(&self, bytes: u64, busy_ns: u64) -> Option<f64> {
-        let db = bytes.saturating_sub(self.last_bytes.load(Ordering::Relaxed));
-        let dt = busy_ns.saturating_sub(self.last_busy.load(Ordering::Relaxed));
-        if dt < MIN_SAMPLE_BUSY_NS || (db < MIN_SAMPLE_BYTES && dt < STALL_BUSY_NS) {
-            return None;
-        }
-        self.last_bytes.store(bytes, Ordering::Relaxed);
-        self.last_busy.store(busy_ns, Ordering::Relaxed);
-        let sample = db as f64 / (dt as f64 / 1e9);
-        let new = ewma(self.get(), sample);
-        self.bps.store(new.to_bits(), Ordering::Relaxed);
-        Some(new)
-    }
-}
-
-/// Queueing seen from one node: a tier whose latency per byte rises while the throughput it
-/// delivers does not is saturated, whoever else loads it. The busy-time estimates cannot
-/// tell: a queue keeps the tier busy, and a writer from outside the job shows up only as
-/// longer requests. Little's law in one line: with the tier able to serve more, deeper
-/// queues bring more throughput at the same latency; saturated, they bring only latency.
-///
-/// The reference is the period with the lowest latency per byte seen (and its throughput);
-/// a period is saturated when its latency per byte is at least [`QUEUE_LATENCY`] times that
-/// while its throughput is at most [`QUEUE_THROUGHPUT`] times the reference's.
-#[derive(Debug, Default)]
-pub struct Queueing {
-    state: parking_lot::Mutex<QueueState>,
-}
-
-#[derive(Debug, Default)]
-struct QueueState {
-    /// Counters at the last period: (nanoseconds of request latency, bytes, requests, when).
-    last: Option<(u64, u64, u64, std::time::Instant)>,
-    /// (latency ns per byte, throughput bytes/s) of the least queued period so far.
-    reference: Option<(f64, f64)>,
-    saturated: bool,
-}
-
-/// Latency per byte against the reference that counts as queueing ...
-pub const QUEUE_LATENCY: f64 = 2.0;
-/// ... while the throughput has not grown beyond this multiple of the reference's.
-pub const QUEUE_THROUGHPUT: f64 = 1.25;
-/// A period must have completed this many requests and bytes to be judged.
-pub const QUEUE_MIN_REQUESTS: u64 = 8;
-pub const QUEUE_MIN_BYTES: u64 = 4 << 20;
-
-/// One period's judgement: `lat_per_byte` (ns/byte) and `tput` (bytes/s) against the
-/// `reference`, which it updates when this period is less queued. Pure, for the tests.
-pub fn judge_queueing(reference: &mut Option<(f64, f64)>, lat_per_byte: f64, tput: f64) -> bool {
-    match *reference {
-        Some((l, _)) if lat_per_byte >= l => {
-            lat_per_byte >= QUEUE_LATENCY * l && tput <= QUEUE_THROUGHPUT * reference.unwrap().1
-        }
-        _ => {
-            *reference = Some((lat_per_byte, tput));
-            false
-        }
-    }
-}
-
-impl Queueing {
-    /// Takes one period from the running totals (`lat_ns` summed over completed requests,
-    /// `bytes`, `requests`) at `now`; returns whether the tier is saturated now. A period
-    /// with too little traffic keeps the last judgement.
-    pub fn sample(&self, lat_ns: u64, bytes: u64, requests: u64, now: std::time::Instant) -> bool {
-        let mut st = self.state.lock();
-        let Some((l0, b0, r0, t0)) = st.last else {
-            st.last = Some((lat_ns, bytes, requests, now));
-            return false;
-        };
-        let (dl, db, dr) = (
-            lat_ns.saturating_sub(l0),
-            bytes.saturating_sub(b0),
-            requests.saturating_sub(r0),
-        );
-        if dr < QUEUE_MIN_REQUESTS || db < QUEUE_MIN_BYTES {
-            if now.saturating_duration_since(t0) > std::time::Duration::from_secs(5) {
-                // Quiet for a while: no queue of ours to judge, and no claim of one.
-                st.last = Some((lat_ns, bytes, requests, now));
-                st.saturated = false;
-            }
-            return st.saturated;
-        }
-        let dt = now.saturating_duration_since(t0).as_secs_f64().max(1e-3);
-        st.last = Some((lat_ns, bytes, requests, now));
-        let was = st.saturated;
-        st.saturated = judge_queueing(&mut st.reference, dl as f64 / db as f64, db as f64 / dt);
-        if st.saturated != was {
-            log::debug!("queueing: saturated {}", st.saturated);
-        }
-        st.saturated
-    }
-
-    pub fn saturated(&self) -> bool {
-        self.state.lock().saturated
-    }
-}
 
 /// Where a tier's bandwidth figure came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -308,7 +128,7 @@ pub struct Tier {
     device_base: (u64, u64),
     pub counters: TierCounters,
     /// Admission of requests to this tier (bounded, by priority class).
-    pub queue: crate::sched::TierQueue,
+    pub queue: crate::tierio::sched::TierQueue,
     /// Online bandwidth estimates from the daemon's own traffic.
     pub est_read: Estimate,
     pub est_write: Estimate,
@@ -370,112 +190,10 @@ impl Tier {
             }
         }
         let limbo = meta.join(LIMBO_DIR);
-        let me = Holder::me("mount", req.mountpoint.as_deref(), req.scratch);
-        let lock = match TierLock::acquire(root, &meta, me, req.break_lock) {
-            Ok((lock, taken)) => {
-                match taken {
-                    None => {}
-                    Some(TakenOver::Stale(h)) => {
-                        log::warn!(
-                            "tier '{name}': took over the stale lock of a tierfs daemon that is \
-                             gone ({}) in {}",
-                            h.describe(),
-                            root.display()
-                        );
-                        if h.scratch && req.scratch {
-                            // That daemon was killed before it could throw its scratch data
-                            // away; this mount would otherwise show it as if it were new.
-                            log::warn!(
-                                "tier '{name}': discarding the scratch data it left in {}",
-                                data.display()
-                            );
-                            std::fs::remove_dir_all(&data)
-                                .and_then(|_| std::fs::create_dir(&data))
-                                .map_err(|e| Error::tier(name, "empty", &data, e))?;
-                        }
-                    }
-                    Some(TakenOver::Broken(h)) => log::warn!(
-                        "tier '{name}': broke the lock of {} in {} (--break-lock)",
-                        h.describe(),
-                        root.display()
-                    ),
-                    Some(TakenOver::Unreadable) => log::warn!(
-                        "tier '{name}': replaced an unreadable lock record in {} \
-                         (--break-lock)",
-                        root.display()
-                    ),
-                }
-                lock
-            }
-            Err(e) => {
-                return Err(Error::tier(
-                    name,
-                    "lock",
-                    meta.join(crate::lock::RECORD),
-                    std::io::Error::new(e.kind(), e.to_string()),
-                ))
-            }
-        };
-        let format = meta.join("format");
-        if !format.exists() {
-            let text = format!(
-                "tierfs tier format {}\nname {}\n",
-                crate::layout::FORMAT_VERSION,
-                name
-            );
-            std::fs::write(&format, text).map_err(|e| Error::tier(name, "write", &format, e))?;
-        } else if let Ok(text) = std::fs::read_to_string(&format) {
-            let v = text
-                .lines()
-                .next()
-                .and_then(|l| l.strip_prefix("tierfs tier format "))
-                .and_then(|v| v.trim().parse::<u32>().ok());
-            if v != Some(crate::layout::FORMAT_VERSION) {
-                return Err(Error::tier(
-                    name,
-                    "check format of",
-                    &format,
-                    std::io::Error::other(format!(
-                        "this tier was written by an incompatible tierfs (format {v:?}, this tierfs reads {})",
-                        crate::layout::FORMAT_VERSION
-                    )),
-                ));
-            }
-        }
-        // The lock is ours: what a previous daemon left in limbo is unreferenced now.
-        if limbo.exists() {
-            if let Err(e) = std::fs::remove_dir_all(&limbo) {
-                log::warn!("tier '{name}': cannot empty {}: {e}", limbo.display());
-            }
-        }
-        if let Err(e) = std::fs::create_dir(&limbo) {
-            if e.kind() != std::io::ErrorKind::AlreadyExists {
-                return Err(Error::tier(name, "mkdir", &limbo, e));
-            }
-        }
-        let direct_io = crate::io::dir_accepts_direct_io(&data);
-        let user_xattrs = {
-            let f = meta.join(format!(".xattr-check-{}", std::process::id()));
-            let ok = std::fs::write(&f, b"").is_ok()
-                && crate::sys::lsetxattr(&f, std::ffi::OsStr::new("user.tierfs.check"), b"1", 0)
-                    .is_ok();
-            let _ = std::fs::remove_file(&f);
-            ok
-        };
-        let small_direct_io = direct_io && crate::io::dir_accepts_direct_io_of(&data, 1024);
-        let device_stat = {
-            use std::os::unix::fs::MetadataExt;
-            std::fs::metadata(&data).ok().and_then(|m| {
-                // SAFETY: major/minor are pure arithmetic on the device number.
-                let (ma, mi) = (libc::major(m.dev()), libc::minor(m.dev()));
-                let p = PathBuf::from(format!("/sys/dev/block/{ma}:{mi}/stat"));
-                p.exists().then_some(p)
-            })
-        };
-        let device_base = device_stat
-            .as_deref()
-            .and_then(read_device_bytes)
-            .unwrap_or((0, 0));
+        let lock = folder::take_lock(name, root, &meta, &data, req)?;
+        folder::check_format(name, &meta)?;
+        folder::empty_limbo(name, &limbo)?;
+        let caps = folder::Capabilities::of(&meta, &data);
         Ok(Tier {
             index,
             name: name.to_string(),
@@ -486,15 +204,15 @@ impl Tier {
             write_bps,
             bandwidth_source,
             capacity,
-            direct_io,
-            small_direct_io,
-            user_xattrs,
+            direct_io: caps.direct_io,
+            small_direct_io: caps.small_direct_io,
+            user_xattrs: caps.user_xattrs,
             healthy: std::sync::atomic::AtomicBool::new(true),
             last_error: parking_lot::Mutex::new(None),
-            device_stat,
-            device_base,
+            device_stat: caps.device_stat,
+            device_base: caps.device_base,
             counters: TierCounters::default(),
-            queue: crate::sched::TierQueue::new(DEFAULT_MAX_IN_FLIGHT, false),
+            queue: crate::tierio::sched::TierQueue::new(DEFAULT_MAX_IN_FLIGHT, false),
             est_read: Estimate::default(),
             est_write: Estimate::default(),
             queueing: Queueing::default(),
@@ -530,7 +248,7 @@ impl Tier {
             device_stat: None,
             device_base: (0, 0),
             counters: TierCounters::default(),
-            queue: crate::sched::TierQueue::new(DEFAULT_MAX_IN_FLIGHT, false),
+            queue: crate::tierio::sched::TierQueue::new(DEFAULT_MAX_IN_FLIGHT, false),
             est_read: Estimate::default(),
             est_write: Estimate::default(),
             queueing: Queueing::default(),
@@ -600,7 +318,7 @@ impl Tier {
     /// the passthrough I/O the daemon never sees); `None` without a block device (NFS,
     /// Lustre).
     pub fn device_bytes(&self) -> Option<(u64, u64)> {
-        let (r, w) = read_device_bytes(self.device_stat.as_deref()?)?;
+        let (r, w) = folder::read_device_bytes(self.device_stat.as_deref()?)?;
         Some((
             r.saturating_sub(self.device_base.0),
             w.saturating_sub(self.device_base.1),
@@ -645,7 +363,8 @@ impl Tier {
 
     /// Claims a recovery probe if one is due: the tier's share was cut (`cut`), its own
     /// traffic gave no sample for [`PROBE_IDLE_NS`], none ran in the last
-    /// [`PROBE_EVERY_NS`] and none is running. The caller then runs [`Tier::probe_now`]
+    /// [`PROBE_EVERY_NS`] and none is running. The caller then runs
+    /// [`crate::tierio::recovery::probe`]
     /// (on a thread of its own: a stalled tier must not stall the estimator).
     pub fn claim_probe(&self, cut: bool) -> bool {
         let now = epoch_ns();
@@ -662,11 +381,13 @@ impl Tier {
         true
     }
 
-    /// Runs a claimed probe and folds its result into the estimates, capped at the
-    /// configured or probed figure (a probe this small says whether the tier recovered,
-    /// not how far beyond it could go); the next [`Tier::sample_bandwidth`] reports it.
-    pub fn probe_now(&self) {
-        match self.run_probe() {
+    /// Folds a claimed probe's result ([`crate::tierio::recovery::probe`]: read and write
+    /// bytes/s) into the estimates, capped at the configured or probed figure (a probe this
+    /// small says whether the tier recovered, not how far beyond it could go); the next
+    /// [`Tier::sample_bandwidth`] reports it. A failed probe was counted as the tier's error
+    /// where it failed.
+    pub fn fold_probe(&self, result: std::io::Result<(f64, f64)>) {
+        match result {
             Ok((r, w)) => {
                 let r = self.est_read.observe(r.min(self.read_bps.max(1.0)));
                 let w = self.est_write.observe(w.min(self.write_bps.max(1.0)));
@@ -680,59 +401,9 @@ impl Tier {
                 );
                 self.probe_fresh.store(true, Ordering::Release);
             }
-            Err(e) => {
-                log::warn!("probe of tier '{}' failed: {e}", self.name);
-                self.note_error(&e);
-            }
+            Err(e) => log::warn!("probe of tier '{}' failed: {e}", self.name),
         }
         self.probe_running.store(false, Ordering::Release);
-    }
-
-    /// Writes [`PROBE_BYTES`] to a probe file in `.tierfs-meta` and reads them back, 1 MiB
-    /// O_DIRECT requests from 4 threads at once; (read, write) bytes/s.
-    fn run_probe(&self) -> std::io::Result<(f64, f64)> {
-        use std::os::unix::fs::{FileExt, OpenOptionsExt};
-        const THREADS: usize = 4;
-        let path = self.root.join(META_DIR).join("probe-live");
-        let mut o = OpenOptions::new();
-        o.read(true).write(true).create(true).truncate(false);
-        if self.direct_io {
-            o.custom_flags(libc::O_DIRECT);
-        }
-        let f = o.open(&path)?;
-        let chunk = PROBE_BYTES / THREADS;
-        let run = |write: bool| -> std::io::Result<f64> {
-            let start = std::time::Instant::now();
-            std::thread::scope(|s| {
-                let handles: Vec<_> = (0..THREADS)
-                    .map(|i| {
-                        let f = &f;
-                        s.spawn(move || -> std::io::Result<()> {
-                            let mut buf = crate::io::AlignedBuf::zeroed(1 << 20);
-                            buf.fill(0x5a);
-                            let mut off = i * chunk;
-                            while off < (i + 1) * chunk {
-                                if write {
-                                    f.write_all_at(&buf, off as u64)?;
-                                } else {
-                                    f.read_exact_at(&mut buf, off as u64)?;
-                                }
-                                off += buf.len();
-                            }
-                            Ok(())
-                        })
-                    })
-                    .collect();
-                handles.into_iter().try_for_each(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err(std::io::Error::other("probe thread panicked")))
-                })
-            })?;
-            Ok(PROBE_BYTES as f64 / start.elapsed().as_secs_f64().max(1e-6))
-        };
-        let w = run(true)?;
-        let r = run(false)?;
-        Ok((r, w))
     }
 
     /// The bandwidths placement should use now: the online estimate where there is one,
@@ -874,145 +545,10 @@ impl Tier {
     }
 }
 
-/// Scratch mode, part one (lock still held): removes the tier's data and everything of
-/// tierfs's own in its `.tierfs-meta/` but the lock files.
-pub fn discard_contents(root: &Path) -> std::io::Result<()> {
-    remove_if_there(&root.join(DATA_DIR))?;
-    let meta = root.join(META_DIR);
-    let keep = [crate::lock::RECORD, crate::lock::NODE_LOCK];
-    match std::fs::read_dir(&meta) {
-        Ok(rd) => {
-            for e in rd {
-                let e = e?;
-                if keep.iter().any(|k| e.file_name() == *k) {
-                    continue;
-                }
-                remove_if_there(&e.path())?;
-            }
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-/// Scratch mode, part two (lock released): removes `.tierfs-meta/` and the tier folder
-/// itself. Anything in the folder that is not tierfs's (a user's file next to `data/`) is
-/// kept, and with it the folder: the error lists it. A tier somebody locked meanwhile is
-/// left alone.
-pub fn remove_folder(root: &Path) -> std::result::Result<(), String> {
-    let meta = root.join(META_DIR);
-    if let Some(h) = crate::lock::holder_of(&meta) {
-        return Err(format!(
-            "kept {}: it was locked again meanwhile ({})",
-            root.display(),
-            h.describe()
-        ));
-    }
-    remove_if_there(&meta).map_err(|e| format!("cannot remove {}: {e}", meta.display()))?;
-    match std::fs::remove_dir(root) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {
-            let mut names: Vec<String> = std::fs::read_dir(root)
-                .map(|rd| {
-                    rd.flatten()
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .collect()
-                })
-                .unwrap_or_default();
-            names.sort();
-            Err(format!(
-                "kept {}: it holds files tierfs did not make ({}); remove them by hand",
-                root.display(),
-                names.join(", ")
-            ))
-        }
-        Err(e) => Err(format!("cannot remove {}: {e}", root.display())),
-    }
-}
-
-fn remove_if_there(p: &Path) -> std::io::Result<()> {
-    let r = match std::fs::symlink_metadata(p) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
-        Ok(_) => std::fs::remove_file(p),
-        Err(e) => Err(e),
-    };
-    match r {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        r => r,
-    }
-}
-
-fn read_device_bytes(stat: &Path) -> Option<(u64, u64)> {
-    let s = std::fs::read_to_string(stat).ok()?;
-    let f: Vec<u64> = s
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // Fields 3 and 7 (1-based) are sectors read and written, in 512-byte units.
-    Some((f.get(2)? * 512, f.get(6)? * 512))
-}
-
-/// Counts one backing request for the stats while it is in flight.
-pub struct InFlight<'a> {
-    tier: &'a Tier,
-    write: bool,
-    bytes: u64,
-    start: std::time::Instant,
-}
-
-impl<'a> InFlight<'a> {
-    pub fn start(tier: &'a Tier, write: bool, bytes: u64) -> Self {
-        tier.counters.in_flight.fetch_add(1, Ordering::Relaxed);
-        if write {
-            tier.counters.write_busy.begin();
-        } else {
-            tier.counters.read_busy.begin();
-        }
-        InFlight {
-            tier,
-            write,
-            bytes,
-            start: std::time::Instant::now(),
-        }
-    }
-
-    /// Records the outcome; `done` is the bytes actually moved.
-    pub fn finish(self, ok: bool, done: u64) {
-        let c = &self.tier.counters;
-        let ns = self.start.elapsed().as_nanos() as u64;
-        if ok {
-            if self.write {
-                c.writes.fetch_add(1, Ordering::Relaxed);
-                c.bytes_written.fetch_add(done, Ordering::Relaxed);
-                c.write_ns.fetch_add(ns, Ordering::Relaxed);
-            } else {
-                c.reads.fetch_add(1, Ordering::Relaxed);
-                c.bytes_read.fetch_add(done, Ordering::Relaxed);
-                c.read_ns.fetch_add(ns, Ordering::Relaxed);
-            }
-        }
-        // Failures are counted by `Tier::note_error`, which also judges the tier's health.
-        let _ = self.bytes;
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        let c = &self.tier.counters;
-        if self.write {
-            c.write_busy.end();
-        } else {
-            c.read_busy.end();
-        }
-        c.in_flight.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lock::Holder;
 
     #[test]
     fn second_open_of_a_tier_is_refused() {
@@ -1104,7 +640,7 @@ mod tests {
         assert!(t.claim_probe(true));
         // One at a time, and not again right away.
         assert!(!t.claim_probe(true));
-        t.probe_now();
+        crate::tierio::recovery::probe(&t, &crate::tierio::Psync);
         assert!(!t.claim_probe(true));
         assert_eq!(t.probes.load(Ordering::Relaxed), 1);
         let (r, w) = (t.est_read.get().unwrap(), t.est_write.get().unwrap());
@@ -1113,83 +649,6 @@ mod tests {
         assert!(t.sample_bandwidth());
         assert!(!t.sample_bandwidth());
         assert!(d.path().join(META_DIR).join("probe-live").exists());
-    }
-
-    #[test]
-    fn queueing_is_latency_up_with_throughput_flat() {
-        let mut r = None;
-        // First period: the reference.
-        assert!(!judge_queueing(&mut r, 10.0, 100.0));
-        // Deeper queues that the tier serves: latency a bit up, throughput well up.
-        assert!(!judge_queueing(&mut r, 15.0, 300.0));
-        // Latency doubled, throughput the same: saturated (by us or anyone).
-        assert!(judge_queueing(&mut r, 20.0, 110.0));
-        // A writer from outside: latency up, our throughput down.
-        assert!(judge_queueing(&mut r, 40.0, 50.0));
-        // Latency doubled but throughput doubled too: a deeper queue that paid off.
-        assert!(!judge_queueing(&mut r, 20.0, 200.0));
-        // A faster period becomes the reference.
-        assert!(!judge_queueing(&mut r, 5.0, 100.0));
-        assert_eq!(r, Some((5.0, 100.0)));
-        assert!(!judge_queueing(&mut r, 9.0, 100.0));
-        assert!(judge_queueing(&mut r, 10.0, 100.0));
-    }
-
-    #[test]
-    fn queueing_samples_periods_with_enough_traffic() {
-        let q = Queueing::default();
-        let t0 = std::time::Instant::now();
-        let s = std::time::Duration::from_secs(1);
-        let mib = 1u64 << 20;
-        assert!(!q.sample(0, 0, 0, t0));
-        // 64 MiB in 64 requests at 1 ms each, then the same bytes at 4 ms each.
-        assert!(!q.sample(64_000_000, 64 * mib, 64, t0 + s));
-        assert!(q.sample(64_000_000 + 256_000_000, 128 * mib, 128, t0 + 2 * s));
-        // Too little traffic to judge: the judgement stands, until the tier is quiet 5 s.
-        assert!(q.sample(330_000_000, 128 * mib + 1, 129, t0 + 3 * s));
-        assert!(!q.sample(330_000_000, 128 * mib + 1, 129, t0 + 9 * s));
-    }
-
-    #[test]
-    fn estimate_observe_is_an_ewma() {
-        let e = Estimate::default();
-        assert_eq!(e.observe(100.0), 100.0);
-        assert_eq!(e.observe(200.0), 100.0 + EWMA_ALPHA * 100.0);
-        // Down moves faster than up.
-        assert_eq!(e.observe(30.0), 130.0 + EWMA_ALPHA_DOWN * (30.0 - 130.0));
-    }
-
-    #[test]
-    fn estimate_ignores_idle_time_and_small_samples() {
-        let e = Estimate::default();
-        assert_eq!(e.sample(1 << 20, 500_000_000), None, "too few bytes");
-        // 100 MB moved in 0.1 s of busy time (however long the wall-clock interval was).
-        let v = e.sample(100_000_000, 100_000_000).unwrap();
-        assert!((v - 1e9).abs() < 1.0, "{v}");
-        // Next interval half as fast: the mean moves by the downward alpha toward it.
-        let v = e.sample(200_000_000, 300_000_000).unwrap();
-        assert!(
-            (v - (1e9 + EWMA_ALPHA_DOWN * (0.5e9 - 1e9))).abs() < 1.0,
-            "{v}"
-        );
-        // A stall: busy for 2 s with nothing completed still counts, and pulls it down.
-        let stalled = e.sample(200_000_000, 2_300_000_000).unwrap();
-        assert!(stalled < v * 0.75, "{stalled} vs {v}");
-    }
-
-    #[test]
-    fn busy_time_is_the_union_of_requests() {
-        let b = Busy::default();
-        b.begin();
-        b.begin();
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        b.end();
-        b.end();
-        let t = b.total_ns();
-        assert!(t >= 20_000_000, "{t}");
-        assert!(t < 2_000_000_000, "{t}");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        assert_eq!(b.total_ns(), t, "idle time is not counted");
     }
 
     #[test]

@@ -1,0 +1,64 @@
+//! A request's share of its tier's counters: requests in flight, busy time, and on success
+//! the bytes and the time it took, which the bandwidth estimates and the stats read.
+
+use super::sched::Class;
+use crate::tier::Tier;
+use std::sync::atomic::Ordering;
+
+/// Counts one backing request for the stats while it is in flight.
+pub(super) struct InFlight<'a> {
+    tier: &'a Tier,
+    write: bool,
+    start: std::time::Instant,
+}
+
+impl<'a> InFlight<'a> {
+    /// Starts counting a request of `class`; `None` for a recovery probe, which measures
+    /// the tier itself: counted as traffic it would feed the estimates twice and reset the
+    /// idle time that decides when the next probe runs.
+    pub(super) fn start(tier: &'a Tier, class: Class, write: bool) -> Option<Self> {
+        if class == Class::Probe {
+            return None;
+        }
+        tier.counters.in_flight.fetch_add(1, Ordering::Relaxed);
+        if write {
+            tier.counters.write_busy.begin();
+        } else {
+            tier.counters.read_busy.begin();
+        }
+        Some(InFlight {
+            tier,
+            write,
+            start: std::time::Instant::now(),
+        })
+    }
+
+    /// Records the outcome: `done` is the bytes moved, `None` for a failure (counted by
+    /// the caller with the tier's errors).
+    pub(super) fn finish(self, done: Option<u64>) {
+        let Some(done) = done else { return };
+        let c = &self.tier.counters;
+        let ns = self.start.elapsed().as_nanos() as u64;
+        if self.write {
+            c.writes.fetch_add(1, Ordering::Relaxed);
+            c.bytes_written.fetch_add(done, Ordering::Relaxed);
+            c.write_ns.fetch_add(ns, Ordering::Relaxed);
+        } else {
+            c.reads.fetch_add(1, Ordering::Relaxed);
+            c.bytes_read.fetch_add(done, Ordering::Relaxed);
+            c.read_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let c = &self.tier.counters;
+        if self.write {
+            c.write_busy.end();
+        } else {
+            c.read_busy.end();
+        }
+        c.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,193 @@
+//! The submission API with a counting engine: each request reaches the engine with the
+//! class it was submitted at, takes its queue slots, and is counted once on its tier.
+
+use super::{recovery, Class, Engine, Io, Op, Piece, Psync};
+use crate::tier::{BandwidthSource, Tier};
+use parking_lot::Mutex;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Runs everything on psync and records `(class, write, bytes)` of each op; fails reads
+/// with EIO while `fail_reads` is set.
+#[derive(Debug, Default)]
+struct Counting {
+    seen: Mutex<Vec<(Class, bool, usize)>>,
+    fail_reads: AtomicBool,
+}
+
+impl Engine for Counting {
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+
+    fn run(&self, class: Class, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>> {
+        let mut seen = self.seen.lock();
+        ops.iter_mut()
+            .map(|op| {
+                seen.push((class, op.is_write(), op.len()));
+                if !op.is_write() && self.fail_reads.load(Ordering::Relaxed) {
+                    return Err(io::Error::from_raw_os_error(libc::EIO));
+                }
+                Psync.run(class, std::slice::from_mut(op)).remove(0)
+            })
+            .collect()
+    }
+}
+
+fn tier(dir: &std::path::Path, index: usize) -> Tier {
+    let root = dir.join(format!("t{index}"));
+    std::fs::create_dir(&root).unwrap();
+    let name = format!("t{index}");
+    Tier::open(index, &name, &root, 1e9, 1e9, BandwidthSource::Config, None).unwrap()
+}
+
+fn counter(
+    t: &Tier,
+    f: impl Fn(&crate::tier::TierCounters) -> &std::sync::atomic::AtomicU64,
+) -> u64 {
+    f(&t.counters).load(Ordering::Relaxed)
+}
+
+#[test]
+fn a_batch_arrives_with_its_class_and_is_counted_once() {
+    let d = tempfile::tempdir().unwrap();
+    let tiers = vec![tier(d.path(), 0), tier(d.path(), 1)];
+    let pieces: Vec<Piece> = tiers
+        .iter()
+        .map(|t| Piece::open_new(&t.data.join("f"), 0o600, false).unwrap())
+        .collect();
+    let engine = Counting::default();
+    let io = Io::new(&engine, &tiers);
+    let data = vec![7u8; 3000];
+
+    // A write-back batch over both tiers (two ops on the first).
+    let mut ops = vec![
+        Op::Write {
+            piece: &pieces[0],
+            buf: &data,
+            off: 0,
+        },
+        Op::Write {
+            piece: &pieces[1],
+            buf: &data[..1000],
+            off: 0,
+        },
+        Op::Write {
+            piece: &pieces[0],
+            buf: &data[..500],
+            off: 3000,
+        },
+    ];
+    let r = io.submit(Class::WriteBack, &[0, 1, 0], &mut ops);
+    assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
+    assert_eq!(
+        *engine.seen.lock(),
+        vec![
+            (Class::WriteBack, true, 3000),
+            (Class::WriteBack, true, 1000),
+            (Class::WriteBack, true, 500)
+        ]
+    );
+    // One slot per tier and batch; every op in its tier's traffic.
+    for (t, bytes, writes) in [(0, 3500, 2), (1, 1000, 1)] {
+        let q = tiers[t].queue.stats();
+        assert_eq!(q.granted[Class::WriteBack as usize], 1, "tier {t}");
+        assert_eq!(q.in_flight, 0);
+        assert_eq!(counter(&tiers[t], |c| &c.bytes_written), bytes, "tier {t}");
+        assert_eq!(counter(&tiers[t], |c| &c.writes), writes, "tier {t}");
+        assert_eq!(counter(&tiers[t], |c| &c.in_flight), 0);
+    }
+
+    // Single reads, as whole-file I/O does them.
+    engine.seen.lock().clear();
+    let mut buf = vec![0u8; 4000];
+    assert_eq!(
+        io.read(Class::Prefetch, 0, &pieces[0], &mut buf, 0)
+            .unwrap(),
+        3500
+    );
+    assert_eq!(
+        io.read(Class::Migration, 1, &pieces[1], &mut buf, 0)
+            .unwrap(),
+        1000
+    );
+    io.write(Class::DemandWrite, 1, &pieces[1], &data, 1000)
+        .unwrap();
+    assert_eq!(
+        *engine.seen.lock(),
+        vec![
+            (Class::Prefetch, false, 4000),
+            (Class::Migration, false, 4000),
+            (Class::DemandWrite, true, 3000)
+        ]
+    );
+    assert_eq!(counter(&tiers[0], |c| &c.bytes_read), 3500);
+    assert_eq!(counter(&tiers[1], |c| &c.bytes_read), 1000);
+    assert_eq!(tiers[1].queue.stats().granted[Class::Migration as usize], 1);
+}
+
+#[test]
+fn read_and_write_errors_are_counted_in_one_place() {
+    let d = tempfile::tempdir().unwrap();
+    let tiers = vec![tier(d.path(), 0)];
+    let path = tiers[0].data.join("ro");
+    std::fs::write(&path, b"x").unwrap();
+    let ro = Piece::read_only(&path, false, Some(libc::EACCES)).unwrap();
+    let engine = Counting::default();
+    let io = Io::new(&engine, &tiers);
+
+    let e = io
+        .write(Class::DemandWrite, 0, &ro, b"data", 0)
+        .unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES));
+    engine.fail_reads.store(true, Ordering::Relaxed);
+    let mut buf = [0u8; 4];
+    let (a, b) = buf.split_at_mut(2);
+    let mut ops = vec![
+        Op::Read {
+            piece: &ro,
+            buf: a,
+            off: 0,
+        },
+        Op::Read {
+            piece: &ro,
+            buf: b,
+            off: 0,
+        },
+    ];
+    let r = io.submit(Class::DemandRead, &[0, 0], &mut ops);
+    assert!(r.iter().all(|r| r.is_err()));
+    let t = &tiers[0];
+    assert_eq!(counter(t, |c| &c.write_errors), 1);
+    assert_eq!(counter(t, |c| &c.read_errors), 2);
+    assert_eq!(counter(t, |c| &c.errors), 3);
+    assert_eq!(counter(t, |c| &c.writes) + counter(t, |c| &c.reads), 0);
+    assert!(!t.is_healthy(), "EIO marks the tier failed");
+    assert!(t.last_error().unwrap().contains("Input/output error"));
+}
+
+#[test]
+fn a_recovery_probe_arrives_as_a_probe_and_is_not_traffic() {
+    let d = tempfile::tempdir().unwrap();
+    let t = tier(d.path(), 0);
+    let engine = Counting::default();
+    recovery::probe(&t, &engine);
+    let seen = engine.seen.lock();
+    let requests = crate::tier::PROBE_BYTES >> 20;
+    assert_eq!(seen.len(), 2 * requests, "{seen:?}");
+    assert!(seen
+        .iter()
+        .all(|(c, _, n)| *c == Class::Probe && *n == 1 << 20));
+    assert_eq!(seen.iter().filter(|s| s.1).count(), requests);
+    assert_eq!(
+        t.queue.stats().granted[Class::Probe as usize],
+        2 * requests as u64
+    );
+    assert_eq!(t.probes.load(Ordering::Relaxed), 1);
+    // It measures the tier; counted as its traffic it would feed the estimates twice.
+    assert_eq!(
+        counter(&t, |c| &c.bytes_written) + counter(&t, |c| &c.bytes_read),
+        0
+    );
+    assert!(t.est_write.get().is_some());
+}

@@ -202,7 +202,7 @@ def main():
         refs = []
         for um in re.finditer(r"\buse\s+([^;]+);", text):
             refs += expand_use_tree(um.group(1))
-        refs += re.findall(r"\b(?:crate|super)(?:::\w+)+", text)
+        refs += re.findall(r"\b(?:crate|super)(?:::\w+)+\b(?!::)", text)
         # `self::child` and plain child module names in a mod.rs are downward: not edges.
         for ref in refs:
             segs = [s for s in ref.split("::") if s]

@@ -10,7 +10,6 @@
 use crate::cache::entry::Entry;
 use crate::cache::{self, Cache, Slot, BLOCK};
 use crate::data::file::{FileNode, FileState};
-use crate::data::{migrate, path};
 use crate::error::{Error, Result};
 use crate::layout::FileLayout;
 use crate::sys::{self, SetTime};
@@ -18,14 +17,13 @@ use crate::tierio::AlignedBuf;
 use crate::tierio::Class;
 use crate::vfs::backing;
 use crate::vfs::state::TierFs;
-use crate::vfs::types::*;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
+use crate::data::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Threads that fill one prefetched file's blocks together (the tier queues bound what is
 /// really in flight).
@@ -259,7 +257,7 @@ pub(crate) fn read_lenient(
     buf: &mut [u8],
     class: Class,
 ) -> Result<()> {
-    path::read_extents(fs, st, off, buf, class)
+    io::read_extents(fs, st, off, buf, class)
 }
 
 /// Serves a read of a cached file (state lock held for reading); a block not in memory
@@ -429,7 +427,7 @@ pub(crate) fn write_back_locked(
                 });
             }
         }
-        let results = path::run_batch(fs, Class::WriteBack, &tiers, &mut ops);
+        let results = io::run_batch(fs, Class::WriteBack, &tiers, &mut ops);
         drop(ops);
         if let Some((tier, err)) = results
             .into_iter()
@@ -494,146 +492,6 @@ pub(crate) fn stamp_mtime(fs: &TierFs, node: &FileNode, st: &FileState) {
             );
             fs.tiers[primary].note_error(&e);
         }
-    }
-}
-
-/// Writes one cached file back now. A tier that refuses (full, failed) gets the file
-/// moved off it with its bytes, memory included, as a failed write would.
-pub(crate) fn write_back(
-    fs: &TierFs,
-    node: &Arc<FileNode>,
-    e: &Arc<Entry>,
-    ino: u64,
-) -> Result<()> {
-    let before = fs
-        .cache
-        .as_ref()
-        .map_or(0, |c| c.counters.writeback_bytes.load(Ordering::Relaxed));
-    let r = fs.ledger.charge(crate::ledger::Class::WriteBack, || {
-        write_back_batches(fs, node, e, ino)
-    });
-    let after = fs
-        .cache
-        .as_ref()
-        .map_or(0, |c| c.counters.writeback_bytes.load(Ordering::Relaxed));
-    // Other threads' write-backs may land in between: close enough for a ratio.
-    fs.ledger.moved(
-        crate::ledger::Class::WriteBack,
-        after.saturating_sub(before),
-    );
-    r
-}
-
-pub(crate) fn write_back_batches(
-    fs: &TierFs,
-    node: &Arc<FileNode>,
-    e: &Arc<Entry>,
-    ino: u64,
-) -> Result<()> {
-    let c = fs.cache.as_ref().expect("write-back without a cache");
-    // A batch at a time, the file's lock let go in between: an open or a demand request
-    // of this file waits for one batch at most, not for the whole file.
-    let r = loop {
-        let st = node.state.read();
-        if !st.cache.as_ref().is_some_and(|x| Arc::ptr_eq(x, e)) {
-            return Ok(());
-        }
-        let _wb = e.writeback.lock();
-        match write_back_locked(fs, c, node, &st, e, Some(1)) {
-            Ok(true) => continue,
-            Ok(false) => break Ok(()),
-            Err(x) => break Err(x),
-        }
-    };
-    match r {
-        Err(Error::Tier {
-            ref tier,
-            ref source,
-            ..
-        }) if is_rescuable(source) => {
-            let bad = fs.tiers.iter().position(|t| &t.name == tier);
-            log::warn!(
-                "tier '{tier}' refused the write-back of inode {ino} ({source}); moving the file"
-            );
-            migrate::relocate(fs, ino, node, bad, node.size())
-        }
-        r => r,
-    }
-}
-
-pub(crate) fn flush_cache(fs: &TierFs) -> Result<()> {
-    match write_back_all(fs).into_iter().next() {
-        Some((_, _, err)) => Err(err),
-        None => Ok(()),
-    }
-}
-
-/// Writes every dirty cached file back; the ones that could not be: (inode, dirty
-/// bytes, why).
-pub(crate) fn write_back_all(fs: &TierFs) -> Vec<(u64, u64, Error)> {
-    let Some(c) = &fs.cache else {
-        return Vec::new();
-    };
-    let mut failed = Vec::new();
-    for (n, e) in c.residents() {
-        if e.dirty_blocks() == 0 || n.gone.load(Ordering::Relaxed) {
-            continue;
-        }
-        if let Err(err) = self::write_back(fs, &n, &e, e.ino) {
-            log::error!("write-back of inode {} failed: {err}", e.ino);
-            let dirty: u64 = e
-                .all_slots()
-                .iter()
-                .map(|s| s.lock())
-                .filter(|s| s.dirty)
-                .map(|s| s.len() as u64)
-                .sum();
-            failed.push((e.ino, dirty, err));
-        }
-    }
-    failed
-}
-
-pub(crate) fn shrink_cache(fs: &TierFs, target: u64) {
-    let Some(c) = &fs.cache else { return };
-    c.set_budget(target);
-    let deadline = Instant::now() + SHRINK_WITHIN;
-    let over = || c.used() > c.budget() && Instant::now() < deadline;
-    let mut freed = false;
-    while over() {
-        for write_back in [false, true] {
-            for (node, e) in c.residents_by_rank() {
-                if !over() {
-                    break;
-                }
-                if e.dirty_blocks() > 0 {
-                    if !write_back || node.gone.load(Ordering::Relaxed) {
-                        continue;
-                    }
-                    if let Err(err) = self::write_back(fs, &node, &e, e.ino) {
-                        log::warn!(
-                            "memory pressure: write-back of inode {} failed (kept): {err}",
-                            e.ino
-                        );
-                        continue;
-                    }
-                }
-                let bytes = e.reserved();
-                if evict(fs, c, &node, &e) {
-                    freed = true;
-                    c.counters
-                        .pressure_evicted_bytes
-                        .fetch_add(bytes, Ordering::Relaxed);
-                }
-            }
-        }
-        if over() {
-            // Files held by a request or written to meanwhile: let them go first.
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-    }
-    if freed {
-        sys::trim_heap();
     }
 }
 

@@ -40,7 +40,7 @@ pub(crate) struct FileState {
     pub(crate) pt_opens: u32,
     /// Held in the host-memory cache: every read and write goes through it, and the pieces
     /// stay open while it is (for write-back).
-    pub(crate) cache: Option<Arc<crate::cache::Entry>>,
+    pub(crate) cache: Option<Arc<crate::cache::entry::Entry>>,
     /// How many of `opens` may write (a migration commits when the last one closes).
     pub(crate) writers: u32,
     /// A lazy re-layout under way (see `relocate`): writes go to its new pieces, reads

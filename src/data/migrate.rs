@@ -21,25 +21,26 @@
 //!   migration began unless they were fsynced (fsync commits first).
 
 use crate::config::Layout;
+use crate::data::cached;
 use crate::data::file::{FileNode, FileState, Migration};
-use crate::data::{cached, path};
+use crate::data::io;
 use crate::error::{Error, Result};
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
 use crate::placement::{self, Charge};
 use crate::sys::{self, SetTime};
 use crate::tierio::{AlignedBuf, Piece};
 use crate::tierio::{Class, Op};
-use crate::vfs::state::TierFs;
+use crate::vfs::backing;
+use crate::vfs::state::{RelayoutCounters, TierFs};
 use crate::vfs::tree::Tree;
 use crate::vfs::types::*;
-use crate::vfs::{backing, files};
 use parking_lot::Mutex;
 use std::ffi::OsStr;
 use std::fs::{self};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// The unit a migration tracks: DeepSpeed's swap I/O writes whole 1 MiB pieces.
@@ -51,24 +52,6 @@ pub(crate) const MIGRATION_LOCKS: usize = 64;
 /// Temporaries of a migration end in this (an eager move's have no suffix, so both can be
 /// in limbo at once).
 pub(crate) const MIGRATION_SUFFIX: &str = "-m";
-
-/// Bytes moved by re-layouts since mount (`stats.json`, `relayout`).
-#[derive(Debug, Default)]
-pub struct RelayoutCounters {
-    /// Lazy moves begun, switched over, and dropped (file unlinked, or taken over by an
-    /// eager move).
-    pub migrations_started: AtomicU64,
-    pub migrations_committed: AtomicU64,
-    pub migrations_dropped: AtomicU64,
-    /// Old bytes a lazy move copied (partial first writes of a block, and the blocks never
-    /// rewritten, at commit) ...
-    pub migration_copied_bytes: AtomicU64,
-    /// ... and old bytes it did not have to copy, because a write replaced the whole block.
-    pub migration_rewritten_bytes: AtomicU64,
-    /// Eager moves (full or failed tier, cached files) and the bytes they copied.
-    pub eager_moves: AtomicU64,
-    pub eager_copied_bytes: AtomicU64,
-}
 
 /// A piece write that failed on `tier`: the caller may move the file off it.
 pub(crate) type TierFail = (usize, std::io::Error);
@@ -149,7 +132,7 @@ pub(crate) fn plan_layout(
                 .collect();
             let pattern = placement::stripe_pattern(&fs.placer.shares(), &eligible);
             match pattern.len() {
-                0 => return Err(files::no_room(fs, want)),
+                0 => return Err(backing::no_room(fs, want)),
                 1 => (
                     FileLayout::Whole {
                         tier: pattern[0] as usize,
@@ -169,7 +152,7 @@ pub(crate) fn plan_layout(
             let c = fs
                 .placer
                 .choose(parent, &eligible)
-                .ok_or_else(|| files::no_room(fs, want))?;
+                .ok_or_else(|| backing::no_room(fs, want))?;
             (FileLayout::Whole { tier: c.tier }, Some(c))
         }
     })
@@ -268,7 +251,7 @@ pub(crate) fn write_new(
             off: ex.local,
         })
         .collect();
-    let results = path::run_batch(fs, class, &tiers, &mut ops);
+    let results = io::run_batch(fs, class, &tiers, &mut ops);
     for (r, t) in results.into_iter().zip(tiers) {
         r.map_err(|e| (t, e))?;
     }
@@ -623,7 +606,7 @@ pub(crate) fn read_file(
     class: Class,
 ) -> Result<()> {
     let Some(m) = &st.migration else {
-        return path::read_pieces(fs, st, off, buf, class);
+        return io::read_pieces(fs, st, off, buf, class);
     };
     let end = off + buf.len() as u64;
     let mut pos = off;
@@ -632,9 +615,9 @@ pub(crate) fn read_file(
         let chunk_end = end.min((b + 1) * MIGRATION_BLOCK);
         let dst = &mut buf[(pos - off) as usize..(chunk_end - off) as usize];
         if m.is_moved(b) {
-            path::read_layout(fs, &m.layout, &m.pieces, pos, dst, true, class)?;
+            io::read_layout(fs, &m.layout, &m.pieces, pos, dst, true, class)?;
         } else {
-            path::read_pieces(fs, st, pos, dst, class)?;
+            io::read_pieces(fs, st, pos, dst, class)?;
         }
         pos = chunk_end;
     }

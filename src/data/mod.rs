@@ -4,6 +4,8 @@
 
 pub mod cached;
 pub mod file;
+pub mod io;
 pub mod migrate;
 pub mod path;
 pub mod prefetch;
+pub mod writeback;

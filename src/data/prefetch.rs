@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use std::os::unix::ffi::OsStrExt;
 
 use crate::data::cached::PREFETCH_FILL_THREADS;
+use crate::data::writeback;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -44,7 +45,7 @@ pub(crate) fn writeback_loop(fs: &TierFs) {
         // Needed last first: the files the cache will give up first.
         work.sort_by_key(|w| std::cmp::Reverse(w.0));
         for (_, n, e) in work {
-            if let Err(err) = cached::write_back(fs, &n, &e, e.ino) {
+            if let Err(err) = writeback::write_back(fs, &n, &e, e.ino) {
                 log::error!(
                     "write-back of inode {} failed (kept in memory): {err}",
                     e.ino
@@ -218,7 +219,7 @@ pub(crate) fn memory_watch_loop(fs: &TierFs) {
             }
             low = true;
             fs.ledger.charge(crate::ledger::Class::WriteBack, || {
-                cached::shrink_cache(fs, next)
+                writeback::shrink_cache(fs, next)
             });
         } else if next > cur {
             c.set_budget(next);

@@ -4,12 +4,13 @@
 use crate::data::file::FileState;
 use crate::error::{Error, Result};
 use crate::layout::FileLayout;
-use crate::sys::{self};
+use crate::sys;
 use crate::tierio::Piece;
 use crate::vfs::backing;
 use crate::vfs::state::TierFs;
 use crate::vfs::tree::{NodeData, Tree};
 use crate::vfs::types::*;
+use std::ffi::OsStr;
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -161,5 +162,31 @@ pub(crate) fn attr_locked(fs: &TierFs, tree: &Tree, ino: u64) -> Result<Attr> {
                 .map_err(|e| backing::tier_err(fs, 0, "stat", &path, e))?;
             Ok(attr_from_meta(fs, ino, kind, &m, None))
         }
+    }
+}
+
+pub(crate) fn check_writable_parent(fs: &TierFs, parent: u64, name: &OsStr) -> Result<()> {
+    if Virtual::from_ino(parent).is_some() {
+        return Err(Error::Access("the stats folder is read-only"));
+    }
+    if reserved(fs, parent, name) {
+        return Err(Error::Exists);
+    }
+    name_ok(name)
+}
+
+pub(crate) fn reserved(fs: &TierFs, parent: u64, name: &OsStr) -> bool {
+    parent == ROOT_INO && name == fs.stats_dir
+}
+
+pub(crate) fn getattr(fs: &TierFs, ino: u64) -> Result<Attr> {
+    let tree = fs.tree.read();
+    attr_locked(fs, &tree, ino)
+}
+
+/// Counts a reference handed to the kernel by create/mkdir/symlink/mknod.
+pub(crate) fn remember(_fs: &TierFs, tree: &mut Tree, ino: u64) {
+    if let Some(n) = tree.nodes.get_mut(&ino) {
+        n.nlookup += 1;
     }
 }

@@ -2,7 +2,6 @@
 //! limbo for unlinked files, ownership of new objects, extended attributes and statfs.
 
 use crate::data::file::FileState;
-use crate::data::{cached, migrate};
 use crate::error::{Error, Result};
 use crate::layout::{FileLayout, NAME_MAX};
 use crate::tierio::Piece;
@@ -159,32 +158,6 @@ pub(crate) fn to_limbo(fs: &TierFs, tree: &Tree, ino: u64) -> Result<()> {
     Ok(())
 }
 
-/// Forgets a node that is neither linked, referenced by the kernel nor open, and
-/// deletes its pieces in limbo.
-pub(crate) fn drop_if_gone(fs: &TierFs, tree: &mut Tree, ino: u64) {
-    let Some(n) = tree.nodes.get(&ino) else {
-        return;
-    };
-    if n.linked || n.nlookup > 0 {
-        return;
-    }
-    if let NodeData::File(f) = &n.data {
-        if f.state.read().opens > 0 {
-            return;
-        }
-        migrate::discard_migration(fs, ino, &mut f.state.write());
-        cached::cache_forget(fs, f);
-    }
-    if n.limbo {
-        if let Ok(paths) = backing_paths(fs, tree, ino) {
-            for (t, p) in paths {
-                let _ = fs.tiers[t].fs().unlink(&p);
-            }
-        }
-    }
-    tree.nodes.remove(&ino);
-}
-
 /// Gives a new backing object the caller's ownership when we are root.
 pub(crate) fn chown_new(fs: &TierFs, path: &Path, ctx: Ctx, tier: usize) -> Result<()> {
     if fs.euid == 0 && (ctx.uid != 0 || ctx.gid != 0) {
@@ -320,4 +293,49 @@ pub(crate) fn removexattr(fs: &TierFs, ino: u64, name: &OsStr) -> Result<()> {
             Some(libc::ENODATA) => Error::NoAttr,
             _ => tier_err(fs, t, "removexattr", &p, e),
         })
+}
+
+/// ENOSPC for a new file or a move no tier has room for, logged with each tier's
+/// account: `df` may show free space that tierfs keeps back ([`crate::tier::FREE_RESERVE`]
+/// per tier, and what the cache has promised), or the tier is at its `capacity`.
+pub(crate) fn no_room(fs: &TierFs, want: u64) -> Error {
+    use crate::units::fmt_bytes;
+    let why: Vec<String> = fs
+        .tiers
+        .iter()
+        .filter(|t| !t.missing)
+        .map(|t| {
+            let avail = t.space().map_or(0, |s| s.avail);
+            let mut w = format!(
+                "'{}' {} free on its file system, {} of it kept back (FREE_RESERVE)",
+                t.name,
+                fmt_bytes(avail),
+                fmt_bytes(avail.min(crate::tier::FREE_RESERVE))
+            );
+            let promised = t.counters.reserved.load(Ordering::Relaxed);
+            if promised > 0 {
+                w.push_str(&format!(
+                    ", {} promised to cached data",
+                    fmt_bytes(promised)
+                ));
+            }
+            if let Some(c) = t.capacity {
+                w.push_str(&format!(
+                    ", {} of its capacity {} used",
+                    fmt_bytes(t.counters.used.load(Ordering::Relaxed)),
+                    fmt_bytes(c)
+                ));
+            }
+            if !t.is_healthy() {
+                w.push_str(&format!(", {}", t.state()));
+            }
+            w
+        })
+        .collect();
+    log::warn!(
+        "no tier has room for {} more bytes (ENOSPC): {}",
+        fmt_bytes(want),
+        why.join("; ")
+    );
+    Error::NoSpace(want)
 }

@@ -17,21 +17,9 @@
 
 use crate::error::{Error, Result};
 use crate::vfs::state::TierFs;
-use parking_lot::RwLock;
-use std::collections::HashSet;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-/// The failed inodes and the panic counter of a mount.
-#[derive(Debug, Default)]
-pub(crate) struct Containment {
-    pub(crate) failed: RwLock<HashSet<u64>>,
-    /// Set with the first failed inode: the common case (none) costs one load per request.
-    pub(crate) any_failed: AtomicBool,
-    pub(crate) panics: AtomicU64,
-    /// Debug builds: the inode whose next request panics (`debug-panic`), 0 for none.
-    pub(crate) armed: AtomicU64,
-}
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
 
 /// The text of a panic payload.
 pub(crate) fn panic_text(p: &(dyn std::any::Any + Send)) -> &str {

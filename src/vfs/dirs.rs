@@ -2,8 +2,8 @@
 //! a folder.
 
 use crate::error::{Error, Result};
-use crate::vfs::handles::Handle;
 use crate::vfs::state::TierFs;
+use crate::vfs::types::Handle;
 use crate::vfs::types::*;
 use crate::vfs::{backing, handles};
 

@@ -9,61 +9,17 @@ use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
 use crate::placement::{self, Charge};
 use crate::sys::{self, SetTime};
 use crate::tierio::Piece;
-use crate::vfs::handles::Handle;
 use crate::vfs::state::TierFs;
 use crate::vfs::tree::{NodeData, Tree};
+use crate::vfs::types::Handle;
 use crate::vfs::types::*;
-use crate::vfs::{attr, backing, handles, namespace};
+use crate::vfs::{attr, backing, handles};
 use std::ffi::OsStr;
 
+use crate::data::writeback;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// ENOSPC for a new file or a move no tier has room for, logged with each tier's
-/// account: `df` may show free space that tierfs keeps back ([`crate::tier::FREE_RESERVE`]
-/// per tier, and what the cache has promised), or the tier is at its `capacity`.
-pub(crate) fn no_room(fs: &TierFs, want: u64) -> Error {
-    use crate::units::fmt_bytes;
-    let why: Vec<String> = fs
-        .tiers
-        .iter()
-        .filter(|t| !t.missing)
-        .map(|t| {
-            let avail = t.space().map_or(0, |s| s.avail);
-            let mut w = format!(
-                "'{}' {} free on its file system, {} of it kept back (FREE_RESERVE)",
-                t.name,
-                fmt_bytes(avail),
-                fmt_bytes(avail.min(crate::tier::FREE_RESERVE))
-            );
-            let promised = t.counters.reserved.load(Ordering::Relaxed);
-            if promised > 0 {
-                w.push_str(&format!(
-                    ", {} promised to cached data",
-                    fmt_bytes(promised)
-                ));
-            }
-            if let Some(c) = t.capacity {
-                w.push_str(&format!(
-                    ", {} of its capacity {} used",
-                    fmt_bytes(t.counters.used.load(Ordering::Relaxed)),
-                    fmt_bytes(c)
-                ));
-            }
-            if !t.is_healthy() {
-                w.push_str(&format!(", {}", t.state()));
-            }
-            w
-        })
-        .collect();
-    log::warn!(
-        "no tier has room for {} more bytes (ENOSPC): {}",
-        fmt_bytes(want),
-        why.join("; ")
-    );
-    Error::NoSpace(want)
-}
 
 /// Chooses the layout of a new file in `parent` (no tree lock needed).
 pub(crate) fn choose_layout(fs: &TierFs, parent: u64) -> Result<(FileLayout, Option<Charge>)> {
@@ -77,13 +33,13 @@ pub(crate) fn choose_layout(fs: &TierFs, parent: u64) -> Result<(FileLayout, Opt
             let c = fs
                 .placer
                 .choose(parent, &eligible)
-                .ok_or_else(|| no_room(fs, 1 << 20))?;
+                .ok_or_else(|| backing::no_room(fs, 1 << 20))?;
             Ok((FileLayout::Whole { tier: c.tier }, Some(c)))
         }
         Layout::Stripe => {
             let pattern = placement::stripe_pattern(&fs.placer.shares(), &eligible);
             if pattern.is_empty() {
-                return Err(no_room(fs, 1 << 20));
+                return Err(backing::no_room(fs, 1 << 20));
             }
             if pattern.len() == 1 {
                 return Ok((
@@ -161,7 +117,7 @@ pub(crate) fn create(
     flags: i32,
     ctx: Ctx,
 ) -> Result<(Attr, u64, OpenInfo)> {
-    namespace::check_writable_parent(fs, parent, name)?;
+    attr::check_writable_parent(fs, parent, name)?;
     let (mut layout, mut charge) = choose_layout(fs, parent)?;
     let mut tree = fs.tree.write();
     if let Some(existing) = tree.children(parent)?.get(name).copied() {
@@ -173,9 +129,9 @@ pub(crate) fn create(
         }
         drop(tree);
         let (fh, info) = open(fs, existing, flags)?;
-        let a = namespace::getattr(fs, existing)?;
+        let a = attr::getattr(fs, existing)?;
         let mut tree = fs.tree.write();
-        namespace::remember(fs, &mut tree, existing);
+        attr::remember(fs, &mut tree, existing);
         return Ok((a, fh, info));
     }
     let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
@@ -195,7 +151,7 @@ pub(crate) fn create(
             let c = fs
                 .placer
                 .choose(parent, &eligible)
-                .ok_or_else(|| no_room(fs, 1 << 20))?;
+                .ok_or_else(|| backing::no_room(fs, 1 << 20))?;
             layout = FileLayout::Whole { tier: c.tier };
             charge = Some(c);
             create_pieces(fs, &rel, &layout, mode & 0o7777, ctx)?
@@ -226,7 +182,7 @@ pub(crate) fn create(
         }
         pt
     };
-    namespace::remember(fs, &mut tree, ino);
+    attr::remember(fs, &mut tree, ino);
     let attr = attr::attr_locked(fs, &tree, ino)?;
     let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
     let fh = handles::new_fh(
@@ -428,7 +384,7 @@ pub(crate) fn release(fs: &TierFs, fh: u64) -> Result<()> {
         if last {
             // An unlinked file the kernel has already forgotten goes now.
             let mut tree = fs.tree.write();
-            backing::drop_if_gone(fs, &mut tree, ino);
+            drop_if_gone(fs, &mut tree, ino);
         }
     }
     Ok(())
@@ -522,7 +478,7 @@ pub(crate) fn fsync(fs: &TierFs, fh: u64, datasync: bool) -> Result<()> {
         Handle::File { node, ino, .. } => {
             let e = node.state.read().cache.clone();
             if let Some(e) = e {
-                cached::write_back(fs, &node, &e, ino)?;
+                writeback::write_back(fs, &node, &e, ino)?;
             }
             // A migration's new bytes are in limbo temporaries until it switches over.
             if node.state.read().migration.is_some() && !node.gone.load(Ordering::Relaxed) {
@@ -615,4 +571,30 @@ pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> 
         }
     }
     Ok(())
+}
+
+/// Forgets a node that is neither linked, referenced by the kernel nor open, and
+/// deletes its pieces in limbo.
+pub(crate) fn drop_if_gone(fs: &TierFs, tree: &mut Tree, ino: u64) {
+    let Some(n) = tree.nodes.get(&ino) else {
+        return;
+    };
+    if n.linked || n.nlookup > 0 {
+        return;
+    }
+    if let NodeData::File(f) = &n.data {
+        if f.state.read().opens > 0 {
+            return;
+        }
+        migrate::discard_migration(fs, ino, &mut f.state.write());
+        cached::cache_forget(fs, f);
+    }
+    if n.limbo {
+        if let Ok(paths) = backing::backing_paths(fs, tree, ino) {
+            for (t, p) in paths {
+                let _ = fs.tiers[t].fs().unlink(&p);
+            }
+        }
+    }
+    tree.nodes.remove(&ino);
 }

@@ -13,20 +13,6 @@ use std::ffi::OsStr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-#[derive(Debug, Clone)]
-pub(crate) enum Handle {
-    File {
-        node: Arc<FileNode>,
-        ino: u64,
-        write: bool,
-        passthrough: bool,
-    },
-    Virtual(Arc<Vec<u8>>),
-    /// `.tierfs/control`, open for writing.
-    Control,
-    Dir(Arc<Vec<DirEntry>>),
-}
-
 pub(crate) fn passthrough_mode(fs: &TierFs) -> crate::config::Passthrough {
     fs.passthrough_mode
 }

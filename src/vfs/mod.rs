@@ -32,6 +32,7 @@ pub mod contain;
 pub mod dirs;
 pub mod files;
 pub mod handles;
+pub mod lifecycle;
 pub mod namespace;
 pub mod scan;
 pub mod state;
@@ -40,7 +41,7 @@ pub mod tree;
 pub mod types;
 
 pub use crate::data::file::FileNode;
-pub use crate::data::migrate::RelayoutCounters;
+pub use crate::vfs::state::RelayoutCounters;
 pub use state::TierFs;
 pub use statsdir::{CacheView, CachedFile, MemoryView, OrderEntry};
 pub use types::*;
@@ -48,6 +49,7 @@ pub use types::*;
 use crate::adapt;
 use crate::cache::Cache;
 use crate::config::{Layout, MountConfig};
+use crate::data::writeback;
 use crate::data::{cached, migrate, path, prefetch};
 use crate::error::Result;
 use crate::layout::FileLayout;
@@ -63,7 +65,7 @@ impl TierFs {
     /// with a cache only where the config states its size (an automatic size is the
     /// mount's to choose: [`TierFs::with_staging`]).
     pub fn new(config: &MountConfig, tiers: Vec<Tier>) -> Result<TierFs> {
-        state::new(config, tiers)
+        lifecycle::new(config, tiers)
     }
 
     /// [`TierFs::new`] with the staging memory the mount chose ([`crate::cache::memory`]).
@@ -72,7 +74,7 @@ impl TierFs {
         tiers: Vec<Tier>,
         staging: crate::cache::memory::Plan,
     ) -> Result<TierFs> {
-        state::with_staging(config, tiers, staging)
+        lifecycle::with_staging(config, tiers, staging)
     }
 
     pub fn tiers(&self) -> &[Tier] {
@@ -185,7 +187,7 @@ impl TierFs {
     }
 
     pub fn getattr(&self, ino: u64) -> Result<Attr> {
-        namespace::getattr(self, ino)
+        attr::getattr(self, ino)
     }
 
     pub fn setattr(&self, ino: u64, s: SetAttr) -> Result<Attr> {
@@ -352,7 +354,7 @@ impl TierFs {
     /// first one's answer. In scratch mode it only stops the cache threads: the data is
     /// being thrown away, so nothing counts as lost.
     pub fn shutdown(&self) -> Vec<String> {
-        state::shutdown(self)
+        lifecycle::shutdown(self)
     }
 
     pub fn cache(&self) -> Option<&Arc<Cache>> {
@@ -367,7 +369,7 @@ impl TierFs {
 
     /// Writes every dirty cached file back (control `flush`); the first error.
     pub fn flush_cache(&self) -> Result<()> {
-        cached::flush_cache(self)
+        writeback::flush_cache(self)
     }
 
     /// The prefetcher: loads predicted files into the cache, behind demand I/O.
@@ -387,7 +389,7 @@ impl TierFs {
     /// up after [`SHRINK_WITHIN`] (files busy all that time, or write-back failing); the
     /// watch's next poll tries again.
     pub fn shrink_cache(&self, target: u64) {
-        cached::shrink_cache(self, target)
+        writeback::shrink_cache(self, target)
     }
 
     /// The pressure watch ([`crate::cache::memory`]): every poll, the budget follows the

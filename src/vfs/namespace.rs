@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 pub(crate) fn kill_suidgid(fs: &TierFs, ino: u64) -> Result<bool> {
-    let mode = getattr(fs, ino)?;
+    let mode = attr::getattr(fs, ino)?;
     if mode.kind != Kind::File {
         return Ok(false);
     }
@@ -42,22 +42,8 @@ pub(crate) fn kill_suidgid(fs: &TierFs, ino: u64) -> Result<bool> {
     .map(|_| true)
 }
 
-pub(crate) fn reserved(fs: &TierFs, parent: u64, name: &OsStr) -> bool {
-    parent == ROOT_INO && name == fs.stats_dir
-}
-
-pub(crate) fn check_writable_parent(fs: &TierFs, parent: u64, name: &OsStr) -> Result<()> {
-    if Virtual::from_ino(parent).is_some() {
-        return Err(Error::Access("the stats folder is read-only"));
-    }
-    if reserved(fs, parent, name) {
-        return Err(Error::Exists);
-    }
-    name_ok(name)
-}
-
 pub(crate) fn lookup(fs: &TierFs, parent: u64, name: &OsStr) -> Result<Attr> {
-    if reserved(fs, parent, name) {
+    if attr::reserved(fs, parent, name) {
         return Ok(attr::virtual_attr(fs, Virtual::Dir));
     }
     if parent == Virtual::Dir.ino() {
@@ -79,13 +65,6 @@ pub(crate) fn lookup(fs: &TierFs, parent: u64, name: &OsStr) -> Result<Attr> {
     Ok(a)
 }
 
-/// Counts a reference handed to the kernel by create/mkdir/symlink/mknod.
-pub(crate) fn remember(_fs: &TierFs, tree: &mut Tree, ino: u64) {
-    if let Some(n) = tree.nodes.get_mut(&ino) {
-        n.nlookup += 1;
-    }
-}
-
 pub(crate) fn forget(fs: &TierFs, ino: u64, n: u64) {
     if ino == ROOT_INO || Virtual::from_ino(ino).is_some() {
         return;
@@ -94,12 +73,7 @@ pub(crate) fn forget(fs: &TierFs, ino: u64, n: u64) {
     if let Some(node) = tree.nodes.get_mut(&ino) {
         node.nlookup = node.nlookup.saturating_sub(n);
     }
-    backing::drop_if_gone(fs, &mut tree, ino);
-}
-
-pub(crate) fn getattr(fs: &TierFs, ino: u64) -> Result<Attr> {
-    let tree = fs.tree.read();
-    attr::attr_locked(fs, &tree, ino)
+    files::drop_if_gone(fs, &mut tree, ino);
 }
 
 pub(crate) fn setattr(fs: &TierFs, ino: u64, s: SetAttr) -> Result<Attr> {
@@ -215,7 +189,7 @@ pub(crate) fn readlink(fs: &TierFs, ino: u64) -> Result<OsString> {
 }
 
 pub(crate) fn mkdir(fs: &TierFs, parent: u64, name: &OsStr, mode: u32, ctx: Ctx) -> Result<Attr> {
-    check_writable_parent(fs, parent, name)?;
+    attr::check_writable_parent(fs, parent, name)?;
     let mut tree = fs.tree.write();
     if tree.children(parent)?.contains_key(name) {
         return Err(Error::Exists);
@@ -249,7 +223,7 @@ pub(crate) fn mkdir(fs: &TierFs, parent: u64, name: &OsStr, mode: u32, ctx: Ctx)
     if let Some(n) = tree.nodes.get_mut(&ino) {
         n.degraded_new = fs.tiers.iter().any(|t| t.missing);
     }
-    remember(fs, &mut tree, ino);
+    attr::remember(fs, &mut tree, ino);
     attr::attr_locked(fs, &tree, ino)
 }
 
@@ -260,7 +234,7 @@ pub(crate) fn symlink(
     target: &Path,
     ctx: Ctx,
 ) -> Result<Attr> {
-    check_writable_parent(fs, parent, name)?;
+    attr::check_writable_parent(fs, parent, name)?;
     let mut tree = fs.tree.write();
     if tree.children(parent)?.contains_key(name) {
         return Err(Error::Exists);
@@ -273,7 +247,7 @@ pub(crate) fn symlink(
         .map_err(|e| backing::tier_err(fs, 0, "symlink", &p, e))?;
     backing::chown_new(fs, &p, ctx, 0)?;
     let ino = tree.insert(parent, name, NodeData::Other(Kind::Symlink));
-    remember(fs, &mut tree, ino);
+    attr::remember(fs, &mut tree, ino);
     attr::attr_locked(fs, &tree, ino)
 }
 
@@ -298,7 +272,7 @@ pub(crate) fn mknod(
         libc::S_IFBLK => Kind::BlockDevice,
         _ => return Err(Error::Invalid("mknod of an unknown file type")),
     };
-    check_writable_parent(fs, parent, name)?;
+    attr::check_writable_parent(fs, parent, name)?;
     let mut tree = fs.tree.write();
     if tree.children(parent)?.contains_key(name) {
         return Err(Error::Exists);
@@ -311,7 +285,7 @@ pub(crate) fn mknod(
         .map_err(|e| backing::tier_err(fs, 0, "mknod", &p, e))?;
     backing::chown_new(fs, &p, ctx, 0)?;
     let ino = tree.insert(parent, name, NodeData::Other(kind));
-    remember(fs, &mut tree, ino);
+    attr::remember(fs, &mut tree, ino);
     attr::attr_locked(fs, &tree, ino)
 }
 
@@ -387,12 +361,12 @@ pub(crate) fn detach(
             fs.placer.release(c);
         }
     }
-    backing::drop_if_gone(fs, tree, ino);
+    files::drop_if_gone(fs, tree, ino);
     Ok(())
 }
 
 pub(crate) fn unlink(fs: &TierFs, parent: u64, name: &OsStr) -> Result<()> {
-    if Virtual::from_ino(parent).is_some() || reserved(fs, parent, name) {
+    if Virtual::from_ino(parent).is_some() || attr::reserved(fs, parent, name) {
         return Err(Error::Access("the stats folder is read-only"));
     }
     let mut tree = fs.tree.write();
@@ -404,7 +378,7 @@ pub(crate) fn unlink(fs: &TierFs, parent: u64, name: &OsStr) -> Result<()> {
 }
 
 pub(crate) fn rmdir(fs: &TierFs, parent: u64, name: &OsStr) -> Result<()> {
-    if Virtual::from_ino(parent).is_some() || reserved(fs, parent, name) {
+    if Virtual::from_ino(parent).is_some() || attr::reserved(fs, parent, name) {
         return Err(Error::Access("the stats folder is read-only"));
     }
     let mut tree = fs.tree.write();
@@ -431,11 +405,11 @@ pub(crate) fn rename(
 ) -> Result<()> {
     if Virtual::from_ino(parent).is_some()
         || Virtual::from_ino(newparent).is_some()
-        || reserved(fs, parent, name)
+        || attr::reserved(fs, parent, name)
     {
         return Err(Error::Access("the stats folder is read-only"));
     }
-    check_writable_parent(fs, newparent, newname)?;
+    attr::check_writable_parent(fs, newparent, newname)?;
     if flags & libc::RENAME_EXCHANGE != 0 {
         return Err(Error::Invalid("RENAME_EXCHANGE is not supported"));
     }

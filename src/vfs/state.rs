@@ -2,23 +2,19 @@
 //! threads share, its construction over opened tiers, and the shutdown that puts what is
 //! held in memory back on the tiers.
 
-use crate::adapt;
-use crate::config::{Layout, MountConfig};
-use crate::data::migrate::RelayoutCounters;
-use crate::data::{cached, migrate};
-use crate::error::Result;
-use crate::placement::{self, Placer};
-use crate::sys::{self};
+use std::collections::HashSet;
+
+use crate::config::Layout;
+use crate::placement::Placer;
 use crate::tier::Tier;
-use crate::vfs::handles::Handle;
-use crate::vfs::tree::{Node, NodeData, Tree};
-use crate::vfs::types::*;
-use crate::vfs::{contain, namespace, scan};
+
+use crate::vfs::tree::Tree;
+use crate::vfs::types::Handle;
 use parking_lot::{Mutex, RwLock};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -66,103 +62,9 @@ pub struct TierFs {
     /// writes nothing back.
     pub(crate) scratch: bool,
     /// Inodes failed by a panic in a request, and the panic count (`contain`).
-    pub(crate) contain: contain::Containment,
+    pub(crate) contain: Containment,
     /// Per tier: its coordination with the job's other nodes (`shared_ledger`), if shared.
     pub(crate) shared: Vec<Option<crate::coord::SharedTier>>,
-}
-
-pub(crate) fn new(config: &MountConfig, tiers: Vec<Tier>) -> Result<TierFs> {
-    with_staging(
-        config,
-        tiers,
-        crate::cache::memory::Plan::stated(&config.cache),
-    )
-}
-
-pub(crate) fn with_staging(
-    config: &MountConfig,
-    tiers: Vec<Tier>,
-    staging: crate::cache::memory::Plan,
-) -> Result<TierFs> {
-    let bws: Vec<f64> = tiers
-        .iter()
-        .map(|t| placement::effective_bandwidth(t.read_bps, t.write_bps))
-        .collect();
-    let mut nodes = HashMap::new();
-    nodes.insert(
-        ROOT_INO,
-        Node {
-            parent: ROOT_INO,
-            name: OsString::new(),
-            data: NodeData::Dir {
-                children: BTreeMap::new(),
-            },
-            nlookup: 1,
-            linked: true,
-            removed_attr: None,
-            limbo: false,
-            degraded_new: false,
-        },
-    );
-    let fs = TierFs {
-        placer: Placer::new(if config.placement.adapt {
-            adapt::paused_shares(&tiers, &bws, config.placement.min_share)
-        } else {
-            placement::shares(&bws)
-        }),
-        tiers,
-        layout: config.placement.layout,
-        stripe_unit: config.placement.stripe_unit,
-        tree: RwLock::new(Tree {
-            nodes,
-            next_ino: FIRST_INO,
-        }),
-        handles: Mutex::new(HashMap::new()),
-        next_fh: AtomicU64::new(1),
-        stats_dir: OsString::from(&config.mount.stats_dir),
-        config_text: config.to_toml(),
-        started: SystemTime::now(),
-        euid: sys::euid(),
-        xattr_warned: AtomicBool::new(false),
-        passthrough: AtomicBool::new(config.mount.passthrough != crate::config::Passthrough::Off),
-        passthrough_mode: config.mount.passthrough,
-        aside: Mutex::new(Vec::new()),
-        adapt: config.placement.adapt,
-        min_share: config.placement.min_share,
-        cache: staging.cache.map(|c| {
-            Arc::new(crate::cache::Cache::planned(
-                c,
-                staging.from.clone(),
-                staging.limit,
-            ))
-        }),
-        staging_from: staging.from,
-        threads: config.mount.threads,
-        engine: crate::tierio::choose(config.mount.engine),
-        relayout: RelayoutCounters::default(),
-        requests: Arc::default(),
-        ledger: crate::ledger::CpuLedger::default(),
-        shut: Mutex::new(None),
-        scratch: config.mount.scratch,
-        contain: contain::Containment::default(),
-        shared: Vec::new(),
-    };
-    let shared = config
-        .tiers
-        .iter()
-        .zip(&fs.tiers)
-        .map(|(c, t)| {
-            let sh = c.shared.as_ref().filter(|_| !t.missing)?;
-            Some(crate::coord::SharedTier::new(
-                crate::coord::ledger_dir(&sh.ledger, &sh.job, &t.name),
-                &sh.node,
-                placement::effective_bandwidth(t.read_bps, t.write_bps),
-            ))
-        })
-        .collect();
-    let fs = TierFs { shared, ..fs };
-    scan::scan(&fs)?;
-    Ok(fs)
 }
 
 /// The way to the tiers: every backing read and write goes through it with its class.
@@ -174,53 +76,31 @@ pub(crate) fn set_engine(fs: &mut TierFs, engine: Box<dyn crate::tierio::Engine>
     fs.engine = engine;
 }
 
-pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
-    let mut shut = fs.shut.lock();
-    if let Some(lost) = &*shut {
-        return lost.clone();
-    }
-    if fs.scratch {
-        // The daemon removes the tier folders next: writing dirty blocks back, finishing
-        // re-layouts or syncing pieces would only delay that.
-        cached::stop_cache(fs);
-        *shut = Some(Vec::new());
-        return Vec::new();
-    }
-    let mut lost = Vec::new();
-    for (ino, dirty, e) in cached::write_back_all(fs) {
-        lost.push(format!(
-            "{}: {dirty} bytes written to it were only in memory and could not be \
-             written back: {e}",
-            namespace::describe(fs, ino)
-        ));
-    }
-    cached::stop_cache(fs);
-    let tree = fs.tree.read();
-    for (ino, n) in &tree.nodes {
-        if contain::is_failed(fs, *ino) {
-            // Its state is not trusted: the next mount rebuilds it from the tiers.
-            continue;
-        }
-        if let NodeData::File(f) = &n.data {
-            let mut st = f.state.write();
-            if st.migration.is_some() && !f.gone.load(Ordering::Relaxed) {
-                if let Err(e) = migrate::commit_migration_locked(fs, &tree, *ino, f, &mut st) {
-                    lost.push(format!(
-                        "{}: the writes since it was opened were being moved to a new \
-                         layout, which could not finish: {e}",
-                        namespace::describe_in(&tree, *ino)
-                    ));
-                }
-            }
-            for p in st.pieces.iter().flatten() {
-                let _ = p.file().sync_data();
-            }
-        }
-    }
-    drop(tree);
-    for l in &lost {
-        log::error!("unmount: LOST: {l}");
-    }
-    *shut = Some(lost.clone());
-    lost
+/// The failed inodes and the panic counter of a mount.
+#[derive(Debug, Default)]
+pub(crate) struct Containment {
+    pub(crate) failed: RwLock<HashSet<u64>>,
+    /// Set with the first failed inode: the common case (none) costs one load per request.
+    pub(crate) any_failed: AtomicBool,
+    pub(crate) panics: AtomicU64,
+    /// Debug builds: the inode whose next request panics (`debug-panic`), 0 for none.
+    pub(crate) armed: AtomicU64,
+}
+
+/// Bytes moved by re-layouts since mount (`stats.json`, `relayout`).
+#[derive(Debug, Default)]
+pub struct RelayoutCounters {
+    /// Lazy moves begun, switched over, and dropped (file unlinked, or taken over by an
+    /// eager move).
+    pub migrations_started: AtomicU64,
+    pub migrations_committed: AtomicU64,
+    pub migrations_dropped: AtomicU64,
+    /// Old bytes a lazy move copied (partial first writes of a block, and the blocks never
+    /// rewritten, at commit) ...
+    pub migration_copied_bytes: AtomicU64,
+    /// ... and old bytes it did not have to copy, because a write replaced the whole block.
+    pub migration_rewritten_bytes: AtomicU64,
+    /// Eager moves (full or failed tier, cached files) and the bytes they copied.
+    pub eager_moves: AtomicU64,
+    pub eager_copied_bytes: AtomicU64,
 }

@@ -11,6 +11,7 @@ use crate::vfs::state::TierFs;
 use crate::vfs::tree::NodeData;
 use crate::vfs::types::*;
 
+use crate::data::writeback;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -191,10 +192,10 @@ pub(crate) fn control(fs: &TierFs, text: &[u8]) -> Result<()> {
                     let mut st = node.state.write();
                     cached::uncache_locked(fs, &node, &mut st)?;
                 } else if let Some(e) = node.state.read().cache.clone() {
-                    cached::write_back(fs, &node, &e, ino)?;
+                    writeback::write_back(fs, &node, &e, ino)?;
                 }
             }
-            Command::Flush { path: None } => cached::flush_cache(fs)?,
+            Command::Flush { path: None } => writeback::flush_cache(fs)?,
             Command::DebugPanic { .. } => {}
         }
     }

@@ -2,6 +2,7 @@
 //! as the FUSE adapter sees them, the `.tierfs/` virtual files, and small rules on names and
 //! errors shared by the namespace and the data path.
 
+use crate::data::file::FileNode;
 use crate::error::{Error, Result};
 use crate::layout::{FileLayout, NAME_MAX};
 use crate::sys::SetTime;
@@ -240,4 +241,18 @@ pub(crate) fn sys_egid() -> u32 {
 /// program (see [`crate::config::Passthrough::Auto`]).
 pub fn is_deepspeed_swap(name: &OsStr) -> bool {
     name.as_bytes().ends_with(b".tensor.swp")
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Handle {
+    File {
+        node: Arc<FileNode>,
+        ino: u64,
+        write: bool,
+        passthrough: bool,
+    },
+    Virtual(Arc<Vec<u8>>),
+    /// `.tierfs/control`, open for writing.
+    Control,
+    Dir(Arc<Vec<DirEntry>>),
 }

@@ -1,0 +1,166 @@
+//! The filesystem's life: building the state over opened tiers (rebuilding the tree from
+//! them, [`crate::vfs::scan`]) and the shutdown that puts everything held in memory back on
+//! the tiers.
+
+use crate::config::MountConfig;
+use crate::data::{cached, migrate, writeback};
+use crate::error::Result;
+use crate::placement::Placer;
+use crate::tier::Tier;
+use crate::vfs::state::RelayoutCounters;
+use crate::vfs::state::{Containment, TierFs};
+use crate::vfs::tree::{Node, NodeData, Tree};
+use crate::vfs::types::*;
+use crate::vfs::{contain, namespace, scan};
+use crate::{adapt, placement, sys};
+use parking_lot::{Mutex, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+pub(crate) fn new(config: &MountConfig, tiers: Vec<Tier>) -> Result<TierFs> {
+    with_staging(
+        config,
+        tiers,
+        crate::cache::memory::Plan::stated(&config.cache),
+    )
+}
+
+pub(crate) fn with_staging(
+    config: &MountConfig,
+    tiers: Vec<Tier>,
+    staging: crate::cache::memory::Plan,
+) -> Result<TierFs> {
+    let bws: Vec<f64> = tiers
+        .iter()
+        .map(|t| placement::effective_bandwidth(t.read_bps, t.write_bps))
+        .collect();
+    let mut nodes = HashMap::new();
+    nodes.insert(
+        ROOT_INO,
+        Node {
+            parent: ROOT_INO,
+            name: OsString::new(),
+            data: NodeData::Dir {
+                children: BTreeMap::new(),
+            },
+            nlookup: 1,
+            linked: true,
+            removed_attr: None,
+            limbo: false,
+            degraded_new: false,
+        },
+    );
+    let fs = TierFs {
+        placer: Placer::new(if config.placement.adapt {
+            adapt::paused_shares(&tiers, &bws, config.placement.min_share)
+        } else {
+            placement::shares(&bws)
+        }),
+        tiers,
+        layout: config.placement.layout,
+        stripe_unit: config.placement.stripe_unit,
+        tree: RwLock::new(Tree {
+            nodes,
+            next_ino: FIRST_INO,
+        }),
+        handles: Mutex::new(HashMap::new()),
+        next_fh: AtomicU64::new(1),
+        stats_dir: OsString::from(&config.mount.stats_dir),
+        config_text: config.to_toml(),
+        started: SystemTime::now(),
+        euid: sys::euid(),
+        xattr_warned: AtomicBool::new(false),
+        passthrough: AtomicBool::new(config.mount.passthrough != crate::config::Passthrough::Off),
+        passthrough_mode: config.mount.passthrough,
+        aside: Mutex::new(Vec::new()),
+        adapt: config.placement.adapt,
+        min_share: config.placement.min_share,
+        cache: staging.cache.map(|c| {
+            Arc::new(crate::cache::Cache::planned(
+                c,
+                staging.from.clone(),
+                staging.limit,
+            ))
+        }),
+        staging_from: staging.from,
+        threads: config.mount.threads,
+        engine: crate::tierio::choose(config.mount.engine),
+        relayout: RelayoutCounters::default(),
+        requests: Arc::default(),
+        ledger: crate::ledger::CpuLedger::default(),
+        shut: Mutex::new(None),
+        scratch: config.mount.scratch,
+        contain: Containment::default(),
+        shared: Vec::new(),
+    };
+    let shared = config
+        .tiers
+        .iter()
+        .zip(&fs.tiers)
+        .map(|(c, t)| {
+            let sh = c.shared.as_ref().filter(|_| !t.missing)?;
+            Some(crate::coord::SharedTier::new(
+                crate::coord::ledger_dir(&sh.ledger, &sh.job, &t.name),
+                &sh.node,
+                placement::effective_bandwidth(t.read_bps, t.write_bps),
+            ))
+        })
+        .collect();
+    let fs = TierFs { shared, ..fs };
+    scan::scan(&fs)?;
+    Ok(fs)
+}
+
+pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
+    let mut shut = fs.shut.lock();
+    if let Some(lost) = &*shut {
+        return lost.clone();
+    }
+    if fs.scratch {
+        // The daemon removes the tier folders next: writing dirty blocks back, finishing
+        // re-layouts or syncing pieces would only delay that.
+        cached::stop_cache(fs);
+        *shut = Some(Vec::new());
+        return Vec::new();
+    }
+    let mut lost = Vec::new();
+    for (ino, dirty, e) in writeback::write_back_all(fs) {
+        lost.push(format!(
+            "{}: {dirty} bytes written to it were only in memory and could not be \
+             written back: {e}",
+            namespace::describe(fs, ino)
+        ));
+    }
+    cached::stop_cache(fs);
+    let tree = fs.tree.read();
+    for (ino, n) in &tree.nodes {
+        if contain::is_failed(fs, *ino) {
+            // Its state is not trusted: the next mount rebuilds it from the tiers.
+            continue;
+        }
+        if let NodeData::File(f) = &n.data {
+            let mut st = f.state.write();
+            if st.migration.is_some() && !f.gone.load(Ordering::Relaxed) {
+                if let Err(e) = migrate::commit_migration_locked(fs, &tree, *ino, f, &mut st) {
+                    lost.push(format!(
+                        "{}: the writes since it was opened were being moved to a new \
+                         layout, which could not finish: {e}",
+                        namespace::describe_in(&tree, *ino)
+                    ));
+                }
+            }
+            for p in st.pieces.iter().flatten() {
+                let _ = p.file().sync_data();
+            }
+        }
+    }
+    drop(tree);
+    for l in &lost {
+        log::error!("unmount: LOST: {l}");
+    }
+    *shut = Some(lost.clone());
+    lost
+}

@@ -42,7 +42,7 @@ pub mod ledger;
 pub mod lock;
 pub mod logging;
 pub mod manpage;
-pub mod metrics;
+
 pub mod monitor;
 pub mod mount_helper;
 pub mod ondisk;
@@ -54,6 +54,8 @@ pub mod reqstats;
 pub mod resolve;
 pub mod sched;
 pub mod stats;
+/// The Prometheus rendering's old path.
+pub use stats::metrics;
 pub mod sys;
 #[cfg(test)]
 mod testutil;

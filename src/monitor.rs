@@ -768,10 +768,10 @@ pub(crate) mod tests {
 
     #[test]
     fn sample_from_snapshot_keeps_counters() {
-        let mut t = crate::metrics::tests::tier("nvme", 1e9);
+        let mut t = crate::stats::metrics::tests::tier("nvme", 1e9);
         t.bytes_written = 42;
         t.queue.waiting = 2;
-        let s = crate::metrics::tests::snap(vec![t]);
+        let s = crate::stats::metrics::tests::snap(vec![t]);
         let smp = Sample::from_snapshot(&s, 5.0, 0.0);
         assert_eq!(smp.tiers[0].bytes_written, 42);
         assert_eq!(smp.tiers[0].queue_waiting, 2);

@@ -398,7 +398,7 @@ fn a_paused_tier_empties_on_rewrite_and_fills_again_when_it_resumes() {
     fs.recompute_shares();
     assert!(slow.is_paused());
     assert_eq!(fs.placer().shares(), vec![1.0, 0.0]);
-    let snap = tierfs::stats::snapshot(&fs);
+    let snap = tierfs::vfs::snapshot::snapshot(&fs, tierfs::vfs::snapshot::Detail::Files);
     assert!(snap.tiers[1].paused && !snap.tiers[0].paused);
     let text = tierfs::stats::tiers_table(&snap);
     assert!(text.contains("slow: PAUSED"), "{text}");

@@ -225,7 +225,7 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32) -> Result<(u64, OpenInfo)>
         if v == Virtual::Dir {
             return Err(Error::IsDir);
         }
-        let content = crate::stats::render(fs, v);
+        let content = crate::vfs::snapshot::render(fs, v);
         return Ok((
             handles::new_fh(fs, Handle::Virtual(Arc::new(content))),
             OpenInfo {

@@ -35,6 +35,7 @@ pub mod handles;
 pub mod lifecycle;
 pub mod namespace;
 pub mod scan;
+pub mod snapshot;
 pub mod state;
 pub mod statsdir;
 pub mod tree;

@@ -1,0 +1,232 @@
+//! What the `.tierfs/` files show, gathered from the running filesystem: the counters of
+//! every tier, the cache, the CPU ledger and the FUSE connection into a
+//! [`crate::stats::Snapshot`], and the bytes of each virtual file. The snapshot's types and
+//! their text renderings live in [`crate::stats`], which knows nothing of the core.
+
+use crate::layout::FileLayout;
+use crate::stats::{
+    escape_path, files_table, per_gb, tiers_table, CacheStats, ClassCpu, CpuStats, FileStats,
+    FuseStats, RelayoutStats, SharedStats, Snapshot, TierStats,
+};
+use crate::tier::Tier;
+use crate::vfs::state::TierFs;
+use crate::vfs::types::Virtual;
+use std::sync::atomic::Ordering;
+
+/// How much a snapshot holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// Counters only: the tiers table and the metrics.
+    Counters,
+    /// Counters and the per-file list: `stats.json` and the files view.
+    Files,
+}
+
+/// Takes a consistent-enough snapshot of the counters, and of the tree's files when
+/// `detail` asks for them (walking every file under the tree lock is for the views that
+/// list them).
+pub fn snapshot(fs: &TierFs, detail: Detail) -> Snapshot {
+    let shares = fs.placer().shares();
+    let tiers: Vec<TierStats> = fs
+        .tiers()
+        .iter()
+        .map(|t| tier_stats(fs, t, &shares))
+        .collect();
+    let files = match detail {
+        Detail::Counters => Vec::new(),
+        Detail::Files => file_stats(fs),
+    };
+    let cpu = cpu_stats(fs, &tiers);
+    Snapshot {
+        format: 1,
+        pid: std::process::id(),
+        uptime_s: fs
+            .started()
+            .elapsed()
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0),
+        layout: match fs.layout_kind() {
+            crate::config::Layout::WholeFile => "whole-file".into(),
+            crate::config::Layout::Stripe => "stripe".into(),
+        },
+        passthrough: fs.passthrough_enabled(),
+        tiers,
+        files,
+        cache: fs.cache().map(|c| {
+            let k = &c.counters;
+            let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            CacheStats {
+                size: c.cfg.size,
+                size_from: c.size_from.clone(),
+                budget: c.budget(),
+                used: c.used(),
+                dirty: get(&k.dirty_bytes),
+                hit_bytes: get(&k.hit_bytes),
+                miss_bytes: get(&k.miss_bytes),
+                absorbed_bytes: get(&k.absorbed_bytes),
+                writeback_bytes: get(&k.writeback_bytes),
+                prefetch_bytes: get(&k.prefetch_bytes),
+                prefetch_used_bytes: get(&k.prefetch_used_bytes),
+                prefetch_wasted_bytes: get(&k.prefetch_wasted_bytes),
+                evictions: get(&k.evictions),
+            }
+        }),
+        bounce_bytes: crate::tierio::bounce_bytes(),
+        cpu,
+        fuse: {
+            let r = fs.requests();
+            let (ring, dev) = r.by_transport();
+            FuseStats {
+                transport: r.transport().to_string(),
+                requests_ring: ring,
+                requests_dev: dev,
+                requests: r
+                    .nonzero()
+                    .into_iter()
+                    .map(|(op, n)| (crate::fuse::abi::op::name(op).to_string(), n))
+                    .collect(),
+            }
+        },
+        relayout: {
+            let r = fs.relayout_counters();
+            let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            RelayoutStats {
+                migrations_started: g(&r.migrations_started),
+                migrations_committed: g(&r.migrations_committed),
+                migrations_dropped: g(&r.migrations_dropped),
+                migration_copied_bytes: g(&r.migration_copied_bytes),
+                migration_rewritten_bytes: g(&r.migration_rewritten_bytes),
+                eager_moves: g(&r.eager_moves),
+                eager_copied_bytes: g(&r.eager_copied_bytes),
+            }
+        },
+        request_panics: fs.request_panics(),
+        failed_inodes: fs.failed_inodes(),
+    }
+}
+
+fn cpu_stats(fs: &TierFs, tiers: &[TierStats]) -> CpuStats {
+    use crate::ledger::{process_cpu_ns, CLASSES};
+    let total_s = process_cpu_ns() as f64 / 1e9;
+    let mut classes = std::collections::BTreeMap::new();
+    let (mut bytes, mut claimed) = (0u64, 0f64);
+    for c in CLASSES {
+        let (ns, b) = fs.ledger().get(c);
+        let cpu_s = ns as f64 / 1e9;
+        bytes += b;
+        claimed += cpu_s;
+        classes.insert(
+            c.name().to_string(),
+            ClassCpu {
+                cpu_s,
+                bytes: b,
+                s_per_gb: per_gb(cpu_s, b),
+            },
+        );
+    }
+    let device_bytes = tiers
+        .iter()
+        .map(|t| Some(t.device_read? + t.device_written?))
+        .sum::<Option<u64>>();
+    CpuStats {
+        total_s,
+        bytes,
+        s_per_gb: per_gb(total_s, bytes),
+        classes,
+        other_s: (total_s - claimed).max(0.0),
+        device_bytes,
+    }
+}
+
+/// The bytes of one virtual file.
+pub fn render(fs: &TierFs, v: Virtual) -> Vec<u8> {
+    match v {
+        Virtual::Dir => Vec::new(),
+        Virtual::Config => fs.config_text().as_bytes().to_vec(),
+        Virtual::StatsJson => {
+            let mut s =
+                serde_json::to_string_pretty(&snapshot(fs, Detail::Files)).unwrap_or_default();
+            s.push('\n');
+            s.into_bytes()
+        }
+        Virtual::Tiers => tiers_table(&snapshot(fs, Detail::Counters)).into_bytes(),
+        Virtual::Files => files_table(&snapshot(fs, Detail::Files)).into_bytes(),
+        Virtual::Metrics => {
+            crate::stats::metrics::render(&snapshot(fs, Detail::Counters)).into_bytes()
+        }
+        Virtual::Cache => {
+            let mut s = serde_json::to_string_pretty(&fs.cache_view()).unwrap_or_default();
+            s.push('\n');
+            s.into_bytes()
+        }
+        Virtual::Control => Vec::new(),
+    }
+}
+
+/// One tier's row: its counters, estimates, queue and shared-tier view.
+fn tier_stats(fs: &TierFs, t: &Tier, shares: &[f64]) -> TierStats {
+    let c = &t.counters;
+    TierStats {
+        name: t.name.clone(),
+        path: t.root.display().to_string(),
+        read_bps: t.read_bps,
+        write_bps: t.write_bps,
+        bandwidth_source: format!("{:?}", t.bandwidth_source).to_lowercase(),
+        direct_io: t.direct_io,
+        share: shares[t.index],
+        bytes_read: c.bytes_read.load(Ordering::Relaxed),
+        bytes_written: c.bytes_written.load(Ordering::Relaxed),
+        reads: c.reads.load(Ordering::Relaxed),
+        writes: c.writes.load(Ordering::Relaxed),
+        in_flight: c.in_flight.load(Ordering::Relaxed),
+        errors: c.errors.load(Ordering::Relaxed),
+        files: c.files.load(Ordering::Relaxed),
+        used: c.used.load(Ordering::Relaxed),
+        free: t.room(),
+        capacity: t.capacity,
+        healthy: t.is_healthy(),
+        state: t.state().to_string(),
+        read_errors: c.read_errors.load(Ordering::Relaxed),
+        write_errors: c.write_errors.load(Ordering::Relaxed),
+        last_error: t.last_error(),
+        probes: t.probes.load(Ordering::Relaxed),
+        paused: t.is_paused(),
+        passthrough_open: c.pt_open.load(Ordering::Relaxed),
+        passthrough_opens: c.pt_opens_total.load(Ordering::Relaxed),
+        device_read: t.device_bytes().map(|d| d.0),
+        device_written: t.device_bytes().map(|d| d.1),
+        queue: t.queue.stats(),
+        est_read_bps: t.est_read.get(),
+        est_write_bps: t.est_write.get(),
+        saturated: t.queueing.saturated(),
+        shared: fs.shared_tier(t.index).map(|sh| {
+            let plan = sh.plan();
+            let p = plan.unwrap_or_default();
+            SharedStats {
+                ledger: sh.dir.display().to_string(),
+                node: sh.node.clone(),
+                coordinated: plan.is_some(),
+                live_nodes: p.live,
+                capacity_bps: p.capacity_bps,
+                allot_bps: p.allot_bps,
+            }
+        }),
+    }
+}
+
+/// Every file's path, size, layout and tiers (the tree lock is held while it is walked).
+fn file_stats(fs: &TierFs) -> Vec<FileStats> {
+    let names: Vec<String> = fs.tiers().iter().map(|t| t.name.clone()).collect();
+    fs.file_list()
+        .into_iter()
+        .map(|(path, size, layout)| FileStats {
+            path: format!("/{}", escape_path(&path)),
+            size,
+            layout: match layout {
+                FileLayout::Whole { .. } => "whole-file".into(),
+                FileLayout::Stripe(_) => "stripe".into(),
+            },
+            tiers: layout.tiers().iter().map(|t| names[*t].clone()).collect(),
+        })
+        .collect()
+}

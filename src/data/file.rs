@@ -7,7 +7,7 @@ use crate::placement::Charge;
 use crate::tierio::Piece;
 use parking_lot::{Mutex, RwLock};
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -15,6 +15,9 @@ use std::time::SystemTime;
 #[derive(Debug)]
 pub struct FileNode {
     pub(crate) size: AtomicU64,
+    /// The layout's primary tier, readable without the state lock: getattr answers from
+    /// the primary piece while a move holds the lock for a long copy.
+    pub(crate) primary: AtomicUsize,
     pub(crate) state: RwLock<FileState>,
     /// Placement charge, settled with the real size when the last writer closes.
     pub(crate) charge: Mutex<Option<Charge>>,
@@ -52,6 +55,7 @@ impl FileNode {
     pub(crate) fn new(layout: FileLayout, size: u64, ntiers: usize) -> FileNode {
         FileNode {
             size: AtomicU64::new(size),
+            primary: AtomicUsize::new(layout.primary()),
             state: RwLock::new(FileState {
                 layout,
                 pieces: vec![None; ntiers],

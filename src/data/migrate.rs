@@ -433,6 +433,7 @@ pub(crate) fn switch_to(
         cached::release_space(fs, e);
         e.space.lock().upto = size;
     }
+    node.primary.store(layout.primary(), Ordering::Release);
     st.layout = layout.clone();
     Ok(())
 }
@@ -450,7 +451,7 @@ pub(crate) fn relocate(
     bad: Option<usize>,
     need: u64,
 ) -> Result<()> {
-    let tree = fs.tree.read();
+    let mut tree = Some(fs.tree.read());
     let mut st = node.state.write();
     let old = st.layout.clone();
     let on = |b: usize| {
@@ -471,20 +472,15 @@ pub(crate) fn relocate(
     }
     let size = node.size();
     let want = need.max(size) + (1 << 20);
-    let (layout, charge) = plan_layout(fs, &tree, ino, &old, bad, want)?;
+    let (layout, charge) = plan_layout(fs, tree.as_ref().expect("held"), ino, &old, bad, want)?;
+    let cached = st.cache.is_some();
+    if !cached {
+        // No data copy under the tree lock: the file's own lock keeps its bytes still
+        // while they are copied, and the switch takes the tree lock again afterwards.
+        tree = None;
+    }
     let m = begin_move(fs, ino, &st, layout, charge, "", size)?;
-    let r = match copy_range(fs, node, &st, &m, 0, size) {
-        Ok(Ok(())) => switch_to(fs, &tree, ino, node, &mut st, &m),
-        Ok(Err((t, e))) => Err(backing::tier_err(
-            fs,
-            t,
-            "write",
-            &tmp_path(fs, t, ino, ""),
-            e,
-        )),
-        Err(e) => Err(e),
-    };
-    if let Err(e) = r {
+    if let Err(e) = copy_all(fs, ino, node, &st, &m, size) {
         drop_move(fs, ino, m);
         return Err(e);
     }
@@ -495,22 +491,62 @@ pub(crate) fn relocate(
             .migrations_dropped
             .fetch_add(1, Ordering::Relaxed);
     }
+    if cached {
+        // A cached file's newest bytes live in memory, where a write between the copy and
+        // the switch would be marked clean by it: it switches with both locks still held.
+        let tree = tree.as_ref().expect("held for a cached file");
+        if let Err(e) = switch_to(fs, tree, ino, node, &mut st, &m) {
+            drop_move(fs, ino, m);
+            return Err(e);
+        }
+    } else {
+        // Every block is in the new pieces: the move stands as a migration whose blocks
+        // all moved (writes go there) until the switch, which takes the locks in order.
+        for b in &m.moved {
+            b.store(true, Ordering::Release);
+        }
+        st.migration = Some(m);
+        drop(st);
+        let tree = fs.tree.read();
+        let mut st = node.state.write();
+        commit_locked(fs, &tree, ino, node, &mut st)?;
+    }
     fs.relayout.eager_moves.fetch_add(1, Ordering::Relaxed);
     fs.relayout
         .eager_copied_bytes
         .fetch_add(size, Ordering::Relaxed);
+    let now = node.state.read().layout.encode();
     match bad {
         Some(b) => log::info!(
-            "moved inode {ino} ({size} bytes) off tier '{}': now {}",
-            fs.tiers[b].name,
-            st.layout.encode()
+            "moved inode {ino} ({size} bytes) off tier '{}': now {now}",
+            fs.tiers[b].name
         ),
         None => log::info!(
-            "re-laid out inode {ino} ({size} bytes) to follow the current shares: now {}",
-            st.layout.encode()
+            "re-laid out inode {ino} ({size} bytes) to follow the current shares: now {now}"
         ),
     }
     Ok(())
+}
+
+/// Copies all of a file's `size` bytes into a move's pieces (the file's lock held).
+fn copy_all(
+    fs: &TierFs,
+    ino: u64,
+    node: &FileNode,
+    st: &FileState,
+    m: &Migration,
+    size: u64,
+) -> Result<()> {
+    match copy_range(fs, node, st, m, 0, size)? {
+        Ok(()) => Ok(()),
+        Err((t, e)) => Err(backing::tier_err(
+            fs,
+            t,
+            "write",
+            &tmp_path(fs, t, ino, m.suffix),
+            e,
+        )),
+    }
 }
 
 /// At an open for writing of a drifted striped file: begins a lazy move (a migration)
@@ -679,6 +715,10 @@ pub(crate) fn commit_locked(
         st.migration = Some(m);
         return Err(e);
     }
+    if m.suffix.is_empty() {
+        // An eager move switching over (`relocate` counts and logs it).
+        return Ok(true);
+    }
     fs.relayout
         .migrations_committed
         .fetch_add(1, Ordering::Relaxed);
@@ -705,11 +745,11 @@ pub(crate) fn discard_migration(fs: &TierFs, ino: u64, st: &mut FileState) {
 /// tier that refuses the copy (full, failed) gets the file moved off it, every byte
 /// with it.
 pub(crate) fn commit_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> Result<()> {
-    let r = {
+    let r = copy_unmoved(fs, ino, node).and_then(|()| {
         let tree = fs.tree.read();
         let mut st = node.state.write();
         commit_locked(fs, &tree, ino, node, &mut st)
-    };
+    });
     match r {
         Ok(_) => Ok(()),
         Err(Error::Tier {
@@ -736,4 +776,52 @@ pub(crate) fn commit_migration_locked(
     st: &mut FileState,
 ) -> Result<()> {
     commit_locked(fs, tree, ino, node, st).map(|_| ())
+}
+
+/// Copies a migration's blocks that never moved, with no tree lock and the file's lock held
+/// only for reading, so lookups, other files and this file's own reads and writes go on
+/// meanwhile (a write to a block takes the block's lock, as this copy does). What the
+/// switch then copies under the locks is only what a failure here left.
+pub(crate) fn copy_unmoved(fs: &TierFs, ino: u64, node: &FileNode) -> Result<()> {
+    let st = node.state.read();
+    let Some(m) = &st.migration else {
+        return Ok(());
+    };
+    if node.gone.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let mut copied = 0;
+    let mut r = Ok(());
+    for b in m.unmoved().collect::<Vec<_>>() {
+        let _g = m.locks[b as usize % MIGRATION_LOCKS].lock();
+        if m.is_moved(b) {
+            continue; // a write replaced it meanwhile
+        }
+        let bstart = b * MIGRATION_BLOCK;
+        let len = (bstart + MIGRATION_BLOCK).min(m.old_size) - bstart;
+        match copy_range(fs, node, &st, m, bstart, len) {
+            Ok(Ok(())) => {
+                m.moved[b as usize].store(true, Ordering::Release);
+                copied += len;
+            }
+            Ok(Err((t, e))) => {
+                r = Err(backing::tier_err(
+                    fs,
+                    t,
+                    "write",
+                    &tmp_path(fs, t, ino, m.suffix),
+                    e,
+                ));
+                break;
+            }
+            Err(e) => {
+                r = Err(e);
+                break;
+            }
+        }
+    }
+    fs.relayout
+        .migration_copied_bytes
+        .fetch_add(copied, Ordering::Relaxed);
+    r
 }

@@ -1,6 +1,7 @@
 //! Attributes: what getattr answers for files, folders, special files and the virtual
 //! files, from the primary piece and the in-memory size.
 
+use crate::data::file::FileNode;
 use crate::data::file::FileState;
 use crate::error::{Error, Result};
 use crate::layout::FileLayout;
@@ -14,7 +15,9 @@ use std::ffi::OsStr;
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 use std::time::SystemTime;
 
 pub(crate) fn virtual_attr(fs: &TierFs, v: Virtual) -> Attr {
@@ -118,7 +121,15 @@ pub(crate) fn attr_locked(fs: &TierFs, tree: &Tree, ino: u64) -> Result<Attr> {
     let kind = node.kind();
     match &node.data {
         NodeData::File(f) => {
-            let st = f.state.read();
+            let st = match f.state.try_read_for(STATE_WAIT) {
+                Some(st) => st,
+                None => match busy_attr(fs, tree, ino, kind, f, node.linked) {
+                    Some(a) => return Ok(a),
+                    // The move switched over under us (the old piece is gone): by now
+                    // the lock is free or about to be.
+                    None => f.state.read(),
+                },
+            };
             // The primary piece, or where a degraded mount lacks its tier, another.
             let primary = std::iter::once(st.layout.primary())
                 .chain(st.layout.tiers())
@@ -185,8 +196,37 @@ pub(crate) fn getattr(fs: &TierFs, ino: u64) -> Result<Attr> {
 }
 
 /// Counts a reference handed to the kernel by create/mkdir/symlink/mknod.
-pub(crate) fn remember(_fs: &TierFs, tree: &mut Tree, ino: u64) {
-    if let Some(n) = tree.nodes.get_mut(&ino) {
-        n.nlookup += 1;
+pub(crate) fn remember(_fs: &TierFs, tree: &Tree, ino: u64) {
+    if let Some(n) = tree.nodes.get(&ino) {
+        n.nlookup.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// How long getattr waits for a file's lock before answering without it.
+const STATE_WAIT: Duration = Duration::from_millis(20);
+
+/// Attributes of a file whose lock a move holds while it copies the bytes: from its
+/// primary piece by path, where it stays until the switch, and the exact in-memory size;
+/// the block count is the primary piece's alone. `None` when that piece cannot be read
+/// (the move has just switched over and removed it).
+fn busy_attr(
+    fs: &TierFs,
+    tree: &Tree,
+    ino: u64,
+    kind: Kind,
+    f: &FileNode,
+    linked: bool,
+) -> Option<Attr> {
+    let primary = f.primary.load(Ordering::Acquire);
+    let path = backing::piece_path(fs, tree, ino, primary).ok()?;
+    let m = fs.tiers[primary].fs().stat(&path).ok()?;
+    let mut a = attr_from_meta(fs, ino, kind, &m, Some(f.size()));
+    if let Some(t) = *f.mtime.lock() {
+        a.mtime = t;
+        a.ctime = a.ctime.max(t);
+    }
+    if !linked {
+        a.nlink = 0;
+    }
+    Some(a)
 }

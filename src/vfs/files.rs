@@ -130,8 +130,7 @@ pub(crate) fn create(
         drop(tree);
         let (fh, info) = open(fs, existing, flags)?;
         let a = attr::getattr(fs, existing)?;
-        let mut tree = fs.tree.write();
-        attr::remember(fs, &mut tree, existing);
+        attr::remember(fs, &fs.tree.read(), existing);
         return Ok((a, fh, info));
     }
     let rel = tree.rel(parent).ok_or(Error::NotFound)?.join(name);
@@ -182,7 +181,7 @@ pub(crate) fn create(
         }
         pt
     };
-    attr::remember(fs, &mut tree, ino);
+    attr::remember(fs, &tree, ino);
     let attr = attr::attr_locked(fs, &tree, ino)?;
     let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
     let fh = handles::new_fh(
@@ -579,7 +578,7 @@ pub(crate) fn drop_if_gone(fs: &TierFs, tree: &mut Tree, ino: u64) {
     let Some(n) = tree.nodes.get(&ino) else {
         return;
     };
-    if n.linked || n.nlookup > 0 {
+    if n.linked || n.nlookup.load(Ordering::Relaxed) > 0 {
         return;
     }
     if let NodeData::File(f) = &n.data {

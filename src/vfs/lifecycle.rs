@@ -46,7 +46,7 @@ pub(crate) fn with_staging(
             data: NodeData::Dir {
                 children: BTreeMap::new(),
             },
-            nlookup: 1,
+            nlookup: AtomicU64::new(1),
             linked: true,
             removed_attr: None,
             limbo: false,

@@ -56,12 +56,12 @@ pub(crate) fn lookup(fs: &TierFs, parent: u64, name: &OsStr) -> Result<Attr> {
     if name.len() > NAME_MAX {
         return Err(Error::NameTooLong);
     }
-    let mut tree = fs.tree.write();
+    // The read lock is enough: the count is atomic, and a forget (which may drop the
+    // node) takes the write lock, so it runs wholly before or after this.
+    let tree = fs.tree.read();
     let ino = tree.child(parent, name)?;
     let a = attr::attr_locked(fs, &tree, ino)?;
-    if let Some(n) = tree.nodes.get_mut(&ino) {
-        n.nlookup += 1;
-    }
+    attr::remember(fs, &tree, ino);
     Ok(a)
 }
 
@@ -71,7 +71,8 @@ pub(crate) fn forget(fs: &TierFs, ino: u64, n: u64) {
     }
     let mut tree = fs.tree.write();
     if let Some(node) = tree.nodes.get_mut(&ino) {
-        node.nlookup = node.nlookup.saturating_sub(n);
+        let count = node.nlookup.get_mut();
+        *count = count.saturating_sub(n);
     }
     files::drop_if_gone(fs, &mut tree, ino);
 }
@@ -223,7 +224,7 @@ pub(crate) fn mkdir(fs: &TierFs, parent: u64, name: &OsStr, mode: u32, ctx: Ctx)
     if let Some(n) = tree.nodes.get_mut(&ino) {
         n.degraded_new = fs.tiers.iter().any(|t| t.missing);
     }
-    attr::remember(fs, &mut tree, ino);
+    attr::remember(fs, &tree, ino);
     attr::attr_locked(fs, &tree, ino)
 }
 
@@ -247,7 +248,7 @@ pub(crate) fn symlink(
         .map_err(|e| backing::tier_err(fs, 0, "symlink", &p, e))?;
     backing::chown_new(fs, &p, ctx, 0)?;
     let ino = tree.insert(parent, name, NodeData::Other(Kind::Symlink));
-    attr::remember(fs, &mut tree, ino);
+    attr::remember(fs, &tree, ino);
     attr::attr_locked(fs, &tree, ino)
 }
 
@@ -285,7 +286,7 @@ pub(crate) fn mknod(
         .map_err(|e| backing::tier_err(fs, 0, "mknod", &p, e))?;
     backing::chown_new(fs, &p, ctx, 0)?;
     let ino = tree.insert(parent, name, NodeData::Other(kind));
-    attr::remember(fs, &mut tree, ino);
+    attr::remember(fs, &tree, ino);
     attr::attr_locked(fs, &tree, ino)
 }
 
@@ -299,7 +300,10 @@ pub(crate) fn detach(
     remove_backing: bool,
 ) -> Result<()> {
     let (is_file, referenced) = match &tree.get(ino)?.data {
-        NodeData::File(f) => (true, tree.get(ino)?.nlookup > 0 || f.state.read().opens > 0),
+        NodeData::File(f) => (
+            true,
+            tree.get(ino)?.nlookup.load(Ordering::Relaxed) > 0 || f.state.read().opens > 0,
+        ),
         _ => (false, false),
     };
     let keep_attr = match tree.get(ino)?.data {

@@ -8,6 +8,7 @@ use crate::vfs::types::*;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 #[derive(Debug)]
@@ -25,8 +26,9 @@ pub(crate) struct Node {
     pub(crate) parent: u64,
     pub(crate) name: OsString,
     pub(crate) data: NodeData,
-    /// Kernel references (lookups not yet forgotten).
-    pub(crate) nlookup: u64,
+    /// Kernel references (lookups not yet forgotten). Atomic so that a lookup needs only
+    /// the tree's read lock: lookups then never wait behind one another or a reader.
+    pub(crate) nlookup: AtomicU64,
     /// Still reachable by name.
     pub(crate) linked: bool,
     /// For folders and special files: their attributes when they were removed, since an
@@ -110,7 +112,7 @@ impl Tree {
                 parent,
                 name: name.to_os_string(),
                 data,
-                nlookup: 0,
+                nlookup: AtomicU64::new(0),
                 linked: true,
                 removed_attr: None,
                 limbo: false,

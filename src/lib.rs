@@ -1,4 +1,5 @@
 //! tierfs: one fast, bandwidth-aware tier over a node's NVMe drives and a parallel file
+
 //! system, for DeepSpeed ZeRO-Infinity's swap files.
 //!
 //! Layers, bottom up:

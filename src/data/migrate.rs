@@ -20,422 +20,23 @@
 //!   bytes live only in limbo temporaries: a daemon crash loses the writes made since the
 //!   migration began unless they were fsynced (fsync commits first).
 
-use crate::config::Layout;
-use crate::data::cached;
+use crate::data::moves::{self, TierFail, MIGRATION_BLOCK, MIGRATION_LOCKS, MIGRATION_SUFFIX};
+
 use crate::data::file::{FileNode, FileState, Migration};
-use crate::data::io;
+
 use crate::error::{Error, Result};
-use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
-use crate::placement::{self, Charge};
-use crate::sys::{self, SetTime};
-use crate::tierio::{AlignedBuf, Piece};
-use crate::tierio::{Class, Op};
+
+use crate::tierio::Class;
 use crate::vfs::backing;
 use crate::vfs::state::{RelayoutCounters, TierFs};
 use crate::vfs::tree::Tree;
 use crate::vfs::types::*;
-use parking_lot::Mutex;
-use std::ffi::OsStr;
-use std::fs::{self};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// The unit a migration tracks: DeepSpeed's swap I/O writes whole 1 MiB pieces.
-pub(crate) const MIGRATION_BLOCK: u64 = 1 << 20;
-/// What one copy step reads and writes at once (a batch over every tier it touches).
-pub(crate) const COPY_CHUNK: u64 = 8 * MIGRATION_BLOCK;
-/// Block locks of a migration (block `b` uses lock `b % MIGRATION_LOCKS`).
-pub(crate) const MIGRATION_LOCKS: usize = 64;
-/// Temporaries of a migration end in this (an eager move's have no suffix, so both can be
-/// in limbo at once).
-pub(crate) const MIGRATION_SUFFIX: &str = "-m";
-
-/// A piece write that failed on `tier`: the caller may move the file off it.
-pub(crate) type TierFail = (usize, std::io::Error);
-
-/// How much longer than under the current shares a stripe pattern may make some
-/// tier's part of a file's I/O take (its fraction of the pattern over its fraction of
-/// the pattern a re-layout would choose) before a file opened for writing is re-laid
-/// out. Relative, not absolute: a tier capped to a tenth whose share fell from 26 % to
-/// 2 % is the step's bottleneck at 7 % just as at 26 %.
-pub(crate) const DRIFT: f64 = 1.3;
 pub(crate) fn relayout_counters(fs: &TierFs) -> &RelayoutCounters {
     &fs.relayout
-}
-
-/// Whether a striped file's pattern no longer follows the current shares (with
-/// `adapt`: a tier slowed down or recovered since the file was laid out). With the
-/// `stripe` layout a whole file counts as a one-tier pattern: files rewritten while a
-/// slow tier was paused sit whole on the fast tier, and must spread again when it
-/// resumes.
-pub(crate) fn layout_drifted(fs: &TierFs, layout: &FileLayout) -> bool {
-    let single;
-    let pattern: &[u8] = match layout {
-        FileLayout::Stripe(m) => &m.pattern,
-        FileLayout::Whole { tier } if fs.layout == Layout::Stripe => {
-            single = [*tier as u8];
-            &single
-        }
-        FileLayout::Whole { .. } => return false,
-    };
-    if !fs.adapt {
-        return false;
-    }
-    let eligible: Vec<bool> = fs
-        .tiers
-        .iter()
-        .map(|t| t.is_healthy() && t.has_room_for(1 << 20))
-        .collect();
-    let ideal = placement::stripe_pattern(&fs.placer.shares(), &eligible);
-    if ideal.is_empty() {
-        return false;
-    }
-    let frac =
-        |p: &[u8], t: usize| p.iter().filter(|x| **x as usize == t).count() as f64 / p.len() as f64;
-    // A tier the pattern overloads: more than DRIFT times its fair fraction, and by at
-    // least one slot of the finest pattern (64 slots), so rounding alone never counts.
-    // Or a tier the pattern leaves out that now deserves at least `min_share`: a tier
-    // that resumed after a pause (at 15 % or more), which the overload rule alone
-    // would leave idle while the others carry up to 1.3x their part.
-    (0..fs.tiers.len()).any(|t| {
-        let (have, fair) = (frac(pattern, t), frac(&ideal, t));
-        (have - fair >= 1.0 / 64.0 - 1e-9 && have > fair * DRIFT)
-            || (have == 0.0 && fair >= fs.min_share.max(1.0 / 64.0))
-    })
-}
-
-/// The layout a file moves to: off tier `bad` if given, else following the shares.
-pub(crate) fn plan_layout(
-    fs: &TierFs,
-    tree: &Tree,
-    ino: u64,
-    old: &FileLayout,
-    bad: Option<usize>,
-    want: u64,
-) -> Result<(FileLayout, Option<Charge>)> {
-    // With the stripe layout a whole file (laid out while only one tier was eligible or
-    // unpaused) spreads again with the pool's unit.
-    let unit = match old {
-        FileLayout::Stripe(m) => Some(m.unit),
-        FileLayout::Whole { .. } if fs.layout == Layout::Stripe => Some(fs.stripe_unit),
-        FileLayout::Whole { .. } => None,
-    };
-    Ok(match unit {
-        Some(unit) => {
-            let eligible: Vec<bool> = fs
-                .tiers
-                .iter()
-                .map(|t| Some(t.index) != bad && t.is_healthy() && t.has_room_for(1 << 20))
-                .collect();
-            let pattern = placement::stripe_pattern(&fs.placer.shares(), &eligible);
-            match pattern.len() {
-                0 => return Err(backing::no_room(fs, want)),
-                1 => (
-                    FileLayout::Whole {
-                        tier: pattern[0] as usize,
-                    },
-                    None,
-                ),
-                _ => (FileLayout::Stripe(StripeMap::new(unit, pattern)), None),
-            }
-        }
-        None => {
-            let eligible: Vec<bool> = fs
-                .tiers
-                .iter()
-                .map(|t| Some(t.index) != bad && t.is_healthy() && t.has_room_for(want))
-                .collect();
-            let parent = tree.nodes.get(&ino).map(|n| n.parent).unwrap_or(ROOT_INO);
-            let c = fs
-                .placer
-                .choose(parent, &eligible)
-                .ok_or_else(|| backing::no_room(fs, want))?;
-            (FileLayout::Whole { tier: c.tier }, Some(c))
-        }
-    })
-}
-
-/// Where a move's temporary piece on tier `t` is (limbo, which every mount empties).
-pub(crate) fn tmp_path(fs: &TierFs, t: usize, ino: u64, suffix: &str) -> PathBuf {
-    fs.tiers[t].limbo.join(format!("{TMP_PREFIX}{ino}{suffix}"))
-}
-
-/// Step 1 of a move: the new pieces, as temporaries in limbo. On failure nothing is
-/// left behind and the charge is released.
-pub(crate) fn begin_move(
-    fs: &TierFs,
-    ino: u64,
-    st: &FileState,
-    layout: FileLayout,
-    charge: Option<Charge>,
-    suffix: &'static str,
-    size: u64,
-) -> Result<Migration> {
-    let primary = st.layout.primary();
-    let made = (|| -> Result<Vec<Option<Arc<Piece>>>> {
-        let meta = backing::open_piece(fs, st, primary, "move")?
-            .file()
-            .metadata()
-            .map_err(|e| backing::tier_err(fs, primary, "fstat", Path::new("(open file)"), e))?;
-        let mut pieces: Vec<Option<Arc<Piece>>> = vec![None; fs.tiers.len()];
-        for t in layout.tiers() {
-            let p = tmp_path(fs, t, ino, suffix);
-            match Piece::open_new_in(
-                &fs.tiers[t].root,
-                &p,
-                meta.mode() & 0o7777,
-                fs.tiers[t].direct_io,
-            ) {
-                Ok(piece) => pieces[t] = Some(Arc::new(piece)),
-                Err(e) => {
-                    for u in layout.tiers() {
-                        if pieces[u].is_some() {
-                            let _ = fs.tiers[u].fs().unlink(&tmp_path(fs, u, ino, suffix));
-                        }
-                    }
-                    return Err(backing::tier_err(fs, t, "create", &p, e));
-                }
-            }
-        }
-        Ok(pieces)
-    })();
-    let pieces = match made {
-        Ok(p) => p,
-        Err(e) => {
-            if let Some(c) = charge {
-                fs.placer.release(c);
-            }
-            return Err(e);
-        }
-    };
-    let blocks = size.div_ceil(MIGRATION_BLOCK) as usize;
-    Ok(Migration {
-        layout,
-        pieces,
-        charge,
-        suffix,
-        old_size: size,
-        moved: (0..blocks).map(|_| AtomicBool::new(false)).collect(),
-        locks: (0..MIGRATION_LOCKS).map(|_| Mutex::new(())).collect(),
-    })
-}
-
-/// Removes a move's temporaries and returns its charge (it will not switch over).
-pub(crate) fn drop_move(fs: &TierFs, ino: u64, m: Migration) {
-    for t in m.layout.tiers() {
-        let _ = fs.tiers[t].fs().unlink(&tmp_path(fs, t, ino, m.suffix));
-    }
-    if let Some(c) = m.charge {
-        fs.placer.release(c);
-    }
-}
-
-/// Writes `data` at logical `off` into a move's new pieces, as one batch of `class`.
-pub(crate) fn write_new(
-    fs: &TierFs,
-    m: &Migration,
-    off: u64,
-    data: &[u8],
-    class: Class,
-) -> std::result::Result<(), TierFail> {
-    let exts = m.layout.extents(off, data.len());
-    let tiers: Vec<usize> = exts.iter().map(|ex| ex.tier).collect();
-    let mut ops: Vec<Op> = exts
-        .iter()
-        .map(|ex| Op::Write {
-            piece: m.pieces[ex.tier].as_ref().expect("made by begin_move"),
-            buf: &data[ex.buf..ex.buf + ex.len],
-            off: ex.local,
-        })
-        .collect();
-    let results = io::run_batch(fs, class, &tiers, &mut ops);
-    for (r, t) in results.into_iter().zip(tiers) {
-        r.map_err(|e| (t, e))?;
-    }
-    Ok(())
-}
-
-/// Step 2: copies the file's current bytes of `[off, off+len)` (memory's if cached,
-/// each block from where it is if a migration is under way) into `m`'s pieces.
-pub(crate) fn copy_range(
-    fs: &TierFs,
-    node: &FileNode,
-    st: &FileState,
-    m: &Migration,
-    off: u64,
-    len: u64,
-) -> Result<std::result::Result<(), TierFail>> {
-    fs.ledger.moved(crate::ledger::Class::Migration, len);
-    fs.ledger.charge(crate::ledger::Class::Migration, || {
-        copy_range_blocks(fs, node, st, m, off, len)
-    })
-}
-
-pub(crate) fn copy_range_blocks(
-    fs: &TierFs,
-    node: &FileNode,
-    st: &FileState,
-    m: &Migration,
-    off: u64,
-    len: u64,
-) -> Result<std::result::Result<(), TierFail>> {
-    // Each chunk is read and written as one batch over all its extents, at the
-    // migration's class: behind demand, prefetch and write-back, within the queue's bound.
-    let class = Class::Migration;
-    let mut buf = AlignedBuf::zeroed((len.min(COPY_CHUNK) as usize).max(1));
-    let mut pos = off;
-    while pos < off + len {
-        let n = ((off + len - pos) as usize).min(buf.len());
-        match st.cache.clone() {
-            // Its newest bytes may be only in memory.
-            Some(e) => cached::cached_read(fs, node, st, &e, pos, &mut buf[..n], class)?,
-            None => read_file(fs, st, pos, &mut buf[..n], class)?,
-        }
-        if let Err(f) = write_new(fs, m, pos, &buf[..n], class) {
-            return Ok(Err(f));
-        }
-        pos += n as u64;
-    }
-    Ok(Ok(()))
-}
-
-/// Step 3: puts a move's pieces in place of the file's (state lock held for writing)
-/// and removes the old pieces last. On an error before the new pieces are renamed into
-/// place the file is as it was, and the caller decides what becomes of `m`.
-pub(crate) fn switch_to(
-    fs: &TierFs,
-    tree: &Tree,
-    ino: u64,
-    node: &FileNode,
-    st: &mut FileState,
-    m: &Migration,
-) -> Result<()> {
-    let rel = tree.rel(ino);
-    let final_path = |t: usize| match &rel {
-        Some(r) => fs.tiers[t].path(r),
-        None => fs.tiers[t].limbo_path(ino),
-    };
-    let layout = &m.layout;
-    let size = node.size();
-    let primary = st.layout.primary();
-    // Mode and owner as they are now (a chmod may have come since the move began).
-    let meta = backing::open_piece(fs, st, primary, "move")?
-        .file()
-        .metadata()
-        .map_err(|e| backing::tier_err(fs, primary, "fstat", Path::new("(open file)"), e))?;
-    let old_primary = final_path(primary);
-    let pfs = fs.tiers[primary].fs();
-    let user_xattrs: Vec<(Vec<u8>, Vec<u8>)> = pfs
-        .listxattr(&old_primary)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|n| n.starts_with(b"user.") && n.as_slice() != LAYOUT_XATTR.as_bytes())
-        .filter_map(|n| {
-            let v = pfs.getxattr(&old_primary, OsStr::from_bytes(&n)).ok()?;
-            Some((n, v))
-        })
-        .collect();
-    // The new pieces are a new set: their own id (see `layout::new_file_id`).
-    let encoded = layout.encode_with_id(Some(crate::layout::new_file_id()));
-    for t in layout.tiers() {
-        let piece = m.pieces[t].as_ref().expect("made by begin_move");
-        let p = tmp_path(fs, t, ino, m.suffix);
-        // Holes at the end of a piece still count toward the file's size.
-        piece
-            .file()
-            .set_len(layout.piece_len(t, size))
-            .map_err(|e| backing::tier_err(fs, t, "truncate", &p, e))?;
-        let _ = piece
-            .file()
-            .set_permissions(fs::Permissions::from_mode(meta.mode() & 0o7777));
-        piece
-            .file()
-            .sync_all()
-            .map_err(|e| backing::tier_err(fs, t, "fsync", &p, e))?;
-        let tfs = fs.tiers[t].fs();
-        if let Err(e) = tfs.setxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0) {
-            if matches!(layout, FileLayout::Stripe(_)) {
-                return Err(backing::tier_err(fs, t, "set layout xattr on", &p, e));
-            }
-        }
-        let _ = tfs.chown(&p, Some(meta.uid()), Some(meta.gid()));
-        if t == layout.primary() {
-            for (n, v) in &user_xattrs {
-                let _ = tfs.setxattr(&p, OsStr::from_bytes(n), v, 0);
-            }
-        }
-    }
-    // The file keeps its times (a time set by the user, its last write's: a migration's
-    // writes stamp the old primary piece; a cached file's may be newer, `node.mtime`).
-    // They go last, as every step above changed them.
-    let new_primary = m.pieces[layout.primary()]
-        .as_ref()
-        .expect("made by begin_move");
-    let mtime = (*node.mtime.lock())
-        .filter(|_| st.cache.is_some())
-        .unwrap_or_else(|| sys::time_of(meta.mtime(), meta.mtime_nsec()));
-    let _ = sys::futimens(
-        std::os::fd::AsFd::as_fd(new_primary.file()),
-        SetTime::At(sys::time_of(meta.atime(), meta.atime_nsec())),
-        SetTime::At(mtime),
-    );
-    for t in layout.tiers() {
-        let (from, to) = (tmp_path(fs, t, ino, m.suffix), final_path(t));
-        fs.tiers[t]
-            .fs()
-            .rename(&from, &to, 0)
-            .map_err(|e| backing::tier_err(fs, t, "rename", &to, e))?;
-    }
-    let old = st.layout.clone();
-    let new_tiers = layout.tiers();
-    let counted = !node.gone.load(Ordering::Relaxed);
-    for t in old.tiers() {
-        if !new_tiers.contains(&t) {
-            let p = final_path(t);
-            if let Err(e) = fs.tiers[t].fs().unlink(&p) {
-                // A read-only tier keeps its stale piece; the mount-time scan prefers
-                // the newer copy and sets the old one aside.
-                log::warn!("cannot remove the old piece {}: {e}", p.display());
-                fs.tiers[t].note_error(&e);
-            }
-        }
-        if counted {
-            let _ = fs.tiers[t].counters.files.fetch_update(
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-                |v| Some(v.saturating_sub(1)),
-            );
-        }
-    }
-    if counted {
-        // An unlinked file was taken off the books when it was removed.
-        for t in &new_tiers {
-            fs.tiers[*t].counters.files.fetch_add(1, Ordering::Relaxed);
-        }
-        backing::account_resize(fs, &old, size, 0);
-        backing::account_resize(fs, layout, 0, size);
-    }
-    let mut c = node.charge.lock();
-    if let Some(old_charge) = c.take() {
-        fs.placer.release(old_charge);
-    }
-    *c = m.charge.map(|ch| fs.placer.settle(ch, size));
-    drop(c);
-    st.pieces = m.pieces.clone();
-    if let (Some(c), Some(e)) = (&fs.cache, &st.cache) {
-        // Every byte, memory's included, is in the new pieces.
-        for slot in e.all_slots() {
-            e.set_clean(&mut slot.lock(), &c.counters);
-        }
-        cached::release_space(fs, e);
-        e.space.lock().upto = size;
-    }
-    node.primary.store(layout.primary(), Ordering::Release);
-    st.layout = layout.clone();
-    Ok(())
 }
 
 /// Moves a file off tier `bad` (full, or failed) now: copies its bytes into a new
@@ -463,7 +64,7 @@ pub(crate) fn relocate(
     };
     match bad {
         Some(b) if !on(b) => return Ok(()), // moved already
-        None if !layout_drifted(fs, &old) => return Ok(()),
+        None if !moves::layout_drifted(fs, &old) => return Ok(()),
         _ => {}
     }
     if st.pt_opens > 0 {
@@ -472,21 +73,22 @@ pub(crate) fn relocate(
     }
     let size = node.size();
     let want = need.max(size) + (1 << 20);
-    let (layout, charge) = plan_layout(fs, tree.as_ref().expect("held"), ino, &old, bad, want)?;
+    let (layout, charge) =
+        moves::plan_layout(fs, tree.as_ref().expect("held"), ino, &old, bad, want)?;
     let cached = st.cache.is_some();
     if !cached {
         // No data copy under the tree lock: the file's own lock keeps its bytes still
         // while they are copied, and the switch takes the tree lock again afterwards.
         tree = None;
     }
-    let m = begin_move(fs, ino, &st, layout, charge, "", size)?;
+    let m = moves::begin_move(fs, ino, &st, layout, charge, "", size)?;
     if let Err(e) = copy_all(fs, ino, node, &st, &m, size) {
-        drop_move(fs, ino, m);
+        moves::drop_move(fs, ino, m);
         return Err(e);
     }
     if let Some(pending) = st.migration.take() {
         // Its moved blocks were read from its pieces and copied above.
-        drop_move(fs, ino, pending);
+        moves::drop_move(fs, ino, pending);
         fs.relayout
             .migrations_dropped
             .fetch_add(1, Ordering::Relaxed);
@@ -495,8 +97,8 @@ pub(crate) fn relocate(
         // A cached file's newest bytes live in memory, where a write between the copy and
         // the switch would be marked clean by it: it switches with both locks still held.
         let tree = tree.as_ref().expect("held for a cached file");
-        if let Err(e) = switch_to(fs, tree, ino, node, &mut st, &m) {
-            drop_move(fs, ino, m);
+        if let Err(e) = moves::switch_to(fs, tree, ino, node, &mut st, &m) {
+            moves::drop_move(fs, ino, m);
             return Err(e);
         }
     } else {
@@ -537,13 +139,13 @@ fn copy_all(
     m: &Migration,
     size: u64,
 ) -> Result<()> {
-    match copy_range(fs, node, st, m, 0, size)? {
+    match moves::copy_range(fs, node, st, m, 0, size)? {
         Ok(()) => Ok(()),
         Err((t, e)) => Err(backing::tier_err(
             fs,
             t,
             "write",
-            &tmp_path(fs, t, ino, m.suffix),
+            &moves::tmp_path(fs, t, ino, m.suffix),
             e,
         )),
     }
@@ -555,7 +157,7 @@ fn copy_all(
 pub(crate) fn start_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> Result<()> {
     let tree = fs.tree.read();
     let mut st = node.state.write();
-    if st.migration.is_some() || !layout_drifted(fs, &st.layout) {
+    if st.migration.is_some() || !moves::layout_drifted(fs, &st.layout) {
         return Ok(());
     }
     if st.cache.is_some() {
@@ -568,8 +170,8 @@ pub(crate) fn start_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> Re
     }
     let size = node.size();
     let old = st.layout.clone();
-    let (layout, charge) = plan_layout(fs, &tree, ino, &old, None, size + (1 << 20))?;
-    let m = begin_move(fs, ino, &st, layout, charge, MIGRATION_SUFFIX, size)?;
+    let (layout, charge) = moves::plan_layout(fs, &tree, ino, &old, None, size + (1 << 20))?;
+    let m = moves::begin_move(fs, ino, &st, layout, charge, MIGRATION_SUFFIX, size)?;
     log::info!(
         "re-laying out inode {ino} ({size} bytes) as it is rewritten, to follow the current shares: {} -> {}",
         old.encode(),
@@ -606,11 +208,11 @@ pub(crate) fn migration_write(
                 let whole = pos <= bstart && chunk_end >= old_end;
                 if !whole {
                     // Read-modify-write: the block's old bytes first.
-                    if let Err(f) = copy_range(fs, node, st, m, bstart, old_end - bstart)? {
+                    if let Err(f) = moves::copy_range(fs, node, st, m, bstart, old_end - bstart)? {
                         return Ok(Err(f));
                     }
                 }
-                if let Err(f) = write_new(fs, m, pos, chunk, Class::DemandWrite) {
+                if let Err(f) = moves::write_new(fs, m, pos, chunk, Class::DemandWrite) {
                     return Ok(Err(f));
                 }
                 m.moved[b as usize].store(true, Ordering::Release);
@@ -624,40 +226,12 @@ pub(crate) fn migration_write(
                 continue;
             }
         }
-        if let Err(f) = write_new(fs, m, pos, chunk, Class::DemandWrite) {
+        if let Err(f) = moves::write_new(fs, m, pos, chunk, Class::DemandWrite) {
             return Ok(Err(f));
         }
         pos = chunk_end;
     }
     Ok(Ok(()))
-}
-
-/// Reads `[off, off+buf.len())` of a file as it is now (no cache) at `class`: during a
-/// migration each block from where its bytes are, else from the pieces.
-pub(crate) fn read_file(
-    fs: &TierFs,
-    st: &FileState,
-    off: u64,
-    buf: &mut [u8],
-    class: Class,
-) -> Result<()> {
-    let Some(m) = &st.migration else {
-        return io::read_pieces(fs, st, off, buf, class);
-    };
-    let end = off + buf.len() as u64;
-    let mut pos = off;
-    while pos < end {
-        let b = pos / MIGRATION_BLOCK;
-        let chunk_end = end.min((b + 1) * MIGRATION_BLOCK);
-        let dst = &mut buf[(pos - off) as usize..(chunk_end - off) as usize];
-        if m.is_moved(b) {
-            io::read_layout(fs, &m.layout, &m.pieces, pos, dst, true, class)?;
-        } else {
-            io::read_pieces(fs, st, pos, dst, class)?;
-        }
-        pos = chunk_end;
-    }
-    Ok(())
 }
 
 /// Finishes a migration (state lock held for writing): copies the blocks that never
@@ -686,7 +260,7 @@ pub(crate) fn commit_locked(
     for b in m.unmoved().collect::<Vec<_>>() {
         let bstart = b * MIGRATION_BLOCK;
         let len = (bstart + MIGRATION_BLOCK).min(m.old_size) - bstart;
-        match copy_range(fs, node, st, &m, bstart, len) {
+        match moves::copy_range(fs, node, st, &m, bstart, len) {
             Ok(Ok(())) => {
                 m.moved[b as usize].store(true, Ordering::Release);
                 copied += len;
@@ -696,7 +270,7 @@ pub(crate) fn commit_locked(
                     fs,
                     t,
                     "write",
-                    &tmp_path(fs, t, ino, m.suffix),
+                    &moves::tmp_path(fs, t, ino, m.suffix),
                     e,
                 ));
                 break;
@@ -710,7 +284,7 @@ pub(crate) fn commit_locked(
     fs.relayout
         .migration_copied_bytes
         .fetch_add(copied, Ordering::Relaxed);
-    if let Err(e) = r.and_then(|()| switch_to(fs, tree, ino, node, st, &m)) {
+    if let Err(e) = r.and_then(|()| moves::switch_to(fs, tree, ino, node, st, &m)) {
         // Still consistent: the old layout plus the blocks moved so far.
         st.migration = Some(m);
         return Err(e);
@@ -734,7 +308,7 @@ pub(crate) fn commit_locked(
 /// Drops a migration whose file is gone: its temporaries and charge (state lock held).
 pub(crate) fn discard_migration(fs: &TierFs, ino: u64, st: &mut FileState) {
     if let Some(m) = st.migration.take() {
-        drop_move(fs, ino, m);
+        moves::drop_move(fs, ino, m);
         fs.relayout
             .migrations_dropped
             .fetch_add(1, Ordering::Relaxed);
@@ -799,7 +373,7 @@ pub(crate) fn copy_unmoved(fs: &TierFs, ino: u64, node: &FileNode) -> Result<()>
         }
         let bstart = b * MIGRATION_BLOCK;
         let len = (bstart + MIGRATION_BLOCK).min(m.old_size) - bstart;
-        match copy_range(fs, node, &st, m, bstart, len) {
+        match moves::copy_range(fs, node, &st, m, bstart, len) {
             Ok(Ok(())) => {
                 m.moved[b as usize].store(true, Ordering::Release);
                 copied += len;
@@ -809,7 +383,7 @@ pub(crate) fn copy_unmoved(fs: &TierFs, ino: u64, node: &FileNode) -> Result<()>
                     fs,
                     t,
                     "write",
-                    &tmp_path(fs, t, ino, m.suffix),
+                    &moves::tmp_path(fs, t, ino, m.suffix),
                     e,
                 ));
                 break;

@@ -6,6 +6,7 @@ pub mod cached;
 pub mod file;
 pub mod io;
 pub mod migrate;
+pub mod moves;
 pub mod path;
 pub mod prefetch;
 pub mod writeback;

@@ -13,6 +13,7 @@ use crate::vfs::{backing, files, handles, statsdir};
 use std::cell::RefCell;
 
 use crate::data::io;
+use crate::data::moves;
 use std::sync::atomic::Ordering;
 use std::time::SystemTime;
 
@@ -56,7 +57,7 @@ pub(crate) fn read_into(fs: &TierFs, fh: u64, off: u64, buf: &mut [u8]) -> Resul
                 Some(e) => {
                     cached::cached_read(fs, &node, &st, e, off, &mut buf[..len], Class::DemandRead)?
                 }
-                None => migrate::read_file(fs, &st, off, &mut buf[..len], Class::DemandRead)?,
+                None => moves::read_file(fs, &st, off, &mut buf[..len], Class::DemandRead)?,
             }
             Ok(len)
         }

@@ -16,6 +16,7 @@ use crate::vfs::types::*;
 use crate::vfs::{attr, backing, handles};
 use std::ffi::OsStr;
 
+use crate::data::moves;
 use crate::data::writeback;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -262,7 +263,7 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32) -> Result<(u64, OpenInfo)>
         // keeps one mode per inode, and FUSE sends a reader's RELEASE asynchronously,
         // so DeepSpeed's write open of a file it just read can arrive while that
         // read handle is still open; in passthrough it would pin the old layout).
-        let relayout = st.pt_opens == 0 && migrate::layout_drifted(fs, &st.layout);
+        let relayout = st.pt_opens == 0 && moves::layout_drifted(fs, &st.layout);
         let admit = relayout || !handles::leave_to_kernel(fs, &st, &name, f.size(), flags);
         cached::cache_on_open(fs, ino, parent, &name, &f, &mut st, !write, admit);
         let pt = if relayout {

@@ -58,7 +58,7 @@ pub enum Error {
         got: usize,
         want: usize,
     },
-    /// A request on this inode panicked earlier (see `fs::contain`): EIO until remount.
+    /// A request on this inode panicked earlier (see `vfs::contain`): EIO until remount.
     #[error("inode {ino} failed after a panic in a request; EIO until the next mount")]
     Failed { ino: u64 },
     #[error("{0}")]

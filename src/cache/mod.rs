@@ -27,7 +27,7 @@ pub mod order;
 use crate::config::{CacheConfig, CachePolicy};
 use crate::control::OrderHint;
 use crate::data::file::FileNode;
-pub use entry::{Counters, Entry, Slot, SpacePromise, BLOCK, RESERVE_ALIGN};
+pub use entry::{Counters, Entry, Slot, SpacePromise, Totals, BLOCK, RESERVE_ALIGN};
 use order::{DirOrder, OrderView};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::HashMap;

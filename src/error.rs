@@ -32,8 +32,6 @@ pub enum Error {
     Access(&'static str),
     #[error("no such attribute")]
     NoAttr,
-    #[error("attribute value does not fit the buffer")]
-    Range,
     #[error("unknown file handle")]
     BadHandle,
     #[error(
@@ -82,7 +80,6 @@ impl Error {
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Access(_) => libc::EACCES,
             Error::NoAttr => libc::ENODATA,
-            Error::Range => libc::ERANGE,
             Error::BadHandle => libc::EBADF,
             Error::NoSpace(_) => libc::ENOSPC,
             Error::Tier { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),

@@ -18,7 +18,7 @@
 //! components are refused so a command can never name anything outside the mount.
 //!
 //! Debug builds only (the tests' builds), for the panic-containment tests: `debug-panic
-//! PATH` makes the next request on PATH panic inside its handler (see `fs::contain`).
+//! PATH` makes the next request on PATH panic inside its handler (see `vfs::contain`).
 //! Release builds refuse it as an unknown command.
 
 use std::fmt;
@@ -71,7 +71,7 @@ pub enum Command {
     Flush {
         path: Option<PathBuf>,
     },
-    /// Debug builds only: the next request on `path` panics (tests of `fs::contain`).
+    /// Debug builds only: the next request on `path` panics (tests of `vfs::contain`).
     DebugPanic {
         path: PathBuf,
     },

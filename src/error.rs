@@ -32,8 +32,6 @@ pub enum Error {
     Access(&'static str),
     #[error("no such attribute")]
     NoAttr,
-    #[error("attribute value does not fit the buffer")]
-    Range,
     #[error("unknown file handle")]
     BadHandle,
     #[error(
@@ -58,7 +56,7 @@ pub enum Error {
         got: usize,
         want: usize,
     },
-    /// A request on this inode panicked earlier (see `fs::contain`): EIO until remount.
+    /// A request on this inode panicked earlier (see `vfs::contain`): EIO until remount.
     #[error("inode {ino} failed after a panic in a request; EIO until the next mount")]
     Failed { ino: u64 },
     #[error("{0}")]
@@ -82,7 +80,6 @@ impl Error {
             Error::NotSupported(_) => libc::EOPNOTSUPP,
             Error::Access(_) => libc::EACCES,
             Error::NoAttr => libc::ENODATA,
-            Error::Range => libc::ERANGE,
             Error::BadHandle => libc::EBADF,
             Error::NoSpace(_) => libc::ENOSPC,
             Error::Tier { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),

@@ -2,24 +2,33 @@
 
 //! system, for DeepSpeed ZeRO-Infinity's swap files.
 //!
-//! Layers, bottom up:
-//! - [`config`], [`units`]: the TOML file, validated into a plan; [`failure`]: the
-//!   exit-code error of every command; [`logging`]: the daemon's log.
-//! - [`probe`]: measured tier bandwidth.
+//! Layers, bottom up (`tools/check-layers.py` holds the table and CI enforces it; a module
+//! uses only its own layer and those below; docs/DESIGN.md draws it):
+//! - [`units`], [`error`], [`sys`]: sizes and rates, the core's errno-carrying error, libc
+//!   wrappers.
+//! - [`config`]: the TOML file, validated into a plan; [`layout`]: where a file's bytes are
+//!   and how that is persisted; [`lock`]: who holds a tier folder; [`control`],
+//!   [`ledger`], [`reqstats`]: the control file's commands, the CPU ledger, per-request
+//!   counters; [`logging`]: the daemon's log; [`failure`]: the exit-code error of every
+//!   command.
 //! - [`tier`]: an open, locked tier folder and its counters; [`beneath`]: every backing
-//!   call, relative to a tier folder and never through a symlink in it; [`lock`]: who holds a tier
-//!   folder; [`tierio`]: the only way to a tier (admission by class, the engines, the
-//!   accounting; full, never-short backing reads and writes with O_DIRECT where it is
-//!   allowed); [`sys`]: libc wrappers.
-//! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`layout`]: where a
-//!   file's bytes are and how that is persisted.
-//! - [`fs`]: the FUSE-free filesystem core; [`stats`]: the `.tierfs/` files; [`client`]:
-//!   reading them from outside a running mount.
+//!   call, relative to a tier folder and never through a symlink in it; [`tierio`]: the
+//!   only way to a tier's bytes (admission by class, the engines, the accounting);
+//!   [`probe`]: measured tier bandwidth; [`resolve`]: what the tiers hold at one path, for
+//!   the mount-time scan and the offline tools alike.
+//! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`coord`]: tiers shared
+//!   between mounts; [`cache`]: the host-memory tier's books (no I/O); [`stats`]: the
+//!   snapshot's types, its renderings and the Prometheus metrics.
+//! - [`vfs`]: the FUSE-free filesystem core, a façade over per-concern modules and their
+//!   shared state; [`data`]: an open file's state and its data path down to [`tierio`];
+//!   [`adapt`]: share refresh, pausing and recovery probes.
+//! - [`ondisk`]: `tierfs fsck` and `tierfs export`; [`client`]: reading a mount's
+//!   `.tierfs/` files from outside; [`dsconfig`], [`monitor`], [`plot`], [`prom`]: advice,
+//!   recording, figures and node_exporter output built on them.
 //! - [`fuse`]: the kernel side: mounting, the FUSE protocol, its /dev/fuse and io_uring
 //!   transports and the one dispatcher into the core; [`daemon`]: mount, background,
 //!   unmount; [`cli`]: the commands, their clap definition in `cli::args`;
-//!   [`mount_helper`]: `mount -t fuse.tierfs` and fstab; [`manpage`]: `tierfs man`;
-//!   [`prom`]: `tierfs stat --prom` for node_exporter.
+//!   [`mount_helper`]: `mount -t fuse.tierfs` and fstab; [`manpage`]: `tierfs man`.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod adapt;
@@ -33,17 +42,14 @@ pub mod coord;
 pub mod daemon;
 pub mod data;
 pub mod dsconfig;
-pub mod engine;
 pub mod error;
 pub mod failure;
 pub mod fuse;
-pub mod io;
 pub mod layout;
 pub mod ledger;
 pub mod lock;
 pub mod logging;
 pub mod manpage;
-
 pub mod monitor;
 pub mod mount_helper;
 pub mod ondisk;
@@ -53,10 +59,7 @@ pub mod probe;
 pub mod prom;
 pub mod reqstats;
 pub mod resolve;
-pub mod sched;
 pub mod stats;
-/// The Prometheus rendering's old path.
-pub use stats::metrics;
 pub mod sys;
 #[cfg(test)]
 mod testutil;
@@ -64,6 +67,3 @@ pub mod tier;
 pub mod tierio;
 pub mod units;
 pub mod vfs;
-
-/// The offline tools' old path (`cli` calls `export::run_fsck` and `export::run_export`).
-pub use ondisk as export;

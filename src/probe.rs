@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::io::{AlignedBuf, ALIGN};
+use crate::tierio::{AlignedBuf, ALIGN};
 use crate::units::{fmt_bytes, fmt_rate};
 
 /// What a probe measured.

@@ -1,5 +1,5 @@
 //! Counters of what the kernel asked the daemon: requests per FUSE opcode, the transport
-//! that carried them. (Handler panics are counted by the core: `fs::contain`.)
+//! that carried them. (Handler panics are counted by the core: `vfs::contain`.)
 //!
 //! Kept apart from both the FUSE layer (which counts) and the stats files (which show
 //! them) so that neither has to know the other: tests use these counts to prove that a

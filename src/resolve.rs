@@ -1,5 +1,5 @@
 //! What the tiers hold at one path, resolved into what a mount shows there: the one set of
-//! rules that the mount-time scan (`fs::scan`), `tierfs fsck` and `tierfs export`
+//! rules that the mount-time scan (`vfs::scan`), `tierfs fsck` and `tierfs export`
 //! (`ondisk`) all act on, so the three never disagree about a file.
 //!
 //! The rules, in the order they apply:

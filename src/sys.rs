@@ -274,21 +274,6 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// chmod of `path` without following a final symlink (glibc's `fchmodat` with
-/// `AT_SYMLINK_NOFOLLOW`: EOPNOTSUPP for a symlink, whose mode Linux cannot change).
-pub fn lchmod(path: &Path, mode: u32) -> io::Result<()> {
-    let p = cpath(path)?;
-    // SAFETY: p is a valid NUL-terminated path for the call.
-    check(unsafe {
-        libc::fchmodat(
-            libc::AT_FDCWD,
-            p.as_ptr(),
-            mode as libc::mode_t,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,7 +54,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use tierfs::io::{AlignedBuf, ALIGN};
+use tierfs::tierio::{AlignedBuf, ALIGN};
 
 const MIB: u64 = 1 << 20;
 const UNIT: u64 = 64 << 10;

@@ -101,7 +101,7 @@ fn a_panic_in_a_request_fails_that_file_until_remount() {
     assert_eq!(metric(&m, "tierfs_request_panics_total"), 0);
 
     std::fs::write(m.path(".tierfs/control"), "debug-panic victim\n").unwrap();
-    let mut buf = tierfs::io::AlignedBuf::zeroed(MIB);
+    let mut buf = tierfs::tierio::AlignedBuf::zeroed(MIB);
     assert_eio(f.read_at(&mut buf, 0), "the read that panicked");
     assert_eq!(metric(&m, "tierfs_request_panics_total"), 1);
     assert_eq!(metric(&m, "tierfs_failed_inodes"), 1);

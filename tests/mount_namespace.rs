@@ -252,7 +252,7 @@ fn unlink_while_open_keeps_data_until_close() {
         );
         // Still readable (and writable) through the open descriptor.
         assert_eq!(f.metadata().unwrap().len(), data.len() as u64);
-        let mut back = tierfs::io::AlignedBuf::zeroed(data.len());
+        let mut back = tierfs::tierio::AlignedBuf::zeroed(data.len());
         assert_eq!(pread_upto(&f, &mut back, 0).unwrap(), data.len());
         assert!(back[..] == data[..], "{layout}: data through the open fd");
         pwrite_exact(&f, &aligned(&pattern(MIB, 4)), 0).unwrap();

@@ -25,12 +25,11 @@ LAYERS = [
     ["config", "layout", "lock", "control", "ledger", "reqstats", "logging", "failure",
      "fuse::abi"],
     # 2: a tier folder and the only way to it; what a tier folder holds for one name
-    ["beneath", "io", "tierio", "engine", "sched", "tier", "probe", "resolve"],
+    ["beneath", "tierio", "tier", "probe", "resolve"],
     # 3: decisions and bookkeeping with no I/O: placement, shared-tier coordination, the
     # cache's books, the statistics snapshot's types and renderings, and the core's
     # vocabulary (inode types, the tree, an open file's state)
-    ["placement", "coord", "cache", "stats", "metrics", "vfs::types", "vfs::tree",
-     "data::file"],
+    ["placement", "coord", "cache", "stats", "vfs::types", "vfs::tree", "data::file"],
     # 4: the core's shared state (the struct the façade wraps)
     ["vfs::state", "vfs::contain"],
     # 5: what every operation needs: backing paths and pieces, attributes, handles
@@ -44,7 +43,7 @@ LAYERS = [
     # 8: the façade and the filesystem's construction and shutdown
     ["vfs::lifecycle", "vfs"],
     # 9: what reads the core or its files from outside: the on-disk tools, monitors, advice
-    ["ondisk", "export", "dsconfig", "monitor", "plot", "prom", "client"],
+    ["ondisk", "dsconfig", "monitor", "plot", "prom", "client"],
     # 10: the kernel side and the process
     ["fuse", "daemon", "mount_helper", "cli", "manpage", "main", "lib", "testutil"],
 ]

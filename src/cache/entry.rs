@@ -182,3 +182,64 @@ pub struct Counters {
     /// Bytes of cached files evicted to get under a lowered budget.
     pub pressure_evicted_bytes: AtomicU64,
 }
+
+/// One reading of [`Counters`] as plain numbers, the one place they are loaded: the
+/// `.tierfs/cache` view and `stats.json` are both built from it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub hit_bytes: u64,
+    pub miss_bytes: u64,
+    pub absorbed_bytes: u64,
+    pub dirty_bytes: u64,
+    pub writeback_bytes: u64,
+    pub writeback_errors: u64,
+    pub prefetch_files: u64,
+    pub prefetch_bytes: u64,
+    pub prefetch_used_bytes: u64,
+    pub prefetch_wasted_bytes: u64,
+    pub admissions: u64,
+    pub refusals: u64,
+    pub evictions: u64,
+    pub evicted_bytes: u64,
+    pub discarded_dirty_bytes: u64,
+    pub pressure_shrinks: u64,
+    pub pressure_evicted_bytes: u64,
+}
+
+impl Totals {
+    /// Of the bytes read from cached files, the share served from memory (0 before any).
+    pub fn hit_ratio(&self) -> f64 {
+        let all = self.hit_bytes + self.miss_bytes;
+        if all > 0 {
+            self.hit_bytes as f64 / all as f64
+        } else {
+            0.0
+        }
+    }
+}
+
+impl Counters {
+    /// The counters now (each loaded on its own: the totals are not one atomic cut).
+    pub fn totals(&self) -> Totals {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Totals {
+            hit_bytes: get(&self.hit_bytes),
+            miss_bytes: get(&self.miss_bytes),
+            absorbed_bytes: get(&self.absorbed_bytes),
+            dirty_bytes: get(&self.dirty_bytes),
+            writeback_bytes: get(&self.writeback_bytes),
+            writeback_errors: get(&self.writeback_errors),
+            prefetch_files: get(&self.prefetch_files),
+            prefetch_bytes: get(&self.prefetch_bytes),
+            prefetch_used_bytes: get(&self.prefetch_used_bytes),
+            prefetch_wasted_bytes: get(&self.prefetch_wasted_bytes),
+            admissions: get(&self.admissions),
+            refusals: get(&self.refusals),
+            evictions: get(&self.evictions),
+            evicted_bytes: get(&self.evicted_bytes),
+            discarded_dirty_bytes: get(&self.discarded_dirty_bytes),
+            pressure_shrinks: get(&self.pressure_shrinks),
+            pressure_evicted_bytes: get(&self.pressure_evicted_bytes),
+        }
+    }
+}

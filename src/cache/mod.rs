@@ -27,7 +27,7 @@ pub mod order;
 use crate::config::{CacheConfig, CachePolicy};
 use crate::control::OrderHint;
 use crate::data::file::FileNode;
-pub use entry::{Counters, Entry, Slot, SpacePromise, BLOCK, RESERVE_ALIGN};
+pub use entry::{Counters, Entry, Slot, SpacePromise, Totals, BLOCK, RESERVE_ALIGN};
 use order::{DirOrder, OrderView};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::HashMap;
@@ -195,10 +195,6 @@ impl Cache {
         self.rank_locked(&orders, dir, ino, is_gradient(name), None)
     }
 
-    pub fn is_cached(&self, ino: u64) -> bool {
-        self.inner.lock().files.contains_key(&ino)
-    }
-
     /// Takes `bytes` of the budget if they are free.
     pub fn try_reserve(&self, bytes: u64) -> bool {
         let mut inner = self.inner.lock();
@@ -208,12 +204,6 @@ impl Cache {
         } else {
             false
         }
-    }
-
-    /// Gives back budget taken with [`Cache::try_reserve`] and not used.
-    pub fn unreserve(&self, bytes: u64) {
-        let mut inner = self.inner.lock();
-        inner.used = inner.used.saturating_sub(bytes);
     }
 
     /// Clean files ranked above `rank` (largest rank first) whose memory adds up to `need`,

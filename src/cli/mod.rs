@@ -115,12 +115,12 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             stats_dir,
         } => run_record(&mountpoint, &stats_dir, &out, interval, duration, format),
         Cmd::Plot { file, out, title } => run_plot(&file, &out, title),
-        Cmd::Fsck { config, repair } => crate::export::run_fsck(&config, repair),
+        Cmd::Fsck { config, repair } => crate::ondisk::run_fsck(&config, repair),
         Cmd::Export {
             config,
             dest,
             force,
-        } => crate::export::run_export(&config, &dest, force),
+        } => crate::ondisk::run_export(&config, &dest, force),
         Cmd::Man { dir } => run_man(dir.as_deref()),
         Cmd::Completions { shell } => {
             print_completions(shell, &mut std::io::stdout());

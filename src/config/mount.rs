@@ -60,7 +60,7 @@ impl Transport {
     }
 }
 
-/// `mount.engine`: how batches of backing requests are issued (`crate::engine`).
+/// `mount.engine`: how batches of backing requests are issued (`crate::tierio::engine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum EngineKind {
     /// All requests of a batch at once on a per-thread io_uring (psync where not allowed).

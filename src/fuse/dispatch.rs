@@ -660,6 +660,9 @@ impl Dispatcher {
     }
 }
 
+/// The reply to getxattr or listxattr: the length when the kernel asks with `size` 0, else
+/// the value, or ERANGE when it is longer than `size`. The core returns whole values; the
+/// buffer size is the protocol's, so the check lives here.
 fn xattr_reply(v: &[u8], size: u32, out: &mut Vec<u8>) -> Result<(), i32> {
     if size == 0 {
         out.extend_from_slice(

@@ -89,7 +89,7 @@ fn copy_plain(on: Beneath<'_>, src: &Path, dest: &Path) -> io::Result<u64> {
     let mut buf = vec![0u8; CHUNK];
     let mut off = 0u64;
     loop {
-        let n = crate::io::read_full(&f, &mut buf, off)?;
+        let n = crate::tierio::piece::read_full(&f, &mut buf, off)?;
         if n == 0 {
             break;
         }
@@ -124,7 +124,7 @@ fn copy_stripes(
         for ex in m.extents(off, n) {
             let dst = &mut b[ex.buf..ex.buf + ex.len];
             let got = match &pieces[ex.tier] {
-                Some(f) => crate::io::read_full(f, dst, ex.local)?,
+                Some(f) => crate::tierio::piece::read_full(f, dst, ex.local)?,
                 None => 0,
             };
             dst[got..].fill(0);

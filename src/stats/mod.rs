@@ -170,7 +170,7 @@ pub struct Snapshot {
     pub cache: Option<CacheStats>,
     #[serde(default)]
     pub relayout: RelayoutStats,
-    /// Requests whose handler panicked since mount (each answered EIO; `fs::contain`).
+    /// Requests whose handler panicked since mount (each answered EIO; `vfs::contain`).
     #[serde(default)]
     pub request_panics: u64,
     /// Inodes that answer EIO until the next mount after such a panic.

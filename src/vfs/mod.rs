@@ -10,7 +10,8 @@
 //! - [`handles`]: the handle table and the kernel passthrough policy;
 //! - [`backing`]: tier paths, limbo, xattrs, statfs; [`scan`]: the tree rebuilt at mount;
 //! - [`statsdir`]: the `.tierfs/` files and control; [`contain`]: panics kept to one request;
-//! - [`state`]: the shared state, its construction and shutdown;
+//! - [`state`]: the shared state; [`lifecycle`]: its construction and shutdown;
+//! - [`snapshot`]: the counters gathered for the `.tierfs/` files;
 //! - below them, [`crate::data`] (an open file's state and the data path) and
 //!   [`crate::tierio`]-level tier access; beside them, [`crate::adapt`] (shares and probes).
 //!

@@ -430,6 +430,50 @@ pub(crate) fn rename(
     if target == Some(ino) {
         return Ok(());
     }
+    check_rename(fs, &tree, ino, kind, newparent, target, flags)?;
+    let from_rel = tree.rel(ino).ok_or(Error::NotFound)?;
+    let to_rel = tree.rel(newparent).ok_or(Error::NotFound)?.join(newname);
+    let src: Vec<usize> = backing::backing_paths(fs, &tree, ino)?
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
+    let target_in_limbo = match target {
+        Some(t) => clear_target(fs, &mut tree, t, kind, &src)?,
+        None => None,
+    };
+    move_pieces(
+        fs,
+        &mut tree,
+        kind,
+        &src,
+        &from_rel,
+        &to_rel,
+        target_in_limbo,
+    )?;
+    if let Some(t) = target {
+        detach(fs, &mut tree, newparent, newname, t, false)?;
+    }
+    tree.children_mut(parent)?.remove(name);
+    tree.children_mut(newparent)?
+        .insert(newname.to_os_string(), ino);
+    let n = tree.nodes.get_mut(&ino).ok_or(Error::NotFound)?;
+    n.parent = newparent;
+    n.name = newname.to_os_string();
+    Ok(())
+}
+
+/// Whether `ino` (of `kind`) may take the place of `target` under `newparent`: the checks
+/// rename(2) makes, and a folder neither moved into itself nor renamed while a tier that
+/// holds a copy of it is missing.
+fn check_rename(
+    fs: &TierFs,
+    tree: &Tree,
+    ino: u64,
+    kind: Kind,
+    newparent: u64,
+    target: Option<u64>,
+    flags: u32,
+) -> Result<()> {
     if let Some(t) = target {
         if flags & libc::RENAME_NOREPLACE != 0 {
             return Err(Error::Exists);
@@ -446,7 +490,7 @@ pub(crate) fn rename(
     // and that copy may hold striped pieces and whole files no listing shows: renamed
     // on the present tiers alone, the folder would split in two, and each striped file
     // in it into two halves reading zeros where the other holds the bytes. (A file
-    // with a piece on the missing tier is refused by `backing_paths` below.)
+    // with a piece on the missing tier is refused by `backing_paths` later.)
     if let Some(m) = fs.tiers.iter().find(|t| t.missing) {
         for n in std::iter::once(ino).chain(target) {
             let node = tree.get(n)?;
@@ -465,46 +509,65 @@ pub(crate) fn rename(
             cur = tree.get(cur)?.parent;
         }
     }
-    let from_rel = tree.rel(ino).ok_or(Error::NotFound)?;
-    let to_rel = tree.rel(newparent).ok_or(Error::NotFound)?.join(newname);
-    let src: Vec<usize> = backing::backing_paths(fs, &tree, ino)?
-        .into_iter()
-        .map(|(t, _)| t)
-        .collect();
-    // A file being replaced moves to limbo first, whole: the kernel may still stat or
-    // open the old inode (rename(2) never lets the name go missing), and pieces on tiers
-    // the source does not cover must not survive under the name. A crash here loses
-    // the target, never the source.
-    let mut target_in_limbo = None;
-    if let Some(t) =
-        target.filter(|t| matches!(tree.nodes.get(t).map(|n| &n.data), Some(NodeData::File(_))))
-    {
-        backing::to_limbo(fs, &tree, t)?;
-        if let Some(n) = tree.nodes.get_mut(&t) {
+    Ok(())
+}
+
+/// Makes way for the source (of `kind`, with pieces on the tiers `src`) at the name of
+/// `target`. A file being replaced moves to limbo first, whole, and is returned so that a
+/// failed move can put it back: the kernel may still stat or open the old inode (rename(2)
+/// never lets the name go missing), and pieces on tiers the source does not cover must not
+/// survive under the name. A crash here loses the target, never the source. An (empty)
+/// folder or other entry is removed from the tiers the source will not rename onto it.
+fn clear_target(
+    fs: &TierFs,
+    tree: &mut Tree,
+    target: u64,
+    kind: Kind,
+    src: &[usize],
+) -> Result<Option<u64>> {
+    if matches!(
+        tree.nodes.get(&target).map(|n| &n.data),
+        Some(NodeData::File(_))
+    ) {
+        backing::to_limbo(fs, tree, target)?;
+        if let Some(n) = tree.nodes.get_mut(&target) {
             n.limbo = true;
         }
-        target_in_limbo = Some(t);
-    } else if let Some(t) = target {
-        let tpaths = backing::backing_paths(fs, &tree, t)?;
-        for (tier, p) in tpaths {
-            if !src.contains(&tier) {
-                let r = if kind == Kind::Dir {
-                    fs.tiers[tier].fs().rmdir(&p)
-                } else {
-                    fs.tiers[tier].fs().unlink(&p)
-                };
-                if let Err(e) = r {
-                    if e.kind() != std::io::ErrorKind::NotFound {
-                        return Err(backing::tier_err(fs, tier, "unlink", &p, e));
-                    }
+        return Ok(Some(target));
+    }
+    for (tier, p) in backing::backing_paths(fs, tree, target)? {
+        if !src.contains(&tier) {
+            let r = if kind == Kind::Dir {
+                fs.tiers[tier].fs().rmdir(&p)
+            } else {
+                fs.tiers[tier].fs().unlink(&p)
+            };
+            if let Err(e) = r {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    return Err(backing::tier_err(fs, tier, "unlink", &p, e));
                 }
             }
         }
     }
+    Ok(None)
+}
+
+/// Renames the object's entry from `from_rel` to `to_rel` on each tier of `src`. On a
+/// failure, what already moved is moved back and the replaced file (`target_in_limbo`)
+/// returns under its name, so the tiers stay in agreement with the unchanged tree.
+fn move_pieces(
+    fs: &TierFs,
+    tree: &mut Tree,
+    kind: Kind,
+    src: &[usize],
+    from_rel: &Path,
+    to_rel: &Path,
+    target_in_limbo: Option<u64>,
+) -> Result<()> {
     let mut done: Vec<usize> = Vec::new();
-    for &t in &src {
-        let from = fs.tiers[t].path(&from_rel);
-        let to = fs.tiers[t].path(&to_rel);
+    for &t in src {
+        let from = fs.tiers[t].path(from_rel);
+        let to = fs.tiers[t].path(to_rel);
         let tfs = fs.tiers[t].fs();
         let mut r = tfs.rename(&from, &to, 0);
         if let Err(e) = &r {
@@ -514,19 +577,17 @@ pub(crate) fn rename(
             }
         }
         if let Err(e) = r {
-            // Undo what moved so the tiers stay in agreement.
             for &u in &done {
                 let _ = fs.tiers[u].fs().rename(
-                    &fs.tiers[u].path(&to_rel),
-                    &fs.tiers[u].path(&from_rel),
+                    &fs.tiers[u].path(to_rel),
+                    &fs.tiers[u].path(from_rel),
                     0,
                 );
             }
             if let Some(old) = target_in_limbo {
-                // And put the replaced file back under its name.
-                if let Ok(paths) = backing::backing_paths(fs, &tree, old) {
+                if let Ok(paths) = backing::backing_paths(fs, tree, old) {
                     for (u, l) in paths {
-                        let _ = fs.tiers[u].fs().rename(&l, &fs.tiers[u].path(&to_rel), 0);
+                        let _ = fs.tiers[u].fs().rename(&l, &fs.tiers[u].path(to_rel), 0);
                     }
                 }
                 if let Some(n) = tree.nodes.get_mut(&old) {
@@ -537,15 +598,6 @@ pub(crate) fn rename(
         }
         done.push(t);
     }
-    if let Some(t) = target {
-        detach(fs, &mut tree, newparent, newname, t, false)?;
-    }
-    tree.children_mut(parent)?.remove(name);
-    tree.children_mut(newparent)?
-        .insert(newname.to_os_string(), ino);
-    let n = tree.nodes.get_mut(&ino).ok_or(Error::NotFound)?;
-    n.parent = newparent;
-    n.name = newname.to_os_string();
     Ok(())
 }
 

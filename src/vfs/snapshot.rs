@@ -53,22 +53,21 @@ pub fn snapshot(fs: &TierFs, detail: Detail) -> Snapshot {
         tiers,
         files,
         cache: fs.cache().map(|c| {
-            let k = &c.counters;
-            let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+            let t = c.counters.totals();
             CacheStats {
                 size: c.cfg.size,
                 size_from: c.size_from.clone(),
                 budget: c.budget(),
                 used: c.used(),
-                dirty: get(&k.dirty_bytes),
-                hit_bytes: get(&k.hit_bytes),
-                miss_bytes: get(&k.miss_bytes),
-                absorbed_bytes: get(&k.absorbed_bytes),
-                writeback_bytes: get(&k.writeback_bytes),
-                prefetch_bytes: get(&k.prefetch_bytes),
-                prefetch_used_bytes: get(&k.prefetch_used_bytes),
-                prefetch_wasted_bytes: get(&k.prefetch_wasted_bytes),
-                evictions: get(&k.evictions),
+                dirty: t.dirty_bytes,
+                hit_bytes: t.hit_bytes,
+                miss_bytes: t.miss_bytes,
+                absorbed_bytes: t.absorbed_bytes,
+                writeback_bytes: t.writeback_bytes,
+                prefetch_bytes: t.prefetch_bytes,
+                prefetch_used_bytes: t.prefetch_used_bytes,
+                prefetch_wasted_bytes: t.prefetch_wasted_bytes,
+                evictions: t.evictions,
             }
         }),
         bounce_bytes: crate::tierio::bounce_bytes(),

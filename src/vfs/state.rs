@@ -1,6 +1,6 @@
 //! The filesystem's state: every part the namespace, the data path and the background
-//! threads share, its construction over opened tiers, and the shutdown that puts what is
-//! held in memory back on the tiers.
+//! threads share, and the one way from it to the tiers' bytes ([`io`]). Building it and
+//! shutting it down are [`crate::vfs::lifecycle`]'s.
 
 use std::collections::HashSet;
 

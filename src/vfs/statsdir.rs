@@ -1,19 +1,18 @@
 //! The `.tierfs/` folder: the control file's commands and the views the stats files
 //! render (cache, memory, files).
 
-use crate::cache::BLOCK;
+use crate::cache::{Cache, Totals, BLOCK};
 use crate::control::Command;
 use crate::data::cached;
 use crate::error::{Error, Result};
 use crate::layout::FileLayout;
 use crate::vfs::contain;
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::NodeData;
+use crate::vfs::tree::{NodeData, Tree};
 use crate::vfs::types::*;
 
 use crate::data::writeback;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `.tierfs/cache`.
 #[derive(Debug, serde::Serialize)]
@@ -208,51 +207,95 @@ pub(crate) fn cache_view(fs: &TierFs) -> CacheView {
     // counted in the cache).
     let buffers_bound = fs.threads as u64 * 3 * BLOCK;
     let Some(c) = &fs.cache else {
-        return CacheView {
+        let memory = MemoryView {
+            cache_limit: 0,
+            buffers_bound,
+            bound: buffers_bound,
+            rss: rss_bytes(),
+            job_limit: None,
+            job_in_use: None,
+        };
+        return CacheView::of_totals(&Totals::default(), fs.staging_from.clone(), memory);
+    };
+    let tree = fs.tree.read();
+    let (files, allocated) = resident_files(c, &tree);
+    let orders = c
+        .orders()
+        .into_iter()
+        .map(|(d, o)| OrderEntry {
+            dir: if d == ROOT_INO {
+                "/".into()
+            } else {
+                path_of(&tree, d)
+            },
+            order: o,
+        })
+        .collect();
+    let memory = MemoryView {
+        cache_limit: c.cfg.size,
+        buffers_bound,
+        bound: c.cfg.size + buffers_bound,
+        rss: rss_bytes(),
+        job_limit: c.watch.as_ref().map(|l| l.bytes),
+        job_in_use: c.watch.as_ref().and_then(|l| l.in_use()),
+    };
+    CacheView {
+        enabled: true,
+        config: Some(c.cfg.clone()),
+        budget: c.budget(),
+        used: c.used(),
+        allocated,
+        orders,
+        files,
+        ..CacheView::of_totals(&c.counters.totals(), c.size_from.clone(), memory)
+    }
+}
+
+impl CacheView {
+    /// The view of a cache whose counters read `t`, with nothing configured, held or
+    /// learned: a disabled cache's whole view, and the base an enabled one's is built on.
+    fn of_totals(t: &Totals, size_from: String, memory: MemoryView) -> CacheView {
+        CacheView {
             enabled: false,
             config: None,
-            size_from: fs.staging_from.clone(),
+            size_from,
             budget: 0,
-            pressure_shrinks: 0,
-            pressure_evicted_bytes: 0,
+            pressure_shrinks: t.pressure_shrinks,
+            pressure_evicted_bytes: t.pressure_evicted_bytes,
             used: 0,
             allocated: 0,
-            dirty: 0,
-            hit_bytes: 0,
-            miss_bytes: 0,
-            hit_ratio: 0.0,
-            absorbed_bytes: 0,
-            writeback_bytes: 0,
-            writeback_errors: 0,
-            prefetch_files: 0,
-            prefetch_bytes: 0,
-            prefetch_used_bytes: 0,
-            prefetch_wasted_bytes: 0,
-            admissions: 0,
-            refusals: 0,
-            evictions: 0,
-            evicted_bytes: 0,
-            discarded_dirty_bytes: 0,
-            memory: MemoryView {
-                cache_limit: 0,
-                buffers_bound,
-                bound: buffers_bound,
-                rss: rss_bytes(),
-                job_limit: None,
-                job_in_use: None,
-            },
+            dirty: t.dirty_bytes,
+            hit_bytes: t.hit_bytes,
+            miss_bytes: t.miss_bytes,
+            hit_ratio: t.hit_ratio(),
+            absorbed_bytes: t.absorbed_bytes,
+            writeback_bytes: t.writeback_bytes,
+            writeback_errors: t.writeback_errors,
+            prefetch_files: t.prefetch_files,
+            prefetch_bytes: t.prefetch_bytes,
+            prefetch_used_bytes: t.prefetch_used_bytes,
+            prefetch_wasted_bytes: t.prefetch_wasted_bytes,
+            admissions: t.admissions,
+            refusals: t.refusals,
+            evictions: t.evictions,
+            evicted_bytes: t.evicted_bytes,
+            discarded_dirty_bytes: t.discarded_dirty_bytes,
+            memory,
             orders: Vec::new(),
             files: Vec::new(),
-        };
-    };
-    let k = &c.counters;
-    let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-    let tree = fs.tree.read();
-    let path_of = |ino: u64| {
-        tree.rel(ino)
-            .map(|p| crate::stats::escape_path(&p))
-            .unwrap_or_else(|| format!("(inode {ino}, deleted)"))
-    };
+        }
+    }
+}
+
+/// A path for the cache view: escaped, without the leading `/`.
+fn path_of(tree: &Tree, ino: u64) -> String {
+    tree.rel(ino)
+        .map(|p| crate::stats::escape_path(&p))
+        .unwrap_or_else(|| format!("(inode {ino}, deleted)"))
+}
+
+/// The files the cache holds, by path, and the memory their blocks really take.
+fn resident_files(c: &Cache, tree: &Tree) -> (Vec<CachedFile>, u64) {
     let mut allocated = 0;
     let mut files: Vec<CachedFile> = c
         .residents()
@@ -267,7 +310,7 @@ pub(crate) fn cache_view(fs: &TierFs) -> CacheView {
             }
             let rank = c.rank_of_entry(&e);
             CachedFile {
-                path: path_of(e.ino),
+                path: path_of(tree, e.ino),
                 size: n.size(),
                 blocks: slots.len() as u64,
                 valid_blocks: valid,
@@ -281,57 +324,5 @@ pub(crate) fn cache_view(fs: &TierFs) -> CacheView {
         })
         .collect();
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    let orders = c
-        .orders()
-        .into_iter()
-        .map(|(d, o)| OrderEntry {
-            dir: if d == ROOT_INO {
-                "/".into()
-            } else {
-                path_of(d)
-            },
-            order: o,
-        })
-        .collect();
-    let (hit, miss) = (get(&k.hit_bytes), get(&k.miss_bytes));
-    CacheView {
-        enabled: true,
-        config: Some(c.cfg.clone()),
-        size_from: c.size_from.clone(),
-        budget: c.budget(),
-        pressure_shrinks: get(&k.pressure_shrinks),
-        pressure_evicted_bytes: get(&k.pressure_evicted_bytes),
-        used: c.used(),
-        allocated,
-        dirty: get(&k.dirty_bytes),
-        hit_bytes: hit,
-        miss_bytes: miss,
-        hit_ratio: if hit + miss > 0 {
-            hit as f64 / (hit + miss) as f64
-        } else {
-            0.0
-        },
-        absorbed_bytes: get(&k.absorbed_bytes),
-        writeback_bytes: get(&k.writeback_bytes),
-        writeback_errors: get(&k.writeback_errors),
-        prefetch_files: get(&k.prefetch_files),
-        prefetch_bytes: get(&k.prefetch_bytes),
-        prefetch_used_bytes: get(&k.prefetch_used_bytes),
-        prefetch_wasted_bytes: get(&k.prefetch_wasted_bytes),
-        admissions: get(&k.admissions),
-        refusals: get(&k.refusals),
-        evictions: get(&k.evictions),
-        evicted_bytes: get(&k.evicted_bytes),
-        discarded_dirty_bytes: get(&k.discarded_dirty_bytes),
-        memory: MemoryView {
-            cache_limit: c.cfg.size,
-            buffers_bound,
-            bound: c.cfg.size + buffers_bound,
-            rss: rss_bytes(),
-            job_limit: c.watch.as_ref().map(|l| l.bytes),
-            job_in_use: c.watch.as_ref().and_then(|l| l.in_use()),
-        },
-        orders,
-        files,
-    }
+    (files, allocated)
 }

@@ -29,7 +29,7 @@ pub enum Virtual {
     Files,
     Config,
     StatsJson,
-    /// Prometheus text exposition format (see `crate::metrics`).
+    /// Prometheus text exposition format (see `crate::stats::metrics`).
     Metrics,
     /// The host-memory cache: totals, learned orders, cached files (JSON).
     Cache,

@@ -414,8 +414,8 @@ pub fn errno(e: &std::io::Error) -> i32 {
 pub const MIB: usize = 1 << 20;
 
 /// A page-aligned buffer holding `data` (for O_DIRECT).
-pub fn aligned(data: &[u8]) -> tierfs::io::AlignedBuf {
-    let mut b = tierfs::io::AlignedBuf::zeroed(data.len());
+pub fn aligned(data: &[u8]) -> tierfs::tierio::AlignedBuf {
+    let mut b = tierfs::tierio::AlignedBuf::zeroed(data.len());
     b.copy_from_slice(data);
     b
 }
@@ -484,7 +484,7 @@ pub fn write_direct_threads(path: &Path, data: &[u8], threads: usize, extra: i32
             let end = ((t + 1) * chunk).min(data.len());
             let f = &f;
             s.spawn(move || {
-                let mut buf = tierfs::io::AlignedBuf::zeroed(MIB);
+                let mut buf = tierfs::tierio::AlignedBuf::zeroed(MIB);
                 let mut off = start;
                 while off < end {
                     let n = (end - off).min(MIB);
@@ -525,7 +525,7 @@ pub fn read_direct_threads(path: &Path, threads: usize) -> Vec<u8> {
         for (t, part) in out.chunks_mut(chunk.max(1)).enumerate() {
             let f = &f;
             s.spawn(move || {
-                let mut buf = tierfs::io::AlignedBuf::zeroed(MIB);
+                let mut buf = tierfs::tierio::AlignedBuf::zeroed(MIB);
                 let mut done = 0;
                 while done < part.len() {
                     let want = (part.len() - done).min(MIB);

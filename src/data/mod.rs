@@ -1,6 +1,8 @@
 //! The data path: an open file's state ([`file`]) and every way its bytes are read and
-//! written: plain or striped ([`path`]), through host memory ([`cached`], with the
-//! background threads in [`prefetch`]), or while moving to a new layout ([`migrate`]).
+//! written: a handle's read or write ([`path`]) through the layout's extents ([`io`]),
+//! through host memory ([`cached`], written back by [`writeback`], with the background
+//! threads in [`prefetch`]), or while moving to a new layout ([`migrate`], over the steps
+//! in [`moves`]). Nothing here takes the tree lock to copy data.
 
 pub mod cached;
 pub mod file;

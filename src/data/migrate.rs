@@ -2,12 +2,12 @@
 //! failed (the write that failed then succeeds), or to follow the shares when a striped
 //! file is rewritten.
 //!
-//! Both go through the same three steps: [`TierFs::begin_move`] makes the new pieces as
+//! Both go through the same three steps: [`crate::data::moves::begin_move`] makes the new pieces as
 //! temporaries in limbo, `copy` fills them from the file's current bytes, and
-//! [`TierFs::switch_to`] puts them in place under the file's state lock and removes the old
+//! [`crate::data::moves::switch_to`] puts them in place under the file's state lock and removes the old
 //! pieces last, so a failure at any point leaves the file as it was.
 //!
-//! - Eager ([`TierFs::relocate`]): every byte is copied at once (a full or failed tier,
+//! - Eager ([`relocate`]): every byte is copied at once (a full or failed tier,
 //!   or a cached file).
 //! - Lazy (a *migration*, for a drifted striped file opened for writing): DeepSpeed
 //!   rewrites its swap files whole every step, so copying them first would read every old

@@ -388,7 +388,7 @@ impl TierFs {
     /// Lowers (or raises) the cache's budget to `target` bytes and, when it holds more,
     /// evicts until it holds no more than the budget: clean files first, the ones needed
     /// last first (that frees memory at once), then dirty ones, written back first. Gives
-    /// up after [`SHRINK_WITHIN`] (files busy all that time, or write-back failing); the
+    /// up after [`crate::data::cached::SHRINK_WITHIN`] (files busy all that time, or write-back failing); the
     /// watch's next poll tries again.
     pub fn shrink_cache(&self, target: u64) {
         writeback::shrink_cache(self, target)
@@ -439,7 +439,7 @@ impl TierFs {
         contain::contain(self, op, ino, f)
     }
 
-    /// EIO ([`Error::Failed`]) if `ino` has failed. Entry replies (lookup, create, mkdir)
+    /// EIO ([`crate::error::Error::Failed`]) if `ino` has failed. Entry replies (lookup, create, mkdir)
     /// check the inode they answer with too, so a failed file is not handed out again.
     pub fn check_failed(&self, ino: u64) -> Result<()> {
         contain::check_failed(self, ino)

@@ -164,7 +164,7 @@ pub struct OpenInfo {
     pub direct_io: bool,
     /// Open in kernel passthrough on this backing piece: the kernel then does the handle's
     /// reads and writes itself. The adapter registers the piece once per inode and calls
-    /// [`TierFs::passthrough_refused`] if the kernel will not take it.
+    /// [`crate::vfs::TierFs::passthrough_refused`] if the kernel will not take it.
     pub passthrough: Option<Arc<Piece>>,
 }
 

@@ -54,6 +54,11 @@ pub(crate) fn relocate(
 ) -> Result<()> {
     let mut tree = Some(fs.tree.read());
     let mut st = node.state.write();
+    if st.migration.as_ref().is_some_and(|m| m.suffix.is_empty()) {
+        // Another eager move has copied and waits for its switch: finish it first (both
+        // locks are held in order), then see whether this one is still needed.
+        commit_locked(fs, tree.as_ref().expect("held"), ino, node, &mut st)?;
+    }
     let old = st.layout.clone();
     let on = |b: usize| {
         old.tiers().contains(&b)

@@ -52,6 +52,30 @@ pub(crate) fn relocate(
     bad: Option<usize>,
     need: u64,
 ) -> Result<()> {
+    if !relocate_once(fs, ino, node, bad, need, false)? {
+        // A cached file whose switch could not get the tree lock in time: again, holding
+        // it from the start (the copy then runs under it: the rare case).
+        relocate_once(fs, ino, node, bad, need, true)?;
+    }
+    Ok(())
+}
+
+/// How long a cached file's move, its bytes copied, waits for the tree lock it needs for
+/// the switch. It holds the file's lock meanwhile, against the usual order (tree first),
+/// so the wait is bounded: a thread holding the tree lock and waiting for this file waits
+/// at most this long.
+const RETAKE_TREE: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// One try of [`relocate`]; `Ok(false)` when a cached file's switch must be tried again
+/// with the tree lock held throughout (`hold_tree`).
+fn relocate_once(
+    fs: &TierFs,
+    ino: u64,
+    node: &Arc<FileNode>,
+    bad: Option<usize>,
+    need: u64,
+    hold_tree: bool,
+) -> Result<bool> {
     let mut tree = Some(fs.tree.read());
     let mut st = node.state.write();
     if st.migration.as_ref().is_some_and(|m| m.suffix.is_empty()) {
@@ -68,8 +92,8 @@ pub(crate) fn relocate(
                 .is_some_and(|m| m.layout.tiers().contains(&b))
     };
     match bad {
-        Some(b) if !on(b) => return Ok(()), // moved already
-        None if !moves::layout_drifted(fs, &old) => return Ok(()),
+        Some(b) if !on(b) => return Ok(true), // moved already
+        None if !moves::layout_drifted(fs, &old) => return Ok(true),
         _ => {}
     }
     if st.pt_opens > 0 {
@@ -81,7 +105,7 @@ pub(crate) fn relocate(
     let (layout, charge) =
         moves::plan_layout(fs, tree.as_ref().expect("held"), ino, &old, bad, want)?;
     let cached = st.cache.is_some();
-    if !cached {
+    if !(cached && hold_tree) {
         // No data copy under the tree lock: the file's own lock keeps its bytes still
         // while they are copied, and the switch takes the tree lock again afterwards.
         tree = None;
@@ -91,22 +115,36 @@ pub(crate) fn relocate(
         moves::drop_move(fs, ino, m);
         return Err(e);
     }
-    if let Some(pending) = st.migration.take() {
-        // Its moved blocks were read from its pieces and copied above.
-        moves::drop_move(fs, ino, pending);
-        fs.relayout
-            .migrations_dropped
-            .fetch_add(1, Ordering::Relaxed);
-    }
     if cached {
         // A cached file's newest bytes live in memory, where a write between the copy and
-        // the switch would be marked clean by it: it switches with both locks still held.
-        let tree = tree.as_ref().expect("held for a cached file");
+        // the switch would be marked clean by it: it switches without letting go of its
+        // lock, taking the tree lock within a bound.
+        let retaken;
+        let tree = match &tree {
+            Some(g) => g,
+            None => match fs.tree.try_read_for(RETAKE_TREE) {
+                Some(g) => {
+                    retaken = g;
+                    &retaken
+                }
+                None => {
+                    moves::drop_move(fs, ino, m);
+                    return Ok(false);
+                }
+            },
+        };
         if let Err(e) = moves::switch_to(fs, tree, ino, node, &mut st, &m) {
             moves::drop_move(fs, ino, m);
             return Err(e);
         }
     } else {
+        if let Some(pending) = st.migration.take() {
+            // Its moved blocks were read from its pieces and copied above.
+            moves::drop_move(fs, ino, pending);
+            fs.relayout
+                .migrations_dropped
+                .fetch_add(1, Ordering::Relaxed);
+        }
         // Every block is in the new pieces: the move stands as a migration whose blocks
         // all moved (writes go there) until the switch, which takes the locks in order.
         for b in &m.moved {
@@ -132,7 +170,7 @@ pub(crate) fn relocate(
             "re-laid out inode {ino} ({size} bytes) to follow the current shares: now {now}"
         ),
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Copies all of a file's `size` bytes into a move's pieces (the file's lock held).

@@ -380,3 +380,87 @@ fn an_eager_move_off_a_full_tier_leaves_lookup_and_getattr_alone() {
     assert_ne!(tier_of(fs), before, "the file left the full tier");
     check("eager move", &b, &seen);
 }
+
+/// A drifted striped file held in the host-memory cache, opened for writing: the open moves
+/// it at once (a cached file is never migrated lazily), copying from memory at the
+/// migration class, and every byte reads back afterwards.
+#[test]
+fn a_cached_files_move_leaves_lookup_and_getattr_alone() {
+    let d = tempfile::tempdir().unwrap();
+    let b = bed(
+        d.path(),
+        "layout = \"stripe\"\nstripe_unit = \"1MiB\"\nadapt = true\n\
+         [cache]\nsize = \"256MiB\"\n[mount]\npassthrough = \"off\"",
+    );
+    let fs = &b.fs;
+    let bytes = pattern(SIZE, 5);
+    let ino = create(fs, ROOT_INO, "c.swp", &bytes);
+    // Read once through a handle, so the file is held in memory.
+    let (fh, _) = fs.open(ino, libc::O_RDONLY).unwrap();
+    let mut buf = vec![0u8; MIB];
+    fs.read_into(fh, 0, &mut buf).unwrap();
+    fs.release(fh).unwrap();
+    fs.placer().set_shares(vec![10.0 / 11.0, 1.0 / 11.0]);
+    b.progress.reset();
+    let (r, seen) = watch(&b, ino, SIZE as u64, &asks(&b), || {
+        fs.open(ino, libc::O_RDWR)
+    });
+    let (fh, _) = r.expect("the open moves the cached file");
+    assert_eq!(
+        fs.relayout_counters().eager_moves.load(Ordering::Relaxed),
+        1,
+        "the cached file moved at once"
+    );
+    let mut back = vec![0u8; SIZE];
+    let mut off = 0;
+    while off < SIZE {
+        let n = fs
+            .read_into(fh, off as u64, &mut back[off..off + MIB])
+            .unwrap();
+        assert!(n > 0);
+        off += n;
+    }
+    fs.release(fh).unwrap();
+    assert!(back == bytes, "the moved file reads back as written");
+    check("cached move", &b, &seen);
+}
+
+/// A file unlinked while open, whose tier then answers a write with ENOSPC: the move goes
+/// into limbo, where the open handle still finds every byte, the retried write included.
+#[test]
+fn an_unlinked_open_files_move_keeps_its_bytes() {
+    let d = tempfile::tempdir().unwrap();
+    let b = bed(
+        d.path(),
+        "layout = \"whole-file\"\n[mount]\npassthrough = \"off\"",
+    );
+    let fs = &b.fs;
+    let bytes = pattern(4 * MIB, 7);
+    let ino = create(fs, ROOT_INO, "gone.bin", &bytes);
+    let (fh, _) = fs.open(ino, libc::O_RDWR).unwrap();
+    fs.unlink(ROOT_INO, OsStr::new("gone.bin")).unwrap();
+    b.enospc.store(true, Ordering::SeqCst);
+    assert_eq!(fs.write(fh, bytes.len() as u64, b"tail").unwrap(), 4);
+    assert!(!b.enospc.load(Ordering::SeqCst), "the fault was injected");
+    let counters = fs.relayout_counters();
+    assert_eq!(counters.eager_moves.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        counters.migrations_dropped.load(Ordering::Relaxed),
+        0,
+        "the move switched into limbo, not dropped because the file is unlinked"
+    );
+    let mut back = vec![0u8; bytes.len() + 4];
+    let mut off = 0;
+    while off < back.len() {
+        let end = (off + MIB).min(back.len());
+        let n = fs.read_into(fh, off as u64, &mut back[off..end]).unwrap();
+        assert!(n > 0, "short file at {off}");
+        off += n;
+    }
+    assert!(
+        back[..bytes.len()] == bytes[..],
+        "the old bytes survive the move"
+    );
+    assert_eq!(&back[bytes.len()..], b"tail");
+    fs.release(fh).unwrap();
+}

@@ -60,6 +60,17 @@ pub(crate) fn relocate(
     Ok(())
 }
 
+/// Temporaries of an uncached file's eager move, which after its copy stands as a
+/// migration whose blocks all moved until the switch: apart from the lazy migration's
+/// (`-m`) and from a cached file's move (no suffix). Two, so that a move taking over one
+/// whose switch failed makes its own temporaries beside the other's.
+const EAGER_SUFFIXES: [&str; 2] = ["-e", "-f"];
+
+/// Whether `m` is an uncached eager move waiting for its switch.
+fn is_eager(m: &Migration) -> bool {
+    EAGER_SUFFIXES.contains(&m.suffix)
+}
+
 /// How long a cached file's move, its bytes copied, waits for the tree lock it needs for
 /// the switch. It holds the file's lock meanwhile, against the usual order (tree first),
 /// so the wait is bounded: a thread holding the tree lock and waiting for this file waits
@@ -78,10 +89,14 @@ fn relocate_once(
 ) -> Result<bool> {
     let mut tree = Some(fs.tree.read());
     let mut st = node.state.write();
-    if st.migration.as_ref().is_some_and(|m| m.suffix.is_empty()) {
+    if st.migration.as_ref().is_some_and(is_eager) {
         // Another eager move has copied and waits for its switch: finish it first (both
-        // locks are held in order), then see whether this one is still needed.
-        commit_locked(fs, tree.as_ref().expect("held"), ino, node, &mut st)?;
+        // locks are held in order), then see whether this one is still needed. If its
+        // switch fails, this move takes it over like any migration (its moved blocks are
+        // read from its pieces below, then it is dropped).
+        if let Err(e) = commit_locked(fs, tree.as_ref().expect("held"), ino, node, &mut st) {
+            log::warn!("inode {ino}: a pending move could not switch over ({e}); moving again");
+        }
     }
     let old = st.layout.clone();
     let on = |b: usize| {
@@ -110,7 +125,12 @@ fn relocate_once(
         // while they are copied, and the switch takes the tree lock again afterwards.
         tree = None;
     }
-    let m = moves::begin_move(fs, ino, &st, layout, charge, "", size)?;
+    let suffix = match &st.migration {
+        _ if cached => "",
+        Some(p) if p.suffix == EAGER_SUFFIXES[0] => EAGER_SUFFIXES[1],
+        _ => EAGER_SUFFIXES[0],
+    };
+    let m = moves::begin_move(fs, ino, &st, layout, charge, suffix, size)?;
     if let Err(e) = copy_all(fs, ino, node, &st, &m, size) {
         moves::drop_move(fs, ino, m);
         return Err(e);
@@ -137,6 +157,7 @@ fn relocate_once(
             moves::drop_move(fs, ino, m);
             return Err(e);
         }
+        drop(st);
     } else {
         if let Some(pending) = st.migration.take() {
             // Its moved blocks were read from its pieces and copied above.
@@ -154,7 +175,10 @@ fn relocate_once(
         drop(st);
         let tree = fs.tree.read();
         let mut st = node.state.write();
-        commit_locked(fs, &tree, ino, node, &mut st)?;
+        // Someone else may have switched it over meanwhile (another move, a release).
+        if st.migration.as_ref().is_some_and(is_eager) {
+            commit_locked(fs, &tree, ino, node, &mut st)?;
+        }
     }
     fs.relayout.eager_moves.fetch_add(1, Ordering::Relaxed);
     fs.relayout
@@ -291,7 +315,8 @@ pub(crate) fn commit_locked(
     if st.migration.is_none() {
         return Ok(false);
     }
-    if node.gone.load(Ordering::Relaxed) {
+    let eager = st.migration.as_ref().is_some_and(is_eager);
+    if node.gone.load(Ordering::Relaxed) && !eager {
         discard_migration(fs, ino, st);
         return Ok(false);
     }
@@ -332,8 +357,9 @@ pub(crate) fn commit_locked(
         st.migration = Some(m);
         return Err(e);
     }
-    if m.suffix.is_empty() {
-        // An eager move switching over (`relocate` counts and logs it).
+    if eager {
+        // An eager move switching over (`relocate` counts and logs it); a file unlinked
+        // meanwhile switches into limbo, where its open handles still find its bytes.
         return Ok(true);
     }
     fs.relayout

@@ -220,7 +220,12 @@ fn busy_attr(
     let primary = f.primary.load(Ordering::Acquire);
     let path = backing::piece_path(fs, tree, ino, primary).ok()?;
     let m = fs.tiers[primary].fs().stat(&path).ok()?;
-    let mut a = attr_from_meta(fs, ino, kind, &m, Some(f.size()));
+    let size = f.size();
+    let mut a = attr_from_meta(fs, ino, kind, &m, Some(size));
+    // Only the primary piece is seen here, and a cached file's bytes may be in memory
+    // alone: never fewer blocks than the size needs (`file_blocks`: too few misleads
+    // `tar --sparse` and `du` into treating data as holes).
+    a.blocks = a.blocks.max(size.div_ceil(512));
     if let Some(t) = *f.mtime.lock() {
         a.mtime = t;
         a.ctime = a.ctime.max(t);

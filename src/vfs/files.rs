@@ -503,7 +503,7 @@ pub(crate) fn fsync(fs: &TierFs, fh: u64, datasync: bool) -> Result<()> {
 }
 
 pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> Result<()> {
-    let node = match handles::handle(fs, fh)? {
+    let (node, ino) = match handles::handle(fs, fh)? {
         Handle::File {
             node,
             ino,
@@ -513,7 +513,7 @@ pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> 
             if node.state.read().migration.is_some() {
                 migrate::commit_migration(fs, ino, &node)?;
             }
-            node
+            (node, ino)
         }
         Handle::File { .. } => return Err(Error::BadHandle),
         _ => return Err(Error::Access("the stats files are read-only")),
@@ -532,7 +532,16 @@ pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> 
         let mut st = node.state.write();
         cached::uncache_locked(fs, &node, &mut st)?;
     }
-    let st = node.state.read();
+    let st = loop {
+        let st = node.state.read();
+        if st.migration.is_none() {
+            break st;
+        }
+        // A move installed since the check above (an eager move waiting for its switch):
+        // the hole must go into the pieces the file keeps.
+        drop(st);
+        migrate::commit_migration(fs, ino, &node)?;
+    };
     // Each tier's stripes of a logical range are contiguous in its piece.
     let ranges: Vec<(usize, u64, u64)> = match &st.layout {
         FileLayout::Whole { tier } => vec![(*tier, off, len)],

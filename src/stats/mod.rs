@@ -165,6 +165,10 @@ pub struct Snapshot {
     pub passthrough: bool,
     pub tiers: Vec<TierStats>,
     pub files: Vec<FileStats>,
+    /// How many files the mount holds: the length of `files` where it is listed, counted
+    /// without listing them for the views that need only the number (`tiers`, metrics).
+    #[serde(default)]
+    pub file_count: u64,
     /// The host-memory cache's totals (None without a cache; details in `.tierfs/cache`).
     #[serde(default)]
     pub cache: Option<CacheStats>,
@@ -362,7 +366,7 @@ pub fn tiers_table(s: &Snapshot) -> String {
         out,
         "layout {}; {} files, {} in all; bandwidth from {}",
         s.layout,
-        s.files.len(),
+        s.file_count.max(s.files.len() as u64),
         fmt_bytes(total_used),
         s.tiers
             .iter()

@@ -32,9 +32,13 @@ pub fn snapshot(fs: &TierFs, detail: Detail) -> Snapshot {
         .iter()
         .map(|t| tier_stats(fs, t, &shares))
         .collect();
-    let files = match detail {
-        Detail::Counters => Vec::new(),
-        Detail::Files => file_stats(fs),
+    let (files, file_count) = match detail {
+        Detail::Counters => (Vec::new(), crate::vfs::statsdir::file_count(fs)),
+        Detail::Files => {
+            let files = file_stats(fs);
+            let n = files.len() as u64;
+            (files, n)
+        }
     };
     let cpu = cpu_stats(fs, &tiers);
     Snapshot {
@@ -52,6 +56,7 @@ pub fn snapshot(fs: &TierFs, detail: Detail) -> Snapshot {
         passthrough: fs.passthrough_enabled(),
         tiers,
         files,
+        file_count,
         cache: fs.cache().map(|c| {
             let t = c.counters.totals();
             CacheStats {

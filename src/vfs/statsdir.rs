@@ -122,6 +122,26 @@ pub(crate) fn file_list(fs: &TierFs) -> Vec<(PathBuf, u64, FileLayout)> {
     out
 }
 
+/// How many files `file_list` would list, counted under the tree lock without building
+/// their paths or taking their locks (a file that is moving holds its own for seconds).
+pub(crate) fn file_count(fs: &TierFs) -> u64 {
+    let tree = fs.tree.read();
+    let mut n = 0;
+    let mut stack = vec![ROOT_INO];
+    while let Some(ino) = stack.pop() {
+        if let Ok(children) = tree.children(ino) {
+            for c in children.values() {
+                match tree.nodes.get(c).map(|n| &n.data) {
+                    Some(NodeData::Dir { .. }) => stack.push(*c),
+                    Some(NodeData::File(_)) => n += 1,
+                    _ => {}
+                }
+            }
+        }
+    }
+    n
+}
+
 /// Resolves a control path to an inode.
 pub(crate) fn resolve(fs: &TierFs, path: &Path) -> Result<(u64, u64)> {
     let tree = fs.tree.read();

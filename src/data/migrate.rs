@@ -323,35 +323,7 @@ pub(crate) fn commit_locked(
     // Out of the state while the rest is copied: reads below see the old layout,
     // which holds every block not moved.
     let m = st.migration.take().expect("checked above");
-    let mut copied = 0;
-    let mut r = Ok(());
-    for b in m.unmoved().collect::<Vec<_>>() {
-        let bstart = b * MIGRATION_BLOCK;
-        let len = (bstart + MIGRATION_BLOCK).min(m.old_size) - bstart;
-        match moves::copy_range(fs, node, st, &m, bstart, len) {
-            Ok(Ok(())) => {
-                m.moved[b as usize].store(true, Ordering::Release);
-                copied += len;
-            }
-            Ok(Err((t, e))) => {
-                r = Err(backing::tier_err(
-                    fs,
-                    t,
-                    "write",
-                    &moves::tmp_path(fs, t, ino, m.suffix),
-                    e,
-                ));
-                break;
-            }
-            Err(e) => {
-                r = Err(e);
-                break;
-            }
-        }
-    }
-    fs.relayout
-        .migration_copied_bytes
-        .fetch_add(copied, Ordering::Relaxed);
+    let (copied, r) = copy_blocks(fs, ino, node, st, &m);
     if let Err(e) = r.and_then(|()| moves::switch_to(fs, tree, ino, node, st, &m)) {
         // Still consistent: the old layout plus the blocks moved so far.
         st.migration = Some(m);
@@ -433,6 +405,19 @@ pub(crate) fn copy_unmoved(fs: &TierFs, ino: u64, node: &FileNode) -> Result<()>
     if node.gone.load(Ordering::Relaxed) {
         return Ok(());
     }
+    copy_blocks(fs, ino, node, &st, m).1
+}
+
+/// Copies `m`'s blocks that have not moved yet, each under its block lock (writers of the
+/// block take it too), counting the bytes in `migration_copied_bytes`; stops at the first
+/// failure, the blocks copied before it staying moved. Returns the bytes copied too.
+fn copy_blocks(
+    fs: &TierFs,
+    ino: u64,
+    node: &FileNode,
+    st: &FileState,
+    m: &Migration,
+) -> (u64, Result<()>) {
     let mut copied = 0;
     let mut r = Ok(());
     for b in m.unmoved().collect::<Vec<_>>() {
@@ -442,7 +427,7 @@ pub(crate) fn copy_unmoved(fs: &TierFs, ino: u64, node: &FileNode) -> Result<()>
         }
         let bstart = b * MIGRATION_BLOCK;
         let len = (bstart + MIGRATION_BLOCK).min(m.old_size) - bstart;
-        match moves::copy_range(fs, node, &st, m, bstart, len) {
+        match moves::copy_range(fs, node, st, m, bstart, len) {
             Ok(Ok(())) => {
                 m.moved[b as usize].store(true, Ordering::Release);
                 copied += len;
@@ -466,5 +451,5 @@ pub(crate) fn copy_unmoved(fs: &TierFs, ino: u64, node: &FileNode) -> Result<()>
     fs.relayout
         .migration_copied_bytes
         .fetch_add(copied, Ordering::Relaxed);
-    r
+    (copied, r)
 }

@@ -435,6 +435,7 @@ fn an_unlinked_open_files_move_keeps_its_bytes() {
         "layout = \"whole-file\"\n[mount]\npassthrough = \"off\"",
     );
     let fs = &b.fs;
+    let books = fs.placer().assigned();
     let bytes = pattern(4 * MIB, 7);
     let ino = create(fs, ROOT_INO, "gone.bin", &bytes);
     let (fh, _) = fs.open(ino, libc::O_RDWR).unwrap();
@@ -463,4 +464,10 @@ fn an_unlinked_open_files_move_keeps_its_bytes() {
     );
     assert_eq!(&back[bytes.len()..], b"tail");
     fs.release(fh).unwrap();
+    // Its bytes left placement's books when it was removed; its move must not put them back.
+    assert!(
+        fs.placer().assigned() == books,
+        "placement charges {:?}, {books:?} before the file",
+        fs.placer().assigned()
+    );
 }

@@ -328,6 +328,71 @@ fn unlink_mid_migration_leaves_no_temporaries() {
         .all(|t| t.counters.used.load(Ordering::Relaxed) == 0));
 }
 
+/// An unlinked file still open mid-migration keeps what was written through it when a
+/// truncate or fallocate commits the migration: it switches into limbo, where its handle
+/// reads it (the migration used to be dropped there, and with it every write since it began).
+#[test]
+fn unlinked_file_keeps_its_writes_when_truncate_or_fallocate_commits() {
+    for how in ["truncate", "fallocate"] {
+        let d = tempfile::tempdir().unwrap();
+        let old = pattern(SIZE, 6);
+        let (fs, ino) = setup(d.path(), &old);
+        let (fh, _) = fs.open(ino, libc::O_RDWR).unwrap();
+        let mut want = old.clone();
+        let a = pattern(2 * MIB, 40);
+        fs.write(fh, MIB as u64, &a).unwrap();
+        want[MIB..3 * MIB].copy_from_slice(&a);
+        fs.unlink(ROOT_INO, OsStr::new("f.swp")).unwrap();
+        let b = pattern(MIB / 2, 41);
+        fs.write(fh, 5 * MIB as u64, &b).unwrap();
+        want[5 * MIB..5 * MIB + MIB / 2].copy_from_slice(&b);
+        if how == "truncate" {
+            let size = 8 * MIB + 123;
+            fs.setattr(
+                ino,
+                tierfs::vfs::SetAttr {
+                    size: Some(size as u64),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            want.truncate(size);
+        } else {
+            // Keeps the size: the bytes around the hole must stay what was written.
+            fs.fallocate(
+                fh,
+                7 * MIB as u64,
+                4096,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            )
+            .unwrap();
+            want[7 * MIB..7 * MIB + 4096].fill(0);
+        }
+        assert!(
+            read_handle(&fs, fh, want.len()) == want,
+            "{how}: the writes through the unlinked file's handle were lost"
+        );
+        let r = fs.relayout_counters();
+        assert_eq!(r.migrations_dropped.load(Ordering::Relaxed), 0, "{how}");
+        fs.release(fh).unwrap();
+        fs.forget(ino, 1);
+        let (sizes, limbo) = on_disk(d.path());
+        assert!(limbo.is_empty(), "{how}: left in limbo: {limbo:?}");
+        assert_eq!(sizes, vec![0, 0], "{how}");
+        assert!(
+            fs.tiers()
+                .iter()
+                .all(|t| t.counters.used.load(Ordering::Relaxed) == 0),
+            "{how}: bytes left on the books"
+        );
+        assert!(
+            fs.placer().assigned().iter().all(|b| *b == 0),
+            "{how}: placement still charges {:?}",
+            fs.placer().assigned()
+        );
+    }
+}
+
 /// The drift rule is relative: a pattern that leaves a capped tier three times its fair
 /// part is re-laid out even though the difference is a few percent, while the small moves
 /// of the estimates around a share are not.

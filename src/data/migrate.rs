@@ -304,7 +304,7 @@ pub(crate) fn migration_write(
 /// Finishes a migration (state lock held for writing): copies the blocks that never
 /// moved, then switches over. On failure the migration stays (the file reads as before,
 /// moved blocks from the new pieces) and the error is returned; a full or failed new
-/// tier gets the file moved off it instead. An unlinked file's migration is dropped.
+/// tier gets the file moved off it instead.
 pub(crate) fn commit_locked(
     fs: &TierFs,
     tree: &Tree,
@@ -316,10 +316,6 @@ pub(crate) fn commit_locked(
         return Ok(false);
     }
     let eager = st.migration.as_ref().is_some_and(is_eager);
-    if node.gone.load(Ordering::Relaxed) && !eager {
-        discard_migration(fs, ino, st);
-        return Ok(false);
-    }
     // Out of the state while the rest is copied: reads below see the old layout,
     // which holds every block not moved.
     let m = st.migration.take().expect("checked above");
@@ -329,9 +325,11 @@ pub(crate) fn commit_locked(
         st.migration = Some(m);
         return Err(e);
     }
+    // A file unlinked but still open switches into limbo, where its handles find its
+    // bytes: the writes made through the move live only in its pieces, so dropping the
+    // move there (as a truncate or fallocate of the unlinked file once did) lost them.
     if eager {
-        // An eager move switching over (`relocate` counts and logs it); a file unlinked
-        // meanwhile switches into limbo, where its open handles still find its bytes.
+        // An eager move switching over (`relocate` counts and logs it).
         return Ok(true);
     }
     fs.relayout

@@ -346,7 +346,14 @@ pub(crate) fn switch_to(
     if let Some(old_charge) = c.take() {
         fs.placer.release(old_charge);
     }
-    *c = m.charge.map(|ch| fs.placer.settle(ch, size));
+    // An unlinked file gave its charge back when it was removed: so does its move.
+    *c = match m.charge {
+        Some(ch) if node.gone.load(Ordering::Relaxed) => {
+            fs.placer.release(ch);
+            None
+        }
+        ch => ch.map(|ch| fs.placer.settle(ch, size)),
+    };
     drop(c);
     st.pieces = m.pieces.clone();
     if let (Some(c), Some(e)) = (&fs.cache, &st.cache) {

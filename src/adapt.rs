@@ -37,6 +37,7 @@ pub(crate) fn recompute_shares(fs: &TierFs) {
                 placement::effective_bandwidth(r, w)
             })
             .collect();
+        let own = bws.clone();
         // A shared tier gives this node no more than its part of the job's view.
         for (bw, sh) in bws.iter_mut().zip(&fs.shared) {
             if let Some(plan) = sh.as_ref().and_then(|s| s.plan()) {
@@ -44,7 +45,7 @@ pub(crate) fn recompute_shares(fs: &TierFs) {
             }
         }
         let new = if fs.adapt {
-            paused_shares(&fs.tiers, &bws, fs.min_share)
+            paused_shares(&fs.tiers, &own, &bws, fs.min_share)
         } else {
             placement::shares(&bws)
         };
@@ -81,7 +82,12 @@ pub(crate) fn tick_shared(fs: &TierFs) -> bool {
     let now = std::time::Instant::now();
     for (t, sh) in fs.tiers.iter().zip(&fs.shared) {
         if let Some(sh) = sh {
-            sh.tick(now, bytes(t), all, t.queueing.saturated());
+            let c = crate::coord::Counters {
+                tier_bytes: bytes(t),
+                tier_busy_ns: t.counters.read_busy.total_ns() + t.counters.write_busy.total_ns(),
+                all_bytes: all,
+            };
+            sh.tick(now, c, t.queueing.saturated());
         }
     }
     true
@@ -97,13 +103,14 @@ pub(crate) fn leave_shared(fs: &TierFs) {
     }
 }
 
-/// Eq. 1 over `bws` with too-slow tiers paused; updates and logs each tier's pause.
-pub(crate) fn paused_shares(tiers: &[Tier], bws: &[f64], min_share: f64) -> Vec<f64> {
+/// Eq. 1 over `bws` with the tiers too slow by their own measure `own` paused (a shared
+/// tier's cut to this node's part is in `bws` only); updates and logs each tier's pause.
+pub(crate) fn paused_shares(tiers: &[Tier], own: &[f64], bws: &[f64], min_share: f64) -> Vec<f64> {
     let mut paused: Vec<bool> = tiers.iter().map(|t| t.is_paused()).collect();
-    let new = placement::shares_with_pause(bws, min_share, &mut paused);
+    let new = placement::shares_paused_by(own, bws, min_share, &mut paused);
     for (t, p) in tiers.iter().zip(paused) {
         if p != t.is_paused() {
-            let s = placement::pairwise_share(bws, t.index) * 100.0;
+            let s = placement::pairwise_share(own, t.index) * 100.0;
             if p {
                 log::warn!(
                     "tier '{}' paused: next to the fastest tier it measures {s:.1}% of the \

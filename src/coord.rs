@@ -55,6 +55,12 @@ pub struct Entry {
     pub seq: u64,
     /// Bytes/s this node moved to and from the shared tier over the last period.
     pub rate_bps: f64,
+    /// The same bytes over the time this node had requests in flight on the tier: what it
+    /// got while it was using the tier, whatever the share of the period it was idle. A
+    /// saturated tier's capacity is the sum of these (not of `rate_bps`, which falls with
+    /// the node's own share and would shrink the capacity with it). 0 when unknown.
+    #[serde(default)]
+    pub busy_rate_bps: f64,
     /// Bytes/s this node moved through all its tiers over the last period: how much work it
     /// has, which is what the shared tier is split by.
     pub demand_bps: f64,
@@ -64,6 +70,18 @@ pub struct Entry {
     /// The writer's wall clock, milliseconds since the epoch: for people reading the
     /// ledger, never used by tierfs (clocks of different nodes disagree).
     pub wall_ms: u64,
+}
+
+/// A node's running totals that one period's entry is the difference of.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Counters {
+    /// Bytes moved to and from the shared tier.
+    pub tier_bytes: u64,
+    /// Nanoseconds with at least one request in flight on the shared tier (reads' and
+    /// writes' busy time added: an upper bound of the union, so busy rates err low).
+    pub tier_busy_ns: u64,
+    /// Bytes moved through all tiers.
+    pub all_bytes: u64,
 }
 
 /// What the global view gives this node.
@@ -78,17 +96,31 @@ pub struct Plan {
 }
 
 /// The tier's total capacity from the live entries: while any node sees it saturated it is
-/// what they get together (the sum of their rates); otherwise at least that, and it recovers
-/// towards `probed` at [`RECOVER_RATE`] per period. `prior` is the previous estimate
-/// (`probed` at first). Bounded to [`MIN_CAPACITY_FRACTION`] x `probed` from below.
+/// what they get together while they use it (the sum of their busy rates); otherwise at
+/// least what they moved together (the sum of their rates), and it recovers towards
+/// `probed` at [`RECOVER_RATE`] per period. `prior` is the previous estimate (`probed` at
+/// first). Bounded to [`MIN_CAPACITY_FRACTION`] x `probed` from below.
+///
+/// Why busy rates when saturated: a node's rate over the period falls with its share of the
+/// tier and with its idle time between steps, so a capacity taken from those rates shrinks
+/// the shares, which shrinks the rates, down to the bound (the collapse the first
+/// two-node bench showed: a node's share at 0 % and the tier paused and resumed many times
+/// a minute). A node's rate while it has requests in flight does not depend on how much it
+/// sends; the job's steps keep its nodes busy at the same time, when the sum is the tier's.
 pub fn capacity(prior: f64, probed: f64, live: &[Entry]) -> f64 {
-    let sum: f64 = live
-        .iter()
-        .map(|e| e.rate_bps)
-        .filter(|r| r.is_finite() && *r > 0.0)
-        .sum();
+    let ok = |r: f64| r.is_finite() && r > 0.0;
+    let sum: f64 = live.iter().map(|e| e.rate_bps).filter(|r| ok(*r)).sum();
     let est = if live.iter().any(|e| e.saturated) {
-        sum
+        live.iter()
+            .map(|e| {
+                if ok(e.busy_rate_bps) {
+                    e.busy_rate_bps.max(e.rate_bps)
+                } else {
+                    e.rate_bps
+                }
+            })
+            .filter(|r| ok(*r))
+            .sum()
     } else {
         let back = if prior < probed {
             prior + RECOVER_RATE * (probed - prior)
@@ -368,8 +400,8 @@ struct State {
     seq: u64,
     liveness: Liveness,
     capacity: Option<f64>,
-    /// Counters at the last period: (when, bytes on this tier, bytes on all tiers).
-    last: Option<(Instant, u64, u64)>,
+    /// Counters at the last period, and when.
+    last: Option<(Instant, Counters)>,
     /// The ledger could not be written (warned once); the node runs on its own estimates.
     unwritable: bool,
     /// Files already warned about, with the reason (a file is warned again if it changes
@@ -420,32 +452,30 @@ impl SharedTier {
         *self.plan.lock()
     }
 
-    /// One period: publishes this node's entry (its bytes on the tier so far `tier_bytes`,
-    /// on all tiers `all_bytes`, and whether it sees the tier `saturated`), reads the
-    /// others' and returns the new plan; `None` when the ledger cannot be written (one
-    /// WARNING; it is tried again every period, silently, and joined once it works).
-    pub fn tick(
-        &self,
-        now: Instant,
-        tier_bytes: u64,
-        all_bytes: u64,
-        saturated: bool,
-    ) -> Option<Plan> {
+    /// One period: publishes this node's entry (from its counters so far, `c`, and whether
+    /// it sees the tier `saturated`), reads the others' and returns the new plan; `None`
+    /// when the ledger cannot be written (one WARNING; it is tried again every period,
+    /// silently, and joined once it works).
+    pub fn tick(&self, now: Instant, c: Counters, saturated: bool) -> Option<Plan> {
         let mut st = self.state.lock();
         if st.left {
             return None;
         }
-        let (rate, demand) = match st.last {
-            Some((t, tb, ab)) => {
+        let (rate, busy_rate, demand) = match st.last {
+            Some((t, last)) => {
                 let dt = now.saturating_duration_since(t).as_secs_f64().max(1e-3);
+                let moved = c.tier_bytes.saturating_sub(last.tier_bytes) as f64;
+                let busy = c.tier_busy_ns.saturating_sub(last.tier_busy_ns) as f64 / 1e9;
                 (
-                    tier_bytes.saturating_sub(tb) as f64 / dt,
-                    all_bytes.saturating_sub(ab) as f64 / dt,
+                    moved / dt,
+                    // Under a millisecond of busy time says nothing about the tier.
+                    if busy >= 1e-3 { moved / busy } else { 0.0 },
+                    c.all_bytes.saturating_sub(last.all_bytes) as f64 / dt,
                 )
             }
-            None => (0.0, 0.0),
+            None => (0.0, 0.0, 0.0),
         };
-        st.last = Some((now, tier_bytes, all_bytes));
+        st.last = Some((now, c));
         st.seq += 1;
         let wall = wall_now();
         let me = Entry {
@@ -453,6 +483,7 @@ impl SharedTier {
             node: self.node.clone(),
             seq: st.seq,
             rate_bps: rate,
+            busy_rate_bps: busy_rate,
             demand_bps: demand,
             saturated,
             wall_ms: wall
@@ -543,6 +574,7 @@ mod tests {
             node: node.into(),
             seq,
             rate_bps: rate,
+            busy_rate_bps: 0.0,
             demand_bps: demand,
             saturated,
             wall_ms: 0,
@@ -581,6 +613,69 @@ mod tests {
         assert_eq!(allotment(400.0, "a", &live), 200.0);
         // Alone.
         assert_eq!(allotment(400.0, "a", &live[..1]), 400.0);
+    }
+
+    /// Counters with no busy time: the rates alone.
+    fn cn(tier_bytes: u64, all_bytes: u64) -> Counters {
+        Counters {
+            tier_bytes,
+            tier_busy_ns: 0,
+            all_bytes,
+        }
+    }
+
+    #[test]
+    fn a_saturated_capacity_is_what_the_nodes_get_while_busy_not_their_average() {
+        // Two nodes on a 400 MB/s tier, each busy a quarter of the period and at 200 while
+        // busy: their rates over the period are 50 each.
+        let mut a = e("a", 1, 50.0, 1.0, true);
+        let mut b = e("b", 1, 50.0, 1.0, true);
+        a.busy_rate_bps = 200.0;
+        b.busy_rate_bps = 200.0;
+        let cap = capacity(400.0, 400.0, &[a.clone(), b.clone()]);
+        assert_eq!(cap, 400.0);
+        // A period later the shares were cut by the ledger and each node sends less: what
+        // it gets while busy has not changed, nor does the capacity (by the rates it
+        // would have fallen to 50, then further with every period).
+        a.rate_bps = 10.0;
+        b.rate_bps = 10.0;
+        let mut c = cap;
+        for _ in 0..10 {
+            c = capacity(c, 400.0, &[a.clone(), b.clone()]);
+        }
+        assert_eq!(c, 400.0);
+        // An entry with no busy time (an older daemon, or no traffic) counts its rate.
+        let old = e("c", 1, 30.0, 1.0, true);
+        assert_eq!(capacity(400.0, 400.0, &[a, old]), 230.0);
+    }
+
+    #[test]
+    fn a_period_publishes_the_busy_rate() {
+        let d = tempfile::tempdir().unwrap();
+        let a = SharedTier::new(ledger_dir(d.path(), "j", "pfs"), "a", 400.0);
+        let t0 = Instant::now();
+        a.tick(t0, Counters::default(), false).unwrap();
+        // 100 MB in a 2 s period, 0.5 s of it busy.
+        let c = Counters {
+            tier_bytes: 100_000_000,
+            tier_busy_ns: 500_000_000,
+            all_bytes: 300_000_000,
+        };
+        a.tick(t0 + Duration::from_secs(2), c, true).unwrap();
+        let got = read_entries(&a.dir).unwrap().entries;
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].rate_bps, 50e6);
+        assert_eq!(got[0].busy_rate_bps, 200e6);
+        assert_eq!(got[0].demand_bps, 150e6);
+        // An entry without the field (as the first ledger format wrote) still parses.
+        let text = br#"{"format":1,"node":"z","seq":3,"rate_bps":5.0,"demand_bps":1.0,"saturated":false,"wall_ms":0}"#;
+        std::fs::write(a.dir.join("node-z.json"), text).unwrap();
+        let got = read_entries(&a.dir).unwrap();
+        assert!(got.bad.is_empty(), "{:?}", got.bad);
+        assert!(got
+            .entries
+            .iter()
+            .any(|e| e.node == "z" && e.busy_rate_bps == 0.0));
     }
 
     #[test]
@@ -691,25 +786,25 @@ mod tests {
         let a = SharedTier::new(dir.clone(), "a", 400.0);
         let b = SharedTier::new(dir.clone(), "b", 400.0);
         let t0 = Instant::now();
-        let pa = a.tick(t0, 0, 0, false).unwrap();
+        let pa = a.tick(t0, cn(0, 0), false).unwrap();
         assert_eq!(pa.live, 1);
         assert_eq!(pa.allot_bps, 400.0);
-        let pb = b.tick(t0, 0, 0, false).unwrap();
+        let pb = b.tick(t0, cn(0, 0), false).unwrap();
         assert_eq!((pb.live, pb.allot_bps), (2, 200.0));
         // Garbage beside them: ignored.
         std::fs::write(dir.join("node-zz.json"), b"not json").unwrap();
         let t1 = t0 + Duration::from_secs(1);
         // a moved 100 bytes in that second, b nothing: a has the demand, so the whole tier.
-        let pa = a.tick(t1, 100, 100, false).unwrap();
+        let pa = a.tick(t1, cn(100, 100), false).unwrap();
         assert_eq!((pa.live, pa.allot_bps), (2, 400.0));
-        let pb = b.tick(t1, 0, 0, false).unwrap();
+        let pb = b.tick(t1, cn(0, 0), false).unwrap();
         assert_eq!((pb.live, pb.allot_bps), (2, 200.0));
         // b stops publishing: after STALE_AFTER on a's clock, a has the tier again.
         let mut t = t1;
         let mut got = None;
         for _ in 0..15 {
             t += Duration::from_secs(1);
-            let p = a.tick(t, 100, 100, false).unwrap();
+            let p = a.tick(t, cn(100, 100), false).unwrap();
             if p.live == 1 {
                 got = Some((t - t1, p.allot_bps));
                 break;
@@ -720,7 +815,7 @@ mod tests {
         assert_eq!(allot, 400.0);
         a.leave();
         assert!(!dir.join("node-a.json").exists());
-        assert_eq!(a.tick(t + Duration::from_secs(1), 0, 0, false), None);
+        assert_eq!(a.tick(t + Duration::from_secs(1), cn(0, 0), false), None);
         assert!(
             !dir.join("node-a.json").exists(),
             "a period after leave wrote it back"
@@ -733,11 +828,11 @@ mod tests {
         // A file where the folder should be: unwritable for root too.
         std::fs::write(d.path().join("job1"), b"").unwrap();
         let a = SharedTier::new(ledger_dir(d.path(), "job1", "pfs"), "a", 400.0);
-        assert_eq!(a.tick(Instant::now(), 0, 0, false), None);
+        assert_eq!(a.tick(Instant::now(), cn(0, 0), false), None);
         assert_eq!(a.plan(), None);
         // Fixed: it joins.
         std::fs::remove_file(d.path().join("job1")).unwrap();
-        assert!(a.tick(Instant::now(), 0, 0, false).is_some());
+        assert!(a.tick(Instant::now(), cn(0, 0), false).is_some());
     }
 
     #[test]

@@ -78,10 +78,26 @@ pub fn pairwise_share(bandwidths: &[f64], i: usize) -> f64 {
 /// more than the tier can give. The fastest tier is never paused, and the shares of the
 /// others are renormalised.
 pub fn shares_with_pause(bandwidths: &[f64], min_share: f64, paused: &mut [bool]) -> Vec<f64> {
+    shares_paused_by(bandwidths, bandwidths, min_share, paused)
+}
+
+/// [`shares_with_pause`] with the pause judged on `judge` (each tier's own measured
+/// bandwidth) and the shares taken from `bandwidths` (the same, cut to this node's part of
+/// a shared tier). A tier the job splits among its nodes is as fast as ever when it is
+/// used; its small part is a division, not an estimate that may be too high, and pausing
+/// on it would leave the tier unused whenever a job has enough nodes, and flip it each
+/// time the split moved.
+pub fn shares_paused_by(
+    judge: &[f64],
+    bandwidths: &[f64],
+    min_share: f64,
+    paused: &mut [bool],
+) -> Vec<f64> {
     assert_eq!(bandwidths.len(), paused.len());
+    assert_eq!(judge.len(), paused.len());
     let mut bws = bandwidths.to_vec();
     for (i, p) in paused.iter_mut().enumerate() {
-        let s = pairwise_share(bandwidths, i);
+        let s = pairwise_share(judge, i);
         if s >= 0.5 || min_share <= 0.0 {
             *p = false;
         } else if *p {
@@ -374,6 +390,19 @@ mod tests {
         let s = shares_with_pause(&[800.0, 1.0], 0.0, &mut p);
         assert_eq!(p, vec![false, false]);
         assert!(s[1] > 0.0);
+    }
+
+    #[test]
+    fn a_shared_tiers_cut_does_not_pause_it() {
+        // Measured at 343 next to 960 (26 %), cut to a quarter by four nodes sharing it:
+        // 8 %, below min_share, yet it is used for its part.
+        let mut p = vec![false, false];
+        let s = shares_paused_by(&[960.0, 343.0], &[960.0, 85.75], 0.10, &mut p);
+        assert_eq!(p, vec![false, false]);
+        assert!((s[1] - 85.75 / 1045.75).abs() < 1e-12, "{s:?}");
+        // Its own measure falling below min_share still pauses it.
+        let s = shares_paused_by(&[960.0, 60.0], &[960.0, 15.0], 0.10, &mut p);
+        assert_eq!((p, s), (vec![false, true], vec![1.0, 0.0]));
     }
 
     #[test]

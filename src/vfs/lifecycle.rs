@@ -55,7 +55,7 @@ pub(crate) fn with_staging(
     );
     let fs = TierFs {
         placer: Placer::new(if config.placement.adapt {
-            adapt::paused_shares(&tiers, &bws, config.placement.min_share)
+            adapt::paused_shares(&tiers, &bws, &bws, config.placement.min_share)
         } else {
             placement::shares(&bws)
         }),

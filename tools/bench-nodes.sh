@@ -17,7 +17,8 @@
 #
 # Targets, each run with all N nodes at once (the order is interleaved in every run):
 #   direct   each node's replay on its fast tier itself: the "fast tier alone" time
-#   tierfs   tierfs per node (stripe, adapt, passthrough $PASSTHROUGH (default "direct")),
+#   tierfs   tierfs per node (layout $LAYOUT (default "stripe"), adapt, passthrough
+#            $PASSTHROUGH (default "direct")),
 #            the nodes coordinated through a ledger on the shared tier (shared_ledger,
 #            shared_job, shared_node on the pfs tier); the shared tier's bandwidth is not
 #            stated: one node probes it for the job
@@ -57,6 +58,7 @@ read -r SLOW_R SLOW_W <<<"${SLOW:-400 300}"
 FAST_GB=${FAST_GB:-2}; SLOW_GB=${SLOW_GB:-6}
 REPLAY_ARGS=${REPLAY_ARGS:---ranks 1 --subgroups 8 --subgroup-bytes 32MiB --engine libaio}
 PASSTHROUGH=${PASSTHROUGH:-direct}
+LAYOUT=${LAYOUT:-stripe}
 MIN_SHARE=${MIN_SHARE:-0.10}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -122,7 +124,7 @@ EOT
   fi
   cat >>"$f" <<EOT
 [placement]
-layout = "stripe"
+layout = "$LAYOUT"
 adapt = true
 min_share = $MIN_SHARE
 [mount]

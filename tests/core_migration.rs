@@ -393,6 +393,51 @@ fn unlinked_file_keeps_its_writes_when_truncate_or_fallocate_commits() {
     }
 }
 
+/// An unlinked file left the tiers' books when it was removed: growing or shrinking it
+/// through its handle must not put bytes back on them (they leaked until a remount) or take
+/// them from the files that remain.
+#[test]
+fn an_unlinked_files_resize_stays_off_the_books() {
+    let d = tempfile::tempdir().unwrap();
+    let (fs, ino) = setup(d.path(), &pattern(SIZE, 7));
+    let used = |fs: &TierFs| -> u64 {
+        fs.tiers()
+            .iter()
+            .map(|t| t.counters.used.load(Ordering::Relaxed))
+            .sum()
+    };
+    // A second file that stays: its bytes must stay counted.
+    let (attr, fh2, _) = fs
+        .create(
+            ROOT_INO,
+            OsStr::new("keep"),
+            0o600,
+            libc::O_WRONLY,
+            Ctx { uid: 0, gid: 0 },
+        )
+        .unwrap();
+    fs.write(fh2, 0, &pattern(3 * MIB, 8)).unwrap();
+    fs.release(fh2).unwrap();
+    let kept = used(&fs) - SIZE as u64;
+    assert!(kept >= 3 * MIB as u64, "{kept}");
+    let (fh, _) = fs.open(ino, libc::O_RDWR).unwrap();
+    fs.unlink(ROOT_INO, OsStr::new("f.swp")).unwrap();
+    assert_eq!(used(&fs), kept);
+    for size in [20 * MIB, 2 * MIB, 6 * MIB] {
+        let s = tierfs::vfs::SetAttr {
+            size: Some(size as u64),
+            ..Default::default()
+        };
+        fs.setattr(ino, s).unwrap();
+        assert_eq!(used(&fs), kept, "after a resize to {size}");
+    }
+    fs.write(fh, 9 * MIB as u64, &pattern(MIB, 9)).unwrap();
+    assert_eq!(used(&fs), kept, "after a write past the end");
+    fs.release(fh).unwrap();
+    fs.forget(ino, 1);
+    assert_eq!(used(&fs), kept);
+}
+
 /// The drift rule is relative: a pattern that leaves a capped tier three times its fair
 /// part is re-laid out even though the difference is a few percent, while the small moves
 /// of the estimates around a share are not.

@@ -356,7 +356,7 @@ pub(crate) fn cached_write(
         // The size moves while the block is still locked: a write-back that locks it next
         // then sees every byte it holds (it writes up to the size it reads then).
         let old = node.size.fetch_max(pos + n as u64, Ordering::AcqRel);
-        if pos + n as u64 > old {
+        if pos + n as u64 > old && node.counted() {
             backing::account_resize(fs, &st.layout, old, pos + n as u64);
         }
         done += n;

@@ -52,6 +52,13 @@ pub(crate) struct FileState {
 }
 
 impl FileNode {
+    /// Whether the tiers' books count this file's bytes: an unlinked file was taken off
+    /// them when it was removed, so its growth or shrinking must not go back on them (it
+    /// would leak `used` until a remount, or take it from other files).
+    pub(crate) fn counted(&self) -> bool {
+        !self.gone.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub(crate) fn new(layout: FileLayout, size: u64, ntiers: usize) -> FileNode {
         FileNode {
             size: AtomicU64::new(size),

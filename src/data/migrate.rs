@@ -88,6 +88,11 @@ fn relocate_once(
     hold_tree: bool,
 ) -> Result<bool> {
     let mut tree = Some(fs.tree.read());
+    if !tree.as_ref().expect("held").nodes.contains_key(&ino) {
+        // Unlinked and forgotten since the caller found it (a background write-back):
+        // its pieces are gone, and a move would leave new ones in limbo for nobody.
+        return Ok(true);
+    }
     let mut st = node.state.write();
     if st.migration.as_ref().is_some_and(is_eager) {
         // Another eager move has copied and waits for its switch: finish it first (both
@@ -400,9 +405,8 @@ pub(crate) fn copy_unmoved(fs: &TierFs, ino: u64, node: &FileNode) -> Result<()>
     let Some(m) = &st.migration else {
         return Ok(());
     };
-    if node.gone.load(Ordering::Relaxed) {
-        return Ok(());
-    }
+    // An unlinked file's too: its commit switches into limbo, and what is copied here is
+    // not copied under the tree lock there.
     copy_blocks(fs, ino, node, &st, m).1
 }
 

@@ -95,7 +95,7 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
             if cached::cached_write(fs, &node, &st, e, off, data)? {
                 *node.mtime.lock() = Some(SystemTime::now());
                 let old = node.size.fetch_max(end, Ordering::AcqRel);
-                if end > old {
+                if end > old && node.counted() {
                     backing::account_resize(fs, &st.layout, old, end);
                 }
                 node.dirty.store(true, Ordering::Relaxed);
@@ -130,7 +130,7 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
                     files::touch_primary(fs, &st);
                 }
                 let old = node.size.fetch_max(end, Ordering::AcqRel);
-                if end > old {
+                if end > old && node.counted() {
                     backing::account_resize(fs, &st.layout, old, end);
                 }
                 node.dirty.store(true, Ordering::Relaxed);

@@ -468,7 +468,9 @@ pub(crate) fn truncate(
         }
     }
     f.size.store(size, Ordering::Release);
-    backing::account_resize(fs, &st.layout, old, size);
+    if f.counted() {
+        backing::account_resize(fs, &st.layout, old, size);
+    }
     f.dirty.store(true, Ordering::Relaxed);
     Ok(())
 }
@@ -576,7 +578,9 @@ pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> 
                     }
                 }
             }
-            backing::account_resize(fs, &st.layout, old, end);
+            if node.counted() {
+                backing::account_resize(fs, &st.layout, old, end);
+            }
         }
     }
     Ok(())

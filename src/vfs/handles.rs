@@ -175,7 +175,9 @@ pub(crate) fn sync_passthrough_size(fs: &TierFs, node: &FileNode, st: &FileState
         if let Ok(m) = p.file().metadata() {
             let old = node.size.swap(m.len(), Ordering::AcqRel);
             if old != m.len() {
-                backing::account_resize(fs, &st.layout, old, m.len());
+                if node.counted() {
+                    backing::account_resize(fs, &st.layout, old, m.len());
+                }
                 node.dirty.store(true, Ordering::Relaxed);
             }
         }

@@ -407,7 +407,7 @@ fn an_unlinked_files_resize_stays_off_the_books() {
             .sum()
     };
     // A second file that stays: its bytes must stay counted.
-    let (attr, fh2, _) = fs
+    let (_, fh2, _) = fs
         .create(
             ROOT_INO,
             OsStr::new("keep"),

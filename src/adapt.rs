@@ -1,6 +1,7 @@
 //! Adaptation: refreshing the Eq. 1 shares from the online estimates and the shared-tier
 //! ledger, pausing tiers too slow to use, and probing failed tiers to take them back.
 
+use crate::coord::Plan;
 use crate::placement::{self};
 use crate::tier::Tier;
 use crate::vfs::state::TierFs;
@@ -37,15 +38,14 @@ pub(crate) fn recompute_shares(fs: &TierFs) {
                 placement::effective_bandwidth(r, w)
             })
             .collect();
-        let own = bws.clone();
-        // A shared tier gives this node no more than its part of the job's view.
-        for (bw, sh) in bws.iter_mut().zip(&fs.shared) {
-            if let Some(plan) = sh.as_ref().and_then(|s| s.plan()) {
-                *bw = bw.min(plan.allot_bps);
-            }
-        }
+        let plans: Vec<Option<Plan>> = fs
+            .shared
+            .iter()
+            .map(|sh| sh.as_ref().and_then(|s| s.plan()))
+            .collect();
+        let judge = shared_view(&mut bws, &plans);
         let new = if fs.adapt {
-            paused_shares(&fs.tiers, &own, &bws, fs.min_share)
+            paused_shares(&fs.tiers, &judge, &bws, fs.min_share)
         } else {
             placement::shares(&bws)
         };
@@ -70,6 +70,22 @@ pub(crate) fn recompute_shares(fs: &TierFs) {
     }
 }
 
+/// Applies the shared tiers' plans to this node's bandwidths `bws` (each shared tier gives
+/// this node no more than its part of the job's view) and returns what each tier is worth
+/// for judging its pause: its own estimate, and for a shared tier at least the job's
+/// capacity of it. While a job's nodes use a tier together each one's own estimate is only
+/// its part, which is no reason to leave the tier unused.
+fn shared_view(bws: &mut [f64], plans: &[Option<Plan>]) -> Vec<f64> {
+    let mut judge = bws.to_vec();
+    for ((bw, j), plan) in bws.iter_mut().zip(judge.iter_mut()).zip(plans) {
+        if let Some(plan) = plan {
+            *j = j.max(plan.capacity_bps);
+            *bw = bw.min(plan.allot_bps);
+        }
+    }
+    judge
+}
+
 pub(crate) fn tick_shared(fs: &TierFs) -> bool {
     if fs.shared.iter().all(Option::is_none) {
         return false;
@@ -84,7 +100,7 @@ pub(crate) fn tick_shared(fs: &TierFs) -> bool {
         if let Some(sh) = sh {
             let c = crate::coord::Counters {
                 tier_bytes: bytes(t),
-                tier_busy_ns: t.counters.read_busy.total_ns() + t.counters.write_busy.total_ns(),
+                tier_busy_ns: t.counters.io_busy.total_ns(),
                 all_bytes: all,
             };
             sh.tick(now, c, t.queueing.saturated());
@@ -103,14 +119,20 @@ pub(crate) fn leave_shared(fs: &TierFs) {
     }
 }
 
-/// Eq. 1 over `bws` with the tiers too slow by their own measure `own` paused (a shared
-/// tier's cut to this node's part is in `bws` only); updates and logs each tier's pause.
-pub(crate) fn paused_shares(tiers: &[Tier], own: &[f64], bws: &[f64], min_share: f64) -> Vec<f64> {
+/// Eq. 1 over `bws` with the tiers too slow by `judge` (what each tier is worth: its own
+/// measure, a shared tier's capacity) paused; a shared tier's cut to this node's part is
+/// in `bws` only. Updates and logs each tier's pause.
+pub(crate) fn paused_shares(
+    tiers: &[Tier],
+    judge: &[f64],
+    bws: &[f64],
+    min_share: f64,
+) -> Vec<f64> {
     let mut paused: Vec<bool> = tiers.iter().map(|t| t.is_paused()).collect();
-    let new = placement::shares_paused_by(own, bws, min_share, &mut paused);
+    let new = placement::shares_paused_by(judge, bws, min_share, &mut paused);
     for (t, p) in tiers.iter().zip(paused) {
         if p != t.is_paused() {
-            let s = placement::pairwise_share(own, t.index) * 100.0;
+            let s = placement::pairwise_share(judge, t.index) * 100.0;
             if p {
                 log::warn!(
                     "tier '{}' paused: next to the fastest tier it measures {s:.1}% of the \
@@ -137,22 +159,25 @@ pub(crate) fn probe_tiers(fs: &Arc<TierFs>) {
         return;
     }
     // A shared tier's base is this node's part of it: a cut the ledger made is no
-    // reason to probe it.
-    let base: Vec<f64> = fs
+    // reason to probe it. Its pause is judged on the tier's own figure, as the placement's
+    // is, or a cut tier paused on its measure would never be probed back.
+    let stated: Vec<f64> = fs
         .tiers
         .iter()
+        .map(|t| placement::effective_bandwidth(t.read_bps, t.write_bps))
+        .collect();
+    let base: Vec<f64> = stated
+        .iter()
         .zip(&fs.shared)
-        .map(|(t, sh)| {
-            let bw = placement::effective_bandwidth(t.read_bps, t.write_bps);
-            match sh.as_ref().and_then(|s| s.plan()) {
-                Some(p) => bw.min(p.allot_bps),
-                None => bw,
-            }
+        .map(|(bw, sh)| match sh.as_ref().and_then(|s| s.plan()) {
+            Some(p) => bw.min(p.allot_bps),
+            None => *bw,
         })
         .collect();
     // A tier too slow on paper to ever resume is not probed for nothing: its base
     // share counts as paused whenever it is below the resume point.
-    let base = placement::shares_with_pause(&base, fs.min_share, &mut vec![true; base.len()]);
+    let base =
+        placement::shares_paused_by(&stated, &base, fs.min_share, &mut vec![true; base.len()]);
     let now = fs.placer.shares();
     for (i, t) in fs.tiers.iter().enumerate() {
         if t.claim_probe(now[i] < 0.8 * base[i]) {
@@ -164,5 +189,44 @@ pub(crate) fn probe_tiers(fs: &Arc<TierFs>) {
                 log::warn!("cannot start a probe thread: {e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn four_nodes_on_a_shared_tier_keep_using_it() {
+        // The bench's tiers: 960 MB/s local, a 343 MB/s tier shared by 4 nodes that use it
+        // together, so each one's own estimate is about its part, 86.
+        let mut bws = vec![960.0, 86.0];
+        let plan = Plan {
+            live: 4,
+            capacity_bps: 343.0,
+            allot_bps: 85.75,
+        };
+        let judge = shared_view(&mut bws, &[None, Some(plan)]);
+        assert_eq!(bws, vec![960.0, 85.75]);
+        assert_eq!(judge, vec![960.0, 343.0]);
+        let mut paused = vec![false, false];
+        let s = placement::shares_paused_by(&judge, &bws, 0.10, &mut paused);
+        assert_eq!(paused, vec![false, false], "paused on its part");
+        assert!((s[1] - 85.75 / 1045.75).abs() < 1e-12, "{s:?}");
+        // Judged on the own estimate alone (86 next to 960: 8 %) it would pause.
+        let mut paused = vec![false, false];
+        placement::shares_paused_by(&[960.0, 86.0], &bws, 0.10, &mut paused);
+        assert_eq!(paused, vec![false, true]);
+        // A tier the whole job finds slow (a foreign writer: the capacity fell) pauses.
+        let mut bws = vec![960.0, 20.0];
+        let slow = Plan {
+            live: 4,
+            capacity_bps: 60.0,
+            allot_bps: 15.0,
+        };
+        let judge = shared_view(&mut bws, &[None, Some(slow)]);
+        let mut paused = vec![false, false];
+        placement::shares_paused_by(&judge, &bws, 0.10, &mut paused);
+        assert_eq!(paused, vec![false, true]);
     }
 }

@@ -15,6 +15,7 @@
 //! core only asks [`SharedTier::tick`] once a second for the bandwidth this node may count
 //! on, and uses it in Eq. 1 in place of the tier's own estimate when it is lower.
 
+use crate::tier::{MIN_SAMPLE_BUSY_NS, MIN_SAMPLE_BYTES};
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -41,13 +42,20 @@ pub const RECOVER_RATE: f64 = 0.05;
 /// The capacity estimate never falls below this fraction of the probed figure (the same
 /// bound as [`crate::tier::Tier::current_bandwidth`]).
 pub const MIN_CAPACITY_FRACTION: f64 = 1.0 / 20.0;
+/// ... and from above to this multiple of the probed figure: a busy rate is bytes counted
+/// at completion over busy time counted as it passes, so a period can end a burst's
+/// requests with little of their time in it; a capacity far above what the tier was ever
+/// measured at would undo every cut until the next saturation.
+pub const MAX_CAPACITY_FACTOR: f64 = 2.0;
 /// Test hook: seconds added to this daemon's wall clock where it writes one (the entry's
 /// `wall_ms` and the file's mtime), so a test shows that readers never use them.
 pub const CLOCK_OFFSET_ENV: &str = "TIERFS_TEST_CLOCK_OFFSET";
 
-/// One node's entry in the ledger, as written.
+/// One node's entry in the ledger, as written. Fields a later tierfs adds are ignored and
+/// missing ones take their defaults, so an entry of the same `format` from another version
+/// is read (daemons from before `busy_rate_bps` refuse entries that carry it: the nodes of
+/// a job should run one tierfs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Entry {
     pub format: u32,
     pub node: String,
@@ -108,28 +116,30 @@ pub struct Plan {
 /// a minute). A node's rate while it has requests in flight does not depend on how much it
 /// sends; the job's steps keep its nodes busy at the same time, when the sum is the tier's.
 pub fn capacity(prior: f64, probed: f64, live: &[Entry]) -> f64 {
-    let ok = |r: f64| r.is_finite() && r > 0.0;
-    let sum: f64 = live.iter().map(|e| e.rate_bps).filter(|r| ok(*r)).sum();
+    let most = probed * MAX_CAPACITY_FACTOR;
+    // One entry's figure counts up to the bound (a garbage 1e308 from a buggy peer, too).
+    let ok = |r: f64| {
+        if r.is_finite() && r > 0.0 {
+            r.min(most)
+        } else {
+            0.0
+        }
+    };
+    let sum: f64 = live.iter().map(|e| ok(e.rate_bps)).sum();
     let est = if live.iter().any(|e| e.saturated) {
         live.iter()
-            .map(|e| {
-                if ok(e.busy_rate_bps) {
-                    e.busy_rate_bps.max(e.rate_bps)
-                } else {
-                    e.rate_bps
-                }
-            })
-            .filter(|r| ok(*r))
+            .map(|e| ok(e.busy_rate_bps).max(ok(e.rate_bps)))
             .sum()
     } else {
-        let back = if prior < probed {
-            prior + RECOVER_RATE * (probed - prior)
-        } else {
-            prior
-        };
+        // Back towards the probe, from below (a cut undone once the load left) and from
+        // above (a high figure is believed only while the nodes keep moving that much).
+        let back = prior + RECOVER_RATE * (probed - prior);
         back.max(sum)
     };
-    est.max(probed * MIN_CAPACITY_FRACTION)
+    est.clamp(
+        probed * MIN_CAPACITY_FRACTION,
+        most.max(probed * MIN_CAPACITY_FRACTION),
+    )
 }
 
 /// This node's (`me`) part of `capacity`, split among the live entries by demand. A node
@@ -464,12 +474,17 @@ impl SharedTier {
         let (rate, busy_rate, demand) = match st.last {
             Some((t, last)) => {
                 let dt = now.saturating_duration_since(t).as_secs_f64().max(1e-3);
-                let moved = c.tier_bytes.saturating_sub(last.tier_bytes) as f64;
-                let busy = c.tier_busy_ns.saturating_sub(last.tier_busy_ns) as f64 / 1e9;
+                let moved = c.tier_bytes.saturating_sub(last.tier_bytes);
+                let busy = c.tier_busy_ns.saturating_sub(last.tier_busy_ns);
                 (
-                    moved / dt,
-                    // Under a millisecond of busy time says nothing about the tier.
-                    if busy >= 1e-3 { moved / busy } else { 0.0 },
+                    moved as f64 / dt,
+                    // As for the tier's own estimate: a period that moved or was busy
+                    // less says nothing about the tier (0: the rate counts instead).
+                    if moved >= MIN_SAMPLE_BYTES && busy >= MIN_SAMPLE_BUSY_NS {
+                        moved as f64 * 1e9 / busy as f64
+                    } else {
+                        0.0
+                    },
                     c.all_bytes.saturating_sub(last.all_bytes) as f64 / dt,
                 )
             }
@@ -650,6 +665,45 @@ mod tests {
     }
 
     #[test]
+    fn a_capacity_is_bounded_above_and_decays_to_the_probe() {
+        // A period that ended a burst's requests with little of their busy time in it: a
+        // busy rate of 8 GB/s on a 400 MB/s tier counts as twice the probe at most.
+        let mut a = e("a", 1, 50.0, 1.0, true);
+        a.busy_rate_bps = 8000.0;
+        assert_eq!(capacity(400.0, 400.0, &[a]), 800.0);
+        // Garbage from a buggy peer cannot make it infinite either.
+        let mut g = e("g", 1, 1e308, 1.0, true);
+        g.busy_rate_bps = 1e308;
+        let cap = capacity(400.0, 400.0, &[g.clone(), g]);
+        assert_eq!(cap, 800.0);
+        // Unsaturated and quiet, a high figure goes back to the probe.
+        let calm = [e("a", 2, 10.0, 1.0, false)];
+        let mut c = cap;
+        for _ in 0..200 {
+            c = capacity(c, 400.0, &calm);
+        }
+        assert!((400.0..401.0).contains(&c), "{c}");
+    }
+
+    #[test]
+    fn a_short_busy_period_publishes_no_busy_rate() {
+        let d = tempfile::tempdir().unwrap();
+        let a = SharedTier::new(ledger_dir(d.path(), "j", "pfs"), "a", 400.0);
+        let t0 = Instant::now();
+        a.tick(t0, Counters::default(), false).unwrap();
+        // 16 MiB completed in a period with 2 ms of busy time: no figure of the tier.
+        let c = Counters {
+            tier_bytes: 16 << 20,
+            tier_busy_ns: 2_000_000,
+            all_bytes: 16 << 20,
+        };
+        a.tick(t0 + Duration::from_secs(1), c, true).unwrap();
+        let got = read_entries(&a.dir).unwrap().entries;
+        assert_eq!(got[0].busy_rate_bps, 0.0);
+        assert_eq!(got[0].rate_bps, (16 << 20) as f64);
+    }
+
+    #[test]
     fn a_period_publishes_the_busy_rate() {
         let d = tempfile::tempdir().unwrap();
         let a = SharedTier::new(ledger_dir(d.path(), "j", "pfs"), "a", 400.0);
@@ -676,6 +730,12 @@ mod tests {
             .entries
             .iter()
             .any(|e| e.node == "z" && e.busy_rate_bps == 0.0));
+        // A field a later tierfs adds is ignored, not a reason to leave the node out.
+        let text = br#"{"format":1,"node":"y","seq":3,"rate_bps":5.0,"demand_bps":1.0,"saturated":false,"wall_ms":0,"later":7}"#;
+        std::fs::write(a.dir.join("node-y.json"), text).unwrap();
+        let got = read_entries(&a.dir).unwrap();
+        assert!(got.bad.is_empty(), "{:?}", got.bad);
+        assert!(got.entries.iter().any(|e| e.node == "y"));
     }
 
     #[test]

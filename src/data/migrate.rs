@@ -189,7 +189,11 @@ fn relocate_once(
     fs.relayout
         .eager_copied_bytes
         .fetch_add(size, Ordering::Relaxed);
-    let now = node.state.read().layout.encode();
+    log_moved(fs, ino, size, bad, &node.state.read().layout.encode());
+    Ok(true)
+}
+
+fn log_moved(fs: &TierFs, ino: u64, size: u64, bad: Option<usize>, now: &str) {
     match bad {
         Some(b) => log::info!(
             "moved inode {ino} ({size} bytes) off tier '{}': now {now}",
@@ -199,7 +203,6 @@ fn relocate_once(
             "re-laid out inode {ino} ({size} bytes) to follow the current shares: now {now}"
         ),
     }
-    Ok(true)
 }
 
 /// Copies all of a file's `size` bytes into a move's pieces (the file's lock held).

@@ -80,6 +80,10 @@ pub struct TierCounters {
     /// delivers to us, with idle time left out.
     pub read_busy: Busy,
     pub write_busy: Busy,
+    /// Time with any request in flight, read or write (the union of the two above): a
+    /// shared tier's busy rate for the ledger, which overlapping reads and writes would
+    /// halve if the two were added.
+    pub io_busy: Busy,
 }
 
 /// Recovery probes: a tier whose share was cut and that has had no sample of its own

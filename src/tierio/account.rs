@@ -21,6 +21,7 @@ impl<'a> InFlight<'a> {
             return None;
         }
         tier.counters.in_flight.fetch_add(1, Ordering::Relaxed);
+        tier.counters.io_busy.begin();
         if write {
             tier.counters.write_busy.begin();
         } else {
@@ -59,6 +60,7 @@ impl Drop for InFlight<'_> {
         } else {
             c.read_busy.end();
         }
+        c.io_busy.end();
         c.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -53,7 +53,10 @@ fn link_shares_data_and_counts_names() {
         // One inode, two names; the inode's ctime and the folder's times changed.
         assert_eq!(ino(&m.path("f")), ino(&m.path("d/g")), "{layout}");
         assert_eq!((nlink(&m.path("f")), nlink(&m.path("d/g"))), (2, 2));
-        assert!(ctime(&m.path("f")) > before.0, "{layout}: link changes ctime");
+        assert!(
+            ctime(&m.path("f")) > before.0,
+            "{layout}: link changes ctime"
+        );
         assert!(ctime(&m.path("d")) > before.1, "{layout}: and the folder's");
         // On the tiers: every piece has the new name, a link of the same backing inode.
         let pieces = backing_inodes(&s, "f");
@@ -63,7 +66,10 @@ fn link_shares_data_and_counts_names() {
         assert_eq!(backing_inodes(&s, "d/g"), pieces, "{layout}");
         // Bytes written through one name are read through the other, open or not.
         let mut other = pattern(MIB, 9);
-        let f = fs::OpenOptions::new().write(true).open(m.path("d/g")).unwrap();
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(m.path("d/g"))
+            .unwrap();
         pwrite_exact(&f, &other, MIB as u64).unwrap();
         let reader = fs::File::open(m.path("f")).unwrap();
         let mut buf = vec![0u8; MIB];
@@ -85,7 +91,10 @@ fn link_shares_data_and_counts_names() {
             err_of(fs::hard_link(m.path("f"), m.path("d/g"))),
             libc::EEXIST
         );
-        assert_eq!(err_of(fs::hard_link(m.path("d"), m.path("d2"))), libc::EPERM);
+        assert_eq!(
+            err_of(fs::hard_link(m.path("d"), m.path("d2"))),
+            libc::EPERM
+        );
         assert_eq!(
             err_of(fs::hard_link(m.path("nope"), m.path("x"))),
             libc::ENOENT
@@ -100,7 +109,10 @@ fn link_shares_data_and_counts_names() {
         std::thread::sleep(Duration::from_millis(20));
         fs::remove_file(m.path("f")).unwrap();
         assert_eq!(nlink(&m.path("d/g")), 1);
-        assert!(ctime(&m.path("d/g")) > before, "{layout}: unlink changes ctime");
+        assert!(
+            ctime(&m.path("d/g")) > before,
+            "{layout}: unlink changes ctime"
+        );
         assert!(s.tiers_holding("f").is_empty(), "{layout}");
         assert_eq!(fs::read(m.path("d/g")).unwrap(), want);
         assert_no_stale(&m);
@@ -202,7 +214,11 @@ fn a_remount_keeps_the_links() {
         fs::remove_file(m.path("f")).unwrap();
         assert_eq!(nlink(&m.path("h")), 2);
         let st = m.stats_json();
-        assert_eq!(st["files"].as_array().unwrap().len(), 1, "{layout}: one file");
+        assert_eq!(
+            st["files"].as_array().unwrap().len(),
+            1,
+            "{layout}: one file"
+        );
         m.unmount();
     }
 }
@@ -227,7 +243,10 @@ fn a_link_cut_short_between_tiers_is_removed_at_mount() {
     let m = s.mount();
     assert!(!m.path("partial").exists(), "the partial name is removed");
     assert!(!s.backing(0, "partial").exists());
-    assert!(!s.backing(1, "partial").exists(), "and no empty piece made for it");
+    assert!(
+        !s.backing(1, "partial").exists(),
+        "and no empty piece made for it"
+    );
     assert_eq!(nlink(&m.path("f")), 2);
     assert_eq!(ino(&m.path("full")), ino(&m.path("f")));
     assert_eq!(fs::read(m.path("f")).unwrap(), data);
@@ -252,7 +271,10 @@ fn fsck_is_clean_and_export_keeps_links() {
         let o = s.tierfs(&["fsck", "--config", cfg.to_str().unwrap()]);
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
         assert!(o.status.success(), "{layout}: {out}");
-        assert!(out.contains("clean") && out.contains("1 files"), "{layout}: {out}");
+        assert!(
+            out.contains("clean") && out.contains("1 files"),
+            "{layout}: {out}"
+        );
         assert!(out.contains("1 more names (hard links)"), "{layout}: {out}");
         let dest = s.dir.path().join("export");
         let o = s.tierfs(&[
@@ -291,12 +313,18 @@ fn a_linked_file_is_not_moved_off_a_full_tier() {
             on_fast.push(rel);
         }
     }
-    assert!(on_fast.len() >= 2, "two files on the capped tier: {on_fast:?}");
+    assert!(
+        on_fast.len() >= 2,
+        "two files on the capped tier: {on_fast:?}"
+    );
     let (linked, single) = (&on_fast[0], &on_fast[1]);
     fs::hard_link(m.path(linked), m.path("other")).unwrap();
     let grow = pattern(8 * MIB, 77);
     let append = |rel: &str| {
-        let f = fs::OpenOptions::new().append(true).open(m.path(rel)).unwrap();
+        let f = fs::OpenOptions::new()
+            .append(true)
+            .open(m.path(rel))
+            .unwrap();
         std::io::Write::write_all(&mut &f, &grow)
     };
     assert_eq!(err_of(append(linked)), libc::ENOSPC);
@@ -305,6 +333,10 @@ fn a_linked_file_is_not_moved_off_a_full_tier() {
     assert_eq!(backing_inodes(&s, linked), backing_inodes(&s, "other"));
     assert_eq!(s.tiers_holding("other"), vec![0]);
     append(single).unwrap();
-    assert_eq!(s.tiers_holding(single), vec![1], "a file with one name moves");
+    assert_eq!(
+        s.tiers_holding(single),
+        vec![1],
+        "a file with one name moves"
+    );
     m.unmount();
 }

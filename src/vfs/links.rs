@@ -36,15 +36,16 @@ pub(crate) fn link(fs: &TierFs, ino: u64, newparent: u64, newname: &OsStr) -> Re
     }
     attr::check_writable_parent(fs, newparent, newname)?;
     let mut tree = fs.tree.write();
+    // In the order Linux checks: an existing name before the kind of the source.
+    if tree.children(newparent)?.contains_key(newname) {
+        return Err(Error::Exists);
+    }
     let node = tree.get(ino)?;
     if node.kind() == Kind::Dir {
         return Err(Error::NotPermitted("hard links to folders"));
     }
     if !node.linked {
         return Err(Error::NotFound);
-    }
-    if tree.children(newparent)?.contains_key(newname) {
-        return Err(Error::Exists);
     }
     if let NodeData::File(f) = &node.data {
         let f = f.clone();

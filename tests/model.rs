@@ -893,7 +893,7 @@ fn listing(root: &Path, is_mount: bool) -> Result<Listing, String> {
         if *is_dir {
             continue;
         }
-        let md = std::fs::symlink_metadata(root.join(&*p)).map_err(|e| e.to_string())?;
+        let md = std::fs::symlink_metadata(root.join(p)).map_err(|e| e.to_string())?;
         *n = md.nlink();
         *same_as = first.entry(md.ino()).or_insert_with(|| p.clone()).clone();
     }

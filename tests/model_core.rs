@@ -956,7 +956,9 @@ fn close_all(fs: &TierFs, hs: &mut Vec<H>) -> Result<(), String> {
 }
 
 /// The whole tree through the core: path -> (kind, size, a file's link count, inode).
-fn core_listing(fs: &TierFs) -> Result<BTreeMap<PathBuf, (Kind, u64, u64, u64)>, String> {
+type CoreListing = BTreeMap<PathBuf, (Kind, u64, u64, u64)>;
+
+fn core_listing(fs: &TierFs) -> Result<CoreListing, String> {
     let mut out = BTreeMap::new();
     let mut stack = vec![(ROOT_INO, PathBuf::new())];
     while let Some((ino, rel)) = stack.pop() {
@@ -1047,9 +1049,9 @@ fn compare_tree(fs: &TierFs, model: &Model) -> Result<(), String> {
     let files: BTreeMap<u64, u64> = fs
         .file_list()
         .into_iter()
-        .filter_map(|(p, s, _)| match model.get(&p) {
-            Some(Ent::File(id)) => Some((id, s)),
-            _ => Some((u64::MAX, s)),
+        .map(|(p, s, _)| match model.get(&p) {
+            Some(Ent::File(id)) => (id, s),
+            _ => (u64::MAX, s),
         })
         .collect();
     let want_files: BTreeMap<u64, u64> = model

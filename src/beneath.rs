@@ -395,6 +395,15 @@ impl<'a> Beneath<'a> {
         check(unsafe { libc::unlinkat(par.fd(), par.name.as_ptr(), 0) })
     }
 
+    /// A hard link `to` of `from` (a symlink `from` itself, never its target), both
+    /// beneath this root.
+    pub fn link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let f = self.parent(from)?;
+        let t = self.parent(to)?;
+        // SAFETY: valid descriptors and names for the call; flags 0 never follow.
+        check(unsafe { libc::linkat(f.fd(), f.name.as_ptr(), t.fd(), t.name.as_ptr(), 0) })
+    }
+
     /// rmdir of the empty folder `p`.
     pub fn rmdir(&self, p: &Path) -> io::Result<()> {
         let par = self.parent(p)?;

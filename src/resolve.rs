@@ -23,10 +23,21 @@
 //! - Whole copies on several tiers (an interrupted move or cross-tier rename) resolve to
 //!   the newest (the last of equal mtimes in tier order); an older copy with the same bytes
 //!   is removed, a different one set aside.
+//! - Hard links, once every name is resolved ([`plan_links`]): names of files (or
+//!   symlinks, special files) whose entries are the same backing inodes, `(device, inode)`
+//!   on each tier, are one file with several names; a striped file's names also carry one
+//!   file id, as the inodes are the same. A name whose backing inodes are a *strict
+//!   subset* of another name's is the trace of a link or an unlink that a crash cut short
+//!   between the tiers (both go one tier at a time): it is removed, which loses nothing,
+//!   since each of its backing inodes lives on under the other name. Such a name is never
+//!   given a recreated empty piece (that would make it a different file). Names that share
+//!   some backing inodes but neither holds all of the other's are left as they are and
+//!   reported: no tierfs operation leaves them.
 //!
-//! [`plan_name`] and [`plan_file`] are pure: what was found goes in, a plan comes out, and
-//! the callers carry it out (the scan at once, fsck as repairs it lists, export by copying).
-//! [`read_piece`] and [`files_equal`] are the two reads the plan needs.
+//! [`plan_name`], [`plan_file`] and [`plan_links`] are pure: what was found goes in, a plan
+//! comes out, and the callers carry it out (the scan at once, fsck as repairs it lists,
+//! export by copying). [`read_piece`], [`files_equal`] and [`backing_ids`] are the reads
+//! the plans need.
 
 use crate::beneath::Beneath;
 use crate::layout::{decode_id, FileLayout, StripeMap, LAYOUT_XATTR};
@@ -352,6 +363,83 @@ fn plan_stripe(
     }
 }
 
+/// A backing entry's identity on its tier: (tier, device, inode).
+pub type BackingId = (usize, u64, u64);
+
+/// What the backing inodes of a set of names make of them ([`plan_links`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkPlan {
+    /// Names that are one file, each group in the order the names were given (the first
+    /// is the primary name); groups of two or more only.
+    pub groups: Vec<Vec<usize>>,
+    /// Partial names to remove: (name, a name holding all of its backing inodes and more).
+    pub partial: Vec<(usize, usize)>,
+    /// Pairs of names sharing some backing inodes, neither holding all of the other's.
+    pub tangled: Vec<(usize, usize)>,
+}
+
+/// Applies the hard-link rule (module docs) to `names`, each the backing identities of
+/// one name's entries (not empty). Only names whose entries have other links need be
+/// given; the rest are files of their own anyway.
+pub fn plan_links(names: &[Vec<BackingId>]) -> LinkPlan {
+    use std::collections::{BTreeMap, BTreeSet};
+    let sets: Vec<BTreeSet<BackingId>> =
+        names.iter().map(|n| n.iter().copied().collect()).collect();
+    let mut by_id: BTreeMap<BackingId, Vec<usize>> = BTreeMap::new();
+    for (i, s) in sets.iter().enumerate() {
+        for id in s {
+            by_id.entry(*id).or_default().push(i);
+        }
+    }
+    let mut plan = LinkPlan::default();
+    let mut partial = vec![false; sets.len()];
+    for (i, s) in sets.iter().enumerate() {
+        let sharing: BTreeSet<usize> = s
+            .iter()
+            .flat_map(|id| by_id[id].iter().copied())
+            .filter(|j| *j != i)
+            .collect();
+        for j in sharing {
+            if s.is_subset(&sets[j]) && s.len() < sets[j].len() {
+                if !partial[i] {
+                    plan.partial.push((i, j));
+                    partial[i] = true;
+                }
+            } else if !s.is_superset(&sets[j]) && i < j {
+                plan.tangled.push((i, j));
+            }
+        }
+    }
+    let mut groups: BTreeMap<&BTreeSet<BackingId>, Vec<usize>> = BTreeMap::new();
+    for (i, s) in sets.iter().enumerate().filter(|(i, _)| !partial[*i]) {
+        groups.entry(s).or_default().push(i);
+    }
+    let mut groups: Vec<Vec<usize>> = groups.into_values().filter(|g| g.len() > 1).collect();
+    groups.sort();
+    plan.groups = groups;
+    plan.tangled.retain(|(a, b)| !partial[*a] && !partial[*b]);
+    plan
+}
+
+/// The backing identities of a name's entries at `path` on each of `tiers` (whose calls
+/// `on(t)` makes), and whether any of them has another link (`st_nlink > 1`): only then
+/// can the name share them. An entry that cannot be stat-ed is left out.
+pub fn backing_ids<'a>(
+    on: impl Fn(usize) -> (Beneath<'a>, std::path::PathBuf),
+    tiers: &[usize],
+) -> (Vec<BackingId>, bool) {
+    let mut ids = Vec::new();
+    let mut shared = false;
+    for &t in tiers {
+        let (b, p) = on(t);
+        if let Ok(m) = b.stat(&p) {
+            ids.push((t, m.dev(), m.ino()));
+            shared |= m.nlink() > 1;
+        }
+    }
+    (ids, shared)
+}
+
 /// Whether two files hold the same bytes (false on any read error).
 pub fn files_equal(mut a: File, mut b: File) -> bool {
     const CHUNK: usize = 1 << 20;
@@ -598,6 +686,56 @@ mod tests {
         // Piece 1's second stripe is the file's fourth: 3 * 4096 + 904.
         assert_eq!(p.size, 3 * 4096 + 904);
         assert!(p.steps.is_empty());
+    }
+
+    /// Names with the same backing inodes are one file; a name holding a strict subset
+    /// of another's (a link or unlink cut short between tiers) is removed; names sharing
+    /// some but not all are reported and left alone.
+    #[test]
+    fn hard_links_group_by_backing_inode_and_partial_names_go() {
+        let full = vec![(0, 1, 10), (1, 2, 20)];
+        let names = vec![
+            full.clone(),                 // 0: a striped file
+            vec![(0, 1, 99)],             // 1: a whole file of its own
+            vec![(1, 2, 20), (0, 1, 10)], // 2: another name of 0 (order does not matter)
+            vec![(0, 1, 10)],             // 3: a link of 0 cut short after the first tier
+            vec![(0, 1, 99)],             // 4: another name of 1
+            vec![(0, 1, 10), (1, 2, 21)], // 5: shares one inode with 0, not the other
+        ];
+        let p = plan_links(&names);
+        assert_eq!(p.groups, vec![vec![0, 2], vec![1, 4]]);
+        assert_eq!(p.partial, vec![(3, 0)]);
+        assert_eq!(p.tangled, vec![(0, 5), (2, 5)]);
+        // Alone, a subset name is a file: nothing to remove it for.
+        assert_eq!(plan_links(&[vec![(0, 1, 10)]]), LinkPlan::default());
+        // Two partial names of one file both go; the full one stays alone.
+        let p = plan_links(&[full.clone(), vec![(0, 1, 10)], vec![(1, 2, 20)]]);
+        assert!(p.groups.is_empty());
+        assert_eq!(p.partial, vec![(1, 0), (2, 0)]);
+    }
+
+    #[test]
+    fn backing_ids_see_links_on_the_tier() {
+        let d = tempfile::tempdir().unwrap();
+        let a = d.path().join("a");
+        std::fs::write(&a, b"x").unwrap();
+        let on = |_t: usize| (Beneath::new(d.path()), a.clone());
+        let (ids, shared) = backing_ids(on, &[0]);
+        assert_eq!((ids.len(), shared), (1, false));
+        std::fs::hard_link(&a, d.path().join("b")).unwrap();
+        let on_b = |_t: usize| (Beneath::new(d.path()), d.path().join("b"));
+        let (ids_b, shared) = backing_ids(on_b, &[0, 1]);
+        assert!(shared);
+        assert_eq!(ids_b[0].1, ids[0].1);
+        assert_eq!(
+            ids_b.iter().map(|i| i.2).collect::<Vec<_>>(),
+            vec![ids[0].2; 2]
+        );
+        assert!(
+            backing_ids(|_| (Beneath::new(d.path()), d.path().join("c")), &[0])
+                .0
+                .is_empty()
+        );
     }
 
     #[test]

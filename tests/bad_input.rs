@@ -995,7 +995,12 @@ fn operation_rows() {
         let m = s.mount();
         let f = m.path("f");
         std::fs::write(&f, pattern(5000, 1)).unwrap();
-        op_row("O01", "link", errno_of(std::fs::hard_link(&f, m.path("g"))));
+        std::fs::create_dir(m.path("dir")).unwrap();
+        op_row(
+            "O01",
+            "link of a folder",
+            errno_of(std::fs::hard_link(m.path("dir"), m.path("g"))),
+        );
         if have(is_root(), "O02: dropping CAP_MKNOD needs it first (root)") {
             let (c, b) = (m.path("c"), m.path("b"));
             let (chr, blk) = std::thread::spawn(move || {

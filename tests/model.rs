@@ -15,7 +15,9 @@
 //! page-aligned, next to stripe boundaries, up to 3 MiB), truncate and ftruncate up and
 //! down, fallocate (allocate, keep size, punch hole), rename (files and folders, over
 //! existing files, across folders), unlink (also of open files, which stay readable and
-//! writable through their handles), mkdir, rmdir, fsync/fdatasync, stat, fstat, and
+//! writable through their handles), hard links (link counts in stat and fstat, which
+//! names are one file, bytes written through one name read through another), mkdir,
+//! rmdir, fsync/fdatasync, stat, fstat, and
 //! remount (close everything, unmount, mount again). After every sequence, and at every
 //! remount, the two trees are compared byte for byte, and each tier folder is checked to
 //! hold only folders and pieces of files that exist (no stray piece or temporary).
@@ -51,7 +53,7 @@ use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tierfs::tierio::{AlignedBuf, ALIGN};
@@ -137,6 +139,11 @@ enum Op {
     },
     Unlink {
         path: usize,
+    },
+    /// A hard link `to` of `from`.
+    Link {
+        from: usize,
+        to: usize,
     },
     Mkdir {
         path: usize,
@@ -288,6 +295,12 @@ fn op() -> impl Strategy<Value = Op> {
                 .boxed(),
         ),
         (4, p().prop_map(|path| Op::Unlink { path }).boxed()),
+        (
+            4,
+            (p(), p())
+                .prop_map(|(from, to)| Op::Link { from, to })
+                .boxed(),
+        ),
         (6, p().prop_map(|path| Op::Mkdir { path }).boxed()),
         (4, p().prop_map(|path| Op::Rmdir { path }).boxed()),
         (
@@ -569,9 +582,16 @@ fn r_read(f: &File, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
     Ok(v)
 }
 
-/// What stat shows that both sides must agree on: folder or file, and a file's size.
-fn shape(m: std::io::Result<std::fs::Metadata>) -> Res<(bool, u64)> {
-    res(m).map(|m| (m.is_dir(), if m.is_dir() { 0 } else { m.len() }))
+/// What stat shows that both sides must agree on: folder or file, and a file's size and
+/// link count.
+fn shape(m: std::io::Result<std::fs::Metadata>) -> Res<(bool, u64, u64)> {
+    res(m).map(|m| {
+        if m.is_dir() {
+            (true, 0, 0)
+        } else {
+            (false, m.len(), m.nlink())
+        }
+    })
 }
 
 struct World<'a> {
@@ -767,6 +787,11 @@ impl World<'_> {
                 let r = res(std::fs::remove_file(self.r(path)));
                 same(&format!("unlink {:?}", PATHS[path]), m, r)?;
             }
+            Op::Link { from, to } => {
+                let m = res(std::fs::hard_link(self.m(from), self.m(to)));
+                let r = res(std::fs::hard_link(self.r(from), self.r(to)));
+                same(&format!("link {:?} -> {:?}", PATHS[from], PATHS[to]), m, r)?;
+            }
             Op::Mkdir { path } => {
                 let m = res(std::fs::create_dir(self.m(path)));
                 let r = res(std::fs::create_dir(self.r(path)));
@@ -813,7 +838,7 @@ impl World<'_> {
         if m != r {
             return Err(format!("trees differ:\n mount     {m:?}\n reference {r:?}"));
         }
-        for (p, (is_dir, _)) in &r {
+        for (p, (is_dir, ..)) in &r {
             if *is_dir {
                 continue;
             }
@@ -827,10 +852,10 @@ impl World<'_> {
         // Each tier holds every folder, and only folders and pieces of existing files.
         for i in 0..self.setup.tiers.len() {
             let data = self.setup.tier_path(i).join("data");
-            let t = listing(&data, false)?;
-            for (p, (is_dir, _)) in &t {
+            let t = plain_listing(&data, false)?;
+            for (p, (is_dir, ..)) in &t {
                 match r.get(p) {
-                    Some((d, _)) if d == is_dir => {}
+                    Some((d, ..)) if d == is_dir => {}
                     _ => {
                         return Err(format!(
                             "tier {i} holds a stray {} {p:?}",
@@ -839,13 +864,13 @@ impl World<'_> {
                     }
                 }
             }
-            for (p, (is_dir, _)) in &r {
+            for (p, (is_dir, ..)) in &r {
                 if *is_dir && !t.contains_key(p) {
                     return Err(format!("tier {i} lacks folder {p:?}"));
                 }
             }
         }
-        for (p, (is_dir, _)) in &r {
+        for (p, (is_dir, ..)) in &r {
             let on = (0..self.setup.tiers.len())
                 .filter(|i| self.setup.backing(*i, p.to_str().unwrap()).is_file())
                 .count();
@@ -857,8 +882,25 @@ impl World<'_> {
     }
 }
 
-/// Every entry under `root`: relative path -> (is a folder, file size).
-fn listing(root: &Path, is_mount: bool) -> Result<BTreeMap<PathBuf, (bool, u64)>, String> {
+/// Every entry under `root`: relative path -> (is a folder, file size, a file's link
+/// count and, by the path of its first name, which names are one file).
+type Listing = BTreeMap<PathBuf, (bool, u64, u64, PathBuf)>;
+
+fn listing(root: &Path, is_mount: bool) -> Result<Listing, String> {
+    let mut first: BTreeMap<u64, PathBuf> = BTreeMap::new();
+    let mut out = plain_listing(root, is_mount)?;
+    for (p, (is_dir, _, n, same_as)) in out.iter_mut() {
+        if *is_dir {
+            continue;
+        }
+        let md = std::fs::symlink_metadata(root.join(p)).map_err(|e| e.to_string())?;
+        *n = md.nlink();
+        *same_as = first.entry(md.ino()).or_insert_with(|| p.clone()).clone();
+    }
+    Ok(out)
+}
+
+fn plain_listing(root: &Path, is_mount: bool) -> Result<Listing, String> {
     let mut out = BTreeMap::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
@@ -874,9 +916,9 @@ fn listing(root: &Path, is_mount: bool) -> Result<BTreeMap<PathBuf, (bool, u64)>
                 .map_err(|e| format!("stat {}: {e}", root.join(&p).display()))?;
             if md.is_dir() {
                 stack.push(p.clone());
-                out.insert(p, (true, 0));
+                out.insert(p, (true, 0, 0, PathBuf::new()));
             } else {
-                out.insert(p, (false, md.len()));
+                out.insert(p, (false, md.len(), 0, PathBuf::new()));
             }
         }
     }

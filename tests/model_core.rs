@@ -126,6 +126,11 @@ enum Op {
     Unlink {
         path: usize,
     },
+    /// A hard link `to` of `from`.
+    Link {
+        from: usize,
+        to: usize,
+    },
     Mkdir {
         path: usize,
     },
@@ -243,6 +248,12 @@ fn op() -> impl Strategy<Value = Op> {
                 .boxed(),
         ),
         (2, p().prop_map(|path| Op::Unlink { path }).boxed()),
+        (
+            5,
+            (p(), p())
+                .prop_map(|(from, to)| Op::Link { from, to })
+                .boxed(),
+        ),
         (3, p().prop_map(|path| Op::Mkdir { path }).boxed()),
         (2, p().prop_map(|path| Op::Rmdir { path }).boxed()),
         (
@@ -412,7 +423,8 @@ impl Model {
         if to != from && from.starts_with(to) {
             return Err(libc::ENOTEMPTY);
         }
-        if from == to {
+        if from == to || matches!(self.get(to), Some(Ent::File(id)) if src == Ent::File(id)) {
+            // The same name, or two names of one file: nothing happens.
             return Ok(());
         }
         if let Some(t) = self.get(to) {
@@ -455,6 +467,35 @@ impl Model {
         }
     }
 
+    /// link(2) as Linux orders its checks: the source's walk, the target's parent, an
+    /// existing target, then a folder source.
+    fn link(&mut self, from: &Path, to: &Path) -> MRes<()> {
+        let src = self.lookup(from)?;
+        self.parent_ok(to)?;
+        if self.get(to).is_some() {
+            return Err(libc::EEXIST);
+        }
+        if src == Ent::Dir {
+            return Err(libc::EPERM);
+        }
+        self.tree.insert(to.to_path_buf(), src);
+        Ok(())
+    }
+
+    /// A file's names (0 once the last is gone).
+    fn nlink(&self, id: u64) -> u64 {
+        self.tree.values().filter(|e| **e == Ent::File(id)).count() as u64
+    }
+
+    /// The names of file `id`.
+    fn names(&self, id: u64) -> Vec<PathBuf> {
+        self.tree
+            .iter()
+            .filter(|(_, e)| **e == Ent::File(id))
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
     fn mkdir(&mut self, p: &Path) -> MRes<()> {
         self.parent_ok(p)?;
         if self.get(p).is_some() {
@@ -475,13 +516,16 @@ impl Model {
         }
     }
 
-    /// What the whole tree should read as: path -> (kind, size).
-    fn listing(&self) -> BTreeMap<PathBuf, (Kind, u64)> {
+    /// What the whole tree should read as: path -> (kind, size, a file's link count).
+    fn listing(&self) -> BTreeMap<PathBuf, (Kind, u64, u64)> {
         self.tree
             .iter()
             .map(|(p, e)| match e {
-                Ent::Dir => (p.clone(), (Kind::Dir, 0)),
-                Ent::File(id) => (p.clone(), (Kind::File, self.bytes(*id).len() as u64)),
+                Ent::Dir => (p.clone(), (Kind::Dir, 0, 0)),
+                Ent::File(id) => (
+                    p.clone(),
+                    (Kind::File, self.bytes(*id).len() as u64, self.nlink(*id)),
+                ),
             })
             .collect()
     }
@@ -825,6 +869,28 @@ fn step(rig: &mut Rig, model: &mut Model, hs: &mut Vec<H>, op: &Op) -> Result<bo
             let got = walk_parent(fs, p).and_then(|pino| fs.unlink(pino, name).map_err(errno));
             same(&format!("unlink {p:?}"), got, model.unlink(p))?;
         }
+        Op::Link { from, to } => {
+            let (f, t) = (path(from), path(to));
+            let tname = t.file_name().unwrap();
+            // As the kernel: the source's walk, the target's parent, an existing target
+            // (the VFS's own check), then the filesystem.
+            let got = (|| {
+                let ino = walk(fs, f)?;
+                let tpi = walk_parent(fs, t)?;
+                if let Ok(a) = fs.lookup(tpi, tname) {
+                    fs.forget(a.ino, 1);
+                    return Err(libc::EEXIST);
+                }
+                let a = fs.link(ino, tpi, tname).map_err(errno)?;
+                fs.forget(a.ino, 1);
+                Ok(a.nlink as u64)
+            })();
+            let want = model.link(f, t).map(|()| match model.get(t) {
+                Some(Ent::File(id)) => model.nlink(id),
+                _ => 0,
+            });
+            same(&format!("link {f:?} -> {t:?}"), got, want)?;
+        }
         Op::Mkdir { path: i } => {
             let p = path(i);
             let name = p.file_name().unwrap();
@@ -852,11 +918,15 @@ fn step(rig: &mut Rig, model: &mut Model, hs: &mut Vec<H>, op: &Op) -> Result<bo
             let p = path(i);
             let got = walk(fs, p).and_then(|ino| {
                 let a = fs.getattr(ino).map_err(errno)?;
-                Ok((a.kind, if a.kind == Kind::File { a.size } else { 0 }))
+                Ok(if a.kind == Kind::File {
+                    (a.kind, a.size, a.nlink as u64)
+                } else {
+                    (a.kind, 0, 0)
+                })
             });
             let want = model.lookup(p).map(|e| match e {
-                Ent::Dir => (Kind::Dir, 0),
-                Ent::File(id) => (Kind::File, model.bytes(id).len() as u64),
+                Ent::Dir => (Kind::Dir, 0, 0),
+                Ent::File(id) => (Kind::File, model.bytes(id).len() as u64, model.nlink(id)),
             });
             same(&format!("stat {p:?}"), got, want)?;
         }
@@ -866,9 +936,10 @@ fn step(rig: &mut Rig, model: &mut Model, hs: &mut Vec<H>, op: &Op) -> Result<bo
             };
             let got = fs
                 .getattr(hs[k].ino)
-                .map(|a| (a.kind, a.size))
+                .map(|a| (a.kind, a.size, a.nlink as u64))
                 .map_err(errno);
-            let want = Ok((Kind::File, model.bytes(hs[k].id).len() as u64));
+            let id = hs[k].id;
+            let want = Ok((Kind::File, model.bytes(id).len() as u64, model.nlink(id)));
             same("fstat", got, want)?;
         }
         Op::Remount => unreachable!(),
@@ -884,8 +955,10 @@ fn close_all(fs: &TierFs, hs: &mut Vec<H>) -> Result<(), String> {
     Ok(())
 }
 
-/// The whole tree through the core: path -> (kind, size).
-fn core_listing(fs: &TierFs) -> Result<BTreeMap<PathBuf, (Kind, u64, u64)>, String> {
+/// The whole tree through the core: path -> (kind, size, a file's link count, inode).
+type CoreListing = BTreeMap<PathBuf, (Kind, u64, u64, u64)>;
+
+fn core_listing(fs: &TierFs) -> Result<CoreListing, String> {
     let mut out = BTreeMap::new();
     let mut stack = vec![(ROOT_INO, PathBuf::new())];
     while let Some((ino, rel)) = stack.pop() {
@@ -913,9 +986,9 @@ fn core_listing(fs: &TierFs) -> Result<BTreeMap<PathBuf, (Kind, u64, u64)>, Stri
             }
             if a.kind == Kind::Dir {
                 stack.push((e.ino, p.clone()));
-                out.insert(p, (Kind::Dir, 0, e.ino));
+                out.insert(p, (Kind::Dir, 0, 0, e.ino));
             } else {
-                out.insert(p, (a.kind, a.size, e.ino));
+                out.insert(p, (a.kind, a.size, u64::from(a.nlink), e.ino));
             }
         }
     }
@@ -925,9 +998,9 @@ fn core_listing(fs: &TierFs) -> Result<BTreeMap<PathBuf, (Kind, u64, u64)>, Stri
 /// Compares the whole tree and every byte with the model.
 fn compare_tree(fs: &TierFs, model: &Model) -> Result<(), String> {
     let got = core_listing(fs)?;
-    let shown: BTreeMap<PathBuf, (Kind, u64)> = got
+    let shown: BTreeMap<PathBuf, (Kind, u64, u64)> = got
         .iter()
-        .map(|(p, (k, s, _))| (p.clone(), (*k, *s)))
+        .map(|(p, (k, s, n, _))| (p.clone(), (*k, *s, *n)))
         .collect();
     let want = model.listing();
     if shown != want {
@@ -935,7 +1008,20 @@ fn compare_tree(fs: &TierFs, model: &Model) -> Result<(), String> {
             "tree differs:\n tierfs {shown:?}\n model  {want:?}"
         ));
     }
-    for (p, (k, size, ino)) in &got {
+    // Names of one file are one inode, names of different files are not.
+    let mut ino_of: HashMap<u64, u64> = HashMap::new();
+    let mut id_of: HashMap<u64, u64> = HashMap::new();
+    for (p, (k, _, _, ino)) in &got {
+        if let (Kind::File, Some(Ent::File(id))) = (k, model.get(p)) {
+            if *ino_of.entry(id).or_insert(*ino) != *ino || *id_of.entry(*ino).or_insert(id) != id {
+                return Err(format!(
+                    "{p:?}: inode {ino}, but the model's names of its file are {:?}",
+                    model.names(id)
+                ));
+            }
+        }
+    }
+    for (p, (k, size, _, ino)) in &got {
         if *k != Kind::File {
             continue;
         }
@@ -959,12 +1045,22 @@ fn compare_tree(fs: &TierFs, model: &Model) -> Result<(), String> {
             return Err(format!("content of {p:?}: {d}"));
         }
     }
-    let files: BTreeMap<PathBuf, u64> =
-        fs.file_list().into_iter().map(|(p, s, _)| (p, s)).collect();
-    let want_files: BTreeMap<PathBuf, u64> = want
-        .iter()
-        .filter(|(_, (k, _))| *k == Kind::File)
-        .map(|(p, (_, s))| (p.clone(), *s))
+    // The file list has one entry per file, under one of its names.
+    let files: BTreeMap<u64, u64> = fs
+        .file_list()
+        .into_iter()
+        .map(|(p, s, _)| match model.get(&p) {
+            Some(Ent::File(id)) => (id, s),
+            _ => (u64::MAX, s),
+        })
+        .collect();
+    let want_files: BTreeMap<u64, u64> = model
+        .tree
+        .values()
+        .filter_map(|e| match e {
+            Ent::File(id) => Some((*id, model.bytes(*id).len() as u64)),
+            Ent::Dir => None,
+        })
         .collect();
     if files != want_files {
         return Err(format!(
@@ -1007,7 +1103,23 @@ fn check_tiers(fs: &TierFs, model: &Model) -> Result<(), String> {
             .collect();
         for (p, _, l) in &files {
             if l.tiers().contains(&tier.index) {
-                want.insert(p.clone(), false);
+                // Every name of the file has its pieces (links of the same inodes).
+                let Some(Ent::File(id)) = model.get(p) else {
+                    return Err(format!("file_list names {p:?}, not a file of the model"));
+                };
+                let primary = std::fs::symlink_metadata(tier.path(p))
+                    .map_err(|e| format!("{p:?} on '{}': {e}", tier.name))?
+                    .ino();
+                for q in model.names(id) {
+                    want.insert(q.clone(), false);
+                    let other = std::fs::symlink_metadata(tier.path(&q)).map(|m| m.ino());
+                    if other.as_ref().ok() != Some(&primary) {
+                        return Err(format!(
+                            "{q:?} on '{}' is not a link of {p:?}'s piece: {other:?}",
+                            tier.name
+                        ));
+                    }
+                }
             }
         }
         let got = walk_backing(&tier.data)?;
@@ -1073,8 +1185,21 @@ fn check_after_remount(
     model: &Model,
     before: &[(PathBuf, u64, FileLayout)],
 ) -> Result<(), String> {
+    // The same files with the same layouts; a file with several names may be listed under
+    // another of them (the scan takes the first in path order as the primary one).
+    let by_file = |l: &[(PathBuf, u64, FileLayout)]| -> BTreeMap<Option<u64>, (u64, String)> {
+        l.iter()
+            .map(|(p, s, lay)| {
+                let id = match model.get(p) {
+                    Some(Ent::File(id)) => Some(id),
+                    _ => None,
+                };
+                (id, (*s, lay.encode()))
+            })
+            .collect()
+    };
     let after = rig.fs().file_list();
-    if after != before {
+    if by_file(&after) != by_file(before) {
         return Err(format!(
             "remount changed the files:\n before {before:?}\n after  {after:?}"
         ));

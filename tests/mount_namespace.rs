@@ -1,6 +1,6 @@
 //! Namespace and metadata semantics through a real mount: directories, renames across
 //! tiers, unlink of open files, truncate/O_TRUNC/O_APPEND/fallocate, attributes, symlinks,
-//! xattrs, hard links, statfs, copy tools, and what survives a remount.
+//! xattrs, statfs, copy tools, and what survives a remount (hard links: `mount_links.rs`).
 mod common;
 use common::*;
 use std::fs;
@@ -588,19 +588,6 @@ fn user_xattrs() {
         assert_eq!(fs::read(m.path("d/f")).unwrap(), pattern(3 * MIB, 4));
         m.unmount();
     }
-}
-
-#[test]
-fn hard_link_is_eperm() {
-    require!(fuse());
-    let s = Setup::two("whole-file");
-    let m = s.mount();
-    fs::write(m.path("f"), b"data").unwrap();
-    assert_eq!(err_of(fs::hard_link(m.path("f"), m.path("g"))), libc::EPERM);
-    assert!(!m.path("g").exists());
-    assert_eq!(fs::metadata(m.path("f")).unwrap().nlink(), 1);
-    assert_no_stale(&m);
-    m.unmount();
 }
 
 #[test]

@@ -38,7 +38,7 @@ LAYERS = [
     ["data"],
     # 7: the operations: namespace, open files, folders, reads and writes of a handle, the
     # mount-time scan, the .tierfs/ files, adaptation
-    ["data::path", "vfs::files", "vfs::namespace", "vfs::dirs", "vfs::scan",
+    ["data::path", "vfs::files", "vfs::namespace", "vfs::links", "vfs::dirs", "vfs::scan",
      "vfs::statsdir", "vfs::snapshot", "adapt"],
     # 8: the façade and the filesystem's construction and shutdown
     ["vfs::lifecycle", "vfs"],

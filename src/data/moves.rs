@@ -88,6 +88,14 @@ pub(crate) fn layout_drifted(fs: &TierFs, layout: &FileLayout) -> bool {
     })
 }
 
+/// Whether file `ino`'s pieces may move between tiers: not while it has several names
+/// (hard links), as every move puts its new pieces in place under one name only. The
+/// planner ([`plan_layout`]) refuses such a move and [`switch_to`] would too; an open for
+/// writing need not start one at all.
+pub(crate) fn may_move(tree: &Tree, ino: u64) -> bool {
+    tree.nodes.get(&ino).is_none_or(|n| n.names() <= 1)
+}
+
 /// The layout a file moves to: off tier `bad` if given, else following the shares.
 pub(crate) fn plan_layout(
     fs: &TierFs,
@@ -97,6 +105,13 @@ pub(crate) fn plan_layout(
     bad: Option<usize>,
     want: u64,
 ) -> Result<(FileLayout, Option<Charge>)> {
+    if !may_move(tree, ino) {
+        // A move renames its new pieces over the primary name alone, which would split
+        // the file from its other names (`crate::vfs::links`). It stays where it is: a
+        // write that needs the move answers ENOSPC.
+        log::debug!("inode {ino} has several names (hard links): not moved");
+        return Err(crate::error::Error::NoSpace(want));
+    }
     // With the stripe layout a whole file (laid out while only one tier was eligible or
     // unpaused) spreads again with the pool's unit.
     let unit = match old {
@@ -294,6 +309,14 @@ pub(crate) fn switch_to(
     st: &mut FileState,
     m: &Migration,
 ) -> Result<()> {
+    if !may_move(tree, ino) {
+        // Never reached: a link finishes a file's move before it adds the name, and no
+        // move is planned for a file with several names. Refused all the same, as
+        // switching would split the file.
+        return Err(crate::error::Error::NotPermitted(
+            "moving a file with several names",
+        ));
+    }
     let rel = tree.rel(ino);
     let final_path = |t: usize| match &rel {
         Some(r) => fs.tiers[t].path(r),

@@ -389,8 +389,11 @@ impl Dispatcher {
                 fs.rename(ino, name, *newdir, newname, *flags)
                     .map_err(to_errno)?
             }
-            Op::Link { .. } => {
-                out.extend_from_slice(entry_out(&fs.link().map_err(to_errno)?).bytes())
+            Op::Link { oldnodeid, newname } => {
+                // The linked inode must be sound too (contain checked the folder).
+                fs.check_failed(*oldnodeid).map_err(to_errno)?;
+                let a = fs.link(*oldnodeid, ino, newname).map_err(to_errno)?;
+                out.extend_from_slice(entry_out(&a).bytes())
             }
             Op::Open(o) => self.open(ino, o, out)?,
             Op::Read(_) => return Err(libc::EPROTO),

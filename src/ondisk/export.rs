@@ -1,12 +1,15 @@
 //! `tierfs export`: copies the tree the tiers hold into an ordinary folder, as a mount
 //! would show it (striped files reassembled, conflict copies under the names a mount gives
-//! them), reading only, so it works while mounted.
+//! them), reading only, so it works while mounted. A file with several names (hard links)
+//! is copied once and linked under its other names; a partial name an interrupted link
+//! left is not exported, as the mount removes it ([`crate::resolve::plan_links`]).
 
 use super::issues::{resolve, Action, FileView, Item};
 use super::{list, tier_dirs, EntKind, Failure, TierDir};
 use crate::beneath::Beneath;
 use crate::config::MountConfig;
 use crate::layout::{conflict_path, FileLayout};
+use crate::resolve::{backing_ids, plan_links, BackingId};
 use crate::sys::{self, SetTime};
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
@@ -33,6 +36,8 @@ pub struct ExportReport {
     pub skipped: Vec<String>,
     /// Entries that failed, with why.
     pub errors: Vec<String>,
+    /// Names made as hard links of a file exported under another name.
+    pub links: u64,
     /// Inconsistencies seen on the tiers (see `tierfs fsck`).
     pub issues: u64,
 }
@@ -146,6 +151,14 @@ struct Exporter<'a> {
     xattr_warned: bool,
     /// Folders made, with the tier and backing folder whose attributes they get at the end.
     dirs: Vec<(PathBuf, usize, PathBuf)>,
+    /// Names whose backing entries have other links, exported once every name is known.
+    linked: Vec<(PathBuf, Entry, Vec<BackingId>)>,
+}
+
+/// A non-folder name to export.
+enum Entry {
+    File(FileView),
+    Other(usize, EntKind),
 }
 
 impl Exporter<'_> {
@@ -303,6 +316,69 @@ impl Exporter<'_> {
         self.rep.folders += 1;
     }
 
+    fn entry(&mut self, rel: &Path, e: &Entry) {
+        let to = self.dest.join(rel);
+        match e {
+            Entry::File(v) => self.file(rel, v, &to),
+            Entry::Other(t, k) => {
+                let from = self.tiers[*t].path(rel);
+                self.other(rel, *t, &from, *k, &to)
+            }
+        }
+    }
+
+    /// The names held back for sharing backing inodes: each file copied under its first
+    /// name and linked under the others; partial names left out.
+    fn links(&mut self) {
+        let mut linked = std::mem::take(&mut self.linked);
+        linked.sort_by(|a, b| a.0.cmp(&b.0));
+        let ids: Vec<Vec<BackingId>> = linked.iter().map(|l| l.2.clone()).collect();
+        let plan = plan_links(&ids);
+        let mut done = vec![false; linked.len()];
+        for (i, of) in &plan.partial {
+            done[*i] = true;
+            let why = format!(
+                "/{}: the trace of a hard link or unlink cut short (its pieces are some of                  /{}'s); the mount removes it",
+                linked[*i].0.display(),
+                linked[*of].0.display()
+            );
+            eprintln!("tierfs export: skipped {why}");
+            self.rep.skipped.push(why);
+            self.rep.issues += 1;
+        }
+        for g in &plan.groups {
+            let first = &linked[g[0]].0;
+            self.entry(first, &linked[g[0]].1);
+            done[g[0]] = true;
+            let src = self.dest.join(first);
+            let made = fs::symlink_metadata(&src).is_ok();
+            for i in &g[1..] {
+                done[*i] = true;
+                let rel = &linked[*i].0;
+                if !made {
+                    // Not exported under its first name (a socket, a failed copy): said.
+                    let why = format!(
+                        "/{}: a name of /{}, not exported",
+                        rel.display(),
+                        first.display()
+                    );
+                    self.rep.skipped.push(why);
+                    continue;
+                }
+                let to = self.dest.join(rel);
+                match clear_entry(&to).and_then(|_| fs::hard_link(&src, &to)) {
+                    Ok(()) => self.rep.links += 1,
+                    Err(e) => self.fail(rel, &format!("linking to /{}", first.display()), e),
+                }
+            }
+        }
+        for (i, (rel, e, _)) in linked.iter().enumerate() {
+            if !done[i] {
+                self.entry(rel, e);
+            }
+        }
+    }
+
     fn run(&mut self) {
         let mut stack = vec![PathBuf::new()];
         while let Some(rel) = stack.pop() {
@@ -333,20 +409,28 @@ impl Exporter<'_> {
                         self.conflict(&child, *tier, &mut taken);
                     }
                 }
-                let to = self.dest.join(&child);
-                match item {
+                let (entry, on) = match item {
                     Item::Dir(on) => {
                         self.dir(&child, &on);
                         stack.push(child);
+                        continue;
                     }
-                    Item::File(v) => self.file(&child, &v, &to),
-                    Item::Other(t, k) => {
-                        let from = self.tiers[t].path(&child);
-                        self.other(&child, t, &from, k, &to)
+                    Item::File(v) => {
+                        let on = v.pieces.clone();
+                        (Entry::File(v), on)
                     }
+                    Item::Other(t, k) => (Entry::Other(t, k), vec![t]),
+                };
+                let tiers = self.tiers;
+                let (ids, shared) = backing_ids(|t| (tiers[t].fs(), tiers[t].path(&child)), &on);
+                if shared && !ids.is_empty() {
+                    self.linked.push((child, entry, ids));
+                } else {
+                    self.entry(&child, &entry);
                 }
             }
         }
+        self.links();
         // Folder modes and times last, deepest first: writing inside a folder changes its
         // mtime, and a read-only folder would refuse its children.
         for (to, t, from) in std::mem::take(&mut self.dirs).into_iter().rev() {
@@ -379,6 +463,7 @@ pub fn export(cfg: &MountConfig, tiers: &[TierDir], dest: &Path, root_attrs: boo
         rep: ExportReport::default(),
         xattr_warned: false,
         dirs: Vec::new(),
+        linked: Vec::new(),
     };
     if root_attrs {
         if let Some(t) = tiers.iter().position(|t| t.data.is_dir()) {
@@ -465,6 +550,9 @@ pub fn run_export(config: &Path, dest: &Path, force: bool) -> Result<(), Failure
         rep.symlinks,
         rep.others
     );
+    if rep.links > 0 {
+        line.push_str(&format!(", {} more names (hard links)", rep.links));
+    }
     if rep.conflicts > 0 {
         line.push_str(&format!(", {} conflicting copies", rep.conflicts));
     }

@@ -1,12 +1,13 @@
 //! `tierfs fsck`: walks the tiers offline (under every tier's lock), lists each problem
 //! the mount's rules find ([`super::issues`]) and, with `--repair`, applies the safe fixes
-//! as it goes; a striped file split over two paths is settled once every file is known.
+//! as it goes; a striped file split over two paths, and the names of files with several
+//! (hard links), are settled once every file is known.
 
 use super::issues::{resolve, same_bytes, Action, FileView, Issue, Item};
 use super::{list, tier_dirs, EntKind, Failure, TierDir};
 use crate::config::MountConfig;
 use crate::layout::{conflict_path, FileLayout, Part, LAYOUT_XATTR};
-use crate::resolve::{read_layout, LayoutRead};
+use crate::resolve::{backing_ids, plan_links, read_layout, BackingId, LayoutRead};
 use crate::sys::{self, SetTime};
 use crate::tier::{DATA_DIR, META_DIR};
 use crate::vfs::TMP_PREFIX;
@@ -26,6 +27,9 @@ pub struct FsckReport {
     pub bytes: u64,
     pub symlinks: u64,
     pub others: u64,
+    /// Names beyond the first of files with several (hard links): `files`, `bytes`,
+    /// `symlinks` and `others` count each such file once.
+    pub links: u64,
     /// Every problem, with the outcome of its repair when one was tried: `Ok(what was
     /// done)` or `Err(why not)`.
     pub issues: Vec<(Issue, Option<Result<String, String>>)>,
@@ -106,6 +110,8 @@ struct Check<'a> {
     deferred: Vec<Issue>,
     /// Files with an id that lack some pieces, for [`rejoin_issues`].
     incomplete: Vec<(PathBuf, FileView)>,
+    /// Names whose entries have other links, for [`link_issues`].
+    linked: Vec<Linked>,
 }
 
 /// Checks the tiers of `cfg` (which the caller has locked with [`lock_tiers`]); with
@@ -124,6 +130,7 @@ pub fn fsck(
         rep: FsckReport::default(),
         deferred: Vec::new(),
         incomplete: Vec::new(),
+        linked: Vec::new(),
     };
     c.data_dirs()?;
     let mut stack = vec![PathBuf::new()];
@@ -131,7 +138,20 @@ pub fn fsck(
         c.folder(&rel, &mut stack)?;
     }
     let mut deferred = std::mem::take(&mut c.deferred);
-    for issue in rejoin_issues(&c.incomplete, &mut deferred) {
+    let rejoins = rejoin_issues(&c.incomplete, &mut deferred);
+    // A name a rejoin moves pieces to or from is settled by the rejoin first (as the
+    // mount's scan does); the link rule sees it at the next check.
+    let mut rejoined: Vec<PathBuf> = Vec::new();
+    for issue in &rejoins {
+        if let Some(Action::Rejoin { from, .. }) = &issue.action {
+            rejoined.extend([issue.rel.clone(), from.clone()]);
+        }
+    }
+    for issue in rejoins {
+        c.record(issue)?;
+    }
+    let linked = std::mem::take(&mut c.linked);
+    for issue in link_issues(&mut c.rep, linked, &rejoined, &mut deferred) {
         c.record(issue)?;
     }
     for issue in deferred {
@@ -223,6 +243,24 @@ impl Check<'_> {
                 self.deferred.push(issue);
             } else {
                 self.record(issue)?;
+            }
+        }
+        let backing: Option<(Vec<usize>, Count, u64)> = match &item {
+            Item::Dir(_) => None,
+            Item::File(v) => Some((v.pieces.clone(), Count::File, v.size)),
+            Item::Other(t, EntKind::Symlink) => Some((vec![*t], Count::Symlink, 0)),
+            Item::Other(t, _) => Some((vec![*t], Count::Other, 0)),
+        };
+        if let Some((on, count, size)) = backing {
+            let tiers = self.tiers;
+            let (ids, shared) = backing_ids(|t| (tiers[t].fs(), tiers[t].path(&child)), &on);
+            if shared && !ids.is_empty() {
+                self.linked.push(Linked {
+                    rel: child.clone(),
+                    ids,
+                    count,
+                    size,
+                });
             }
         }
         match item {
@@ -366,6 +404,85 @@ fn rejoin_issues(incomplete: &[(PathBuf, FileView)], deferred: &mut Vec<Issue>) 
     out
 }
 
+/// What a name counts as in the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Count {
+    File,
+    Symlink,
+    Other,
+}
+
+/// A name whose backing entries have other links.
+struct Linked {
+    rel: PathBuf,
+    ids: Vec<BackingId>,
+    count: Count,
+    size: u64,
+}
+
+/// Hard links, by the rule the mount's scan applies ([`crate::resolve::plan_links`]):
+/// names of one file are no problem (the report counts the file once); a partial name is
+/// removed, its `CreatePiece` issues (taken out of `deferred`) moot; names sharing only
+/// some backing inodes are listed for a person to settle. Names in `rejoined` are left to
+/// their rejoin.
+fn link_issues(
+    rep: &mut FsckReport,
+    mut linked: Vec<Linked>,
+    rejoined: &[PathBuf],
+    deferred: &mut Vec<Issue>,
+) -> Vec<Issue> {
+    linked.retain(|l| !rejoined.contains(&l.rel));
+    linked.sort_by(|a, b| a.rel.cmp(&b.rel));
+    let ids: Vec<Vec<BackingId>> = linked.iter().map(|l| l.ids.clone()).collect();
+    let plan = plan_links(&ids);
+    let mut uncount = |l: &Linked| match l.count {
+        Count::File => {
+            rep.files = rep.files.saturating_sub(1);
+            rep.bytes = rep.bytes.saturating_sub(l.size);
+        }
+        Count::Symlink => rep.symlinks = rep.symlinks.saturating_sub(1),
+        Count::Other => rep.others = rep.others.saturating_sub(1),
+    };
+    let mut out = Vec::new();
+    for (i, of) in &plan.partial {
+        let (l, full) = (&linked[*i], &linked[*of]);
+        uncount(l);
+        deferred.retain(|d| d.rel != l.rel);
+        for (t, _, _) in &l.ids {
+            out.push(Issue::repair(
+                &l.rel,
+                *t,
+                format!(
+                    "its pieces are some of /{}'s, not all (a hard link or unlink cut short                      between the tiers); the mount removes this name",
+                    full.rel.display()
+                ),
+                Action::RemoveLinkTrace {
+                    tier: *t,
+                    of: full.rel.clone(),
+                },
+            ));
+        }
+    }
+    for g in &plan.groups {
+        for i in &g[1..] {
+            uncount(&linked[*i]);
+            rep.links += 1;
+        }
+    }
+    for (a, b) in &plan.tangled {
+        out.push(Issue::manual(
+            &linked[*a].rel,
+            None,
+            format!(
+                "shares some pieces with /{} but not all (hard links made on the tiers by                  hand?): the two names change each other's bytes",
+                linked[*b].rel.display()
+            ),
+            "copy one of them out through a mount, remove it and copy it back".into(),
+        ));
+    }
+    out
+}
+
 /// Renames `rel` on tier `t` to its first free conflict name (the one the mount's scan
 /// would give it, `layout::conflict_name`); returns the new backing path.
 fn rename_aside(tiers: &[TierDir], t: usize, rel: &Path) -> io::Result<PathBuf> {
@@ -446,6 +563,22 @@ fn apply(tiers: &[TierDir], rel: &Path, a: &Action) -> Result<String, String> {
             Ok("removed".into())
         }
         Action::MoveToFirst { .. } => move_to_first(tiers, rel, t),
+        Action::RemoveLinkTrace { of, .. } => {
+            // Only while the other name still holds this very inode.
+            let other = tiers[t].path(of);
+            let (a, b) = (on.stat(&p).map_err(e)?, on.stat(&other).map_err(e)?);
+            if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+                return Err(format!(
+                    "{} holds another inode now; not removed",
+                    other.display()
+                ));
+            }
+            on.unlink(&p).map_err(e)?;
+            Ok(format!(
+                "removed (the bytes stay under {})",
+                other.display()
+            ))
+        }
     }
 }
 
@@ -540,7 +673,7 @@ pub fn run_fsck(config: &Path, repair: bool) -> Result<(), Failure> {
             "note: tier '{f}' was never mounted (nothing on it yet)"
         );
     }
-    let counts = format!(
+    let mut counts = format!(
         "{} tiers, {} folders, {} files ({}), {} symlinks, {} other",
         tiers.len(),
         rep.folders,
@@ -549,6 +682,9 @@ pub fn run_fsck(config: &Path, repair: bool) -> Result<(), Failure> {
         rep.symlinks,
         rep.others
     );
+    if rep.links > 0 {
+        counts.push_str(&format!(", {} more names (hard links)", rep.links));
+    }
     if rep.problems() == 0 {
         let _ = writeln!(out, "tierfs fsck: {counts}: clean");
         return Ok(());

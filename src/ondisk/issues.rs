@@ -39,6 +39,9 @@ pub enum Action {
     RemoveTemp { tier: usize },
     /// Move a symlink or special file to the first tier.
     MoveToFirst { tier: usize },
+    /// Remove this entry of a partial name (an interrupted hard link or unlink): the
+    /// name `of` holds the same backing inode on this tier.
+    RemoveLinkTrace { tier: usize, of: PathBuf },
 }
 
 impl Action {
@@ -51,7 +54,8 @@ impl Action {
             | Action::Mkdir { tier, .. }
             | Action::RemoveTemp { tier }
             | Action::Rejoin { tier, .. }
-            | Action::MoveToFirst { tier } => *tier,
+            | Action::MoveToFirst { tier }
+            | Action::RemoveLinkTrace { tier, .. } => *tier,
         }
     }
 
@@ -80,6 +84,9 @@ impl Action {
             Action::RemoveTemp { .. } => "remove it".into(),
             Action::MoveToFirst { .. } => {
                 format!("move it to the first tier '{}'", tiers[0].name)
+            }
+            Action::RemoveLinkTrace { of, .. } => {
+                format!("remove this name (its bytes stay under /{})", of.display())
             }
         }
     }

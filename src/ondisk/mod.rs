@@ -201,6 +201,7 @@ mod tests {
     use crate::vfs::TMP_PREFIX;
     use std::ffi::OsStr;
     use std::fs;
+    use std::os::unix::fs::MetadataExt;
     use std::path::Path;
 
     fn setup(n: usize) -> (tempfile::TempDir, MountConfig, Vec<TierDir>) {
@@ -334,6 +335,53 @@ mod tests {
         assert!(lock_tiers(&tiers).is_err());
         drop(held);
         assert!(lock_tiers(&tiers).is_ok());
+    }
+
+    /// Hard links: names of one file are no problem (counted once) and export links them;
+    /// a partial name (a link cut short between the tiers) is a problem on each of its
+    /// entries, removed by `--repair` and not exported, as the mount's scan removes it.
+    #[test]
+    fn hard_links_are_kept_and_a_partial_name_is_removed() {
+        let (d, cfg, tiers) = setup(2);
+        crate::testutil::require!(
+            xattrs_work(&tiers[0].data),
+            "no user xattrs on the temp file system"
+        );
+        let layout = FileLayout::Stripe(StripeMap::new(4096, vec![0, 1]));
+        let label = layout.encode_with_id(Some(0x51));
+        for (t, tier) in tiers.iter().enumerate() {
+            let p = tier.data.join("s");
+            fs::write(&p, vec![t as u8 + 1; 4096]).unwrap();
+            sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), label.as_bytes(), 0).unwrap();
+            fs::hard_link(&p, tier.data.join("l")).unwrap();
+        }
+        fs::hard_link(tiers[0].data.join("s"), tiers[0].data.join("p")).unwrap();
+        fs::write(tiers[1].data.join("w"), b"whole").unwrap();
+        fs::hard_link(tiers[1].data.join("w"), tiers[1].data.join("w2")).unwrap();
+        let (r, out) = check(&cfg, &tiers, false);
+        assert_eq!(r.problems(), 1, "{out}");
+        assert!(out.contains("cut short"), "{out}");
+        assert_eq!((r.files, r.links, r.bytes), (2, 2, 8192 + 5), "{out}");
+        let dest = d.path().join("out");
+        fs::create_dir(&dest).unwrap();
+        let rep = export(&cfg, &tiers, &dest, true);
+        assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+        assert_eq!((rep.files, rep.links), (2, 2));
+        let ino = |n: &str| fs::metadata(dest.join(n)).unwrap().ino();
+        assert_eq!(ino("s"), ino("l"));
+        assert_eq!(ino("w"), ino("w2"));
+        assert_ne!(ino("s"), ino("w"));
+        assert_eq!(
+            fs::read(dest.join("l")).unwrap(),
+            [vec![1u8; 4096], vec![2u8; 4096]].concat()
+        );
+        assert!(!dest.join("p").exists());
+        let (r, out) = check(&cfg, &tiers, true);
+        assert_eq!((r.problems(), r.repaired()), (1, 1), "{out}");
+        assert!(!tiers[0].data.join("p").exists());
+        assert_eq!(fs::metadata(tiers[0].data.join("s")).unwrap().nlink(), 2);
+        let (r, out) = check(&cfg, &tiers, false);
+        assert_eq!(r.problems(), 0, "{out}");
     }
 
     /// An empty stripe piece without its label (a creation cut short) is adopted, as the

@@ -98,6 +98,9 @@ pub(crate) fn attr_from_meta(
         size,
         blocks: m.blocks(),
         perm: (m.mode() & 0o7777) as u16,
+        // A file's names are the tree's to count (`Node::names`): each name is one
+        // link of every piece, and a piece may have others (a hard link made on the
+        // tier itself, a scratch hold).
         nlink: if kind == Kind::Dir {
             m.nlink() as u32
         } else {
@@ -123,7 +126,7 @@ pub(crate) fn attr_locked(fs: &TierFs, tree: &Tree, ino: u64) -> Result<Attr> {
         NodeData::File(f) => {
             let st = match f.state.try_read_for(STATE_WAIT) {
                 Some(st) => st,
-                None => match busy_attr(fs, tree, ino, kind, f, node.linked) {
+                None => match busy_attr(fs, tree, ino, kind, f, node.names() as u32) {
                     Some(a) => return Ok(a),
                     // The move switched over under us (the old piece is gone): by now
                     // the lock is free or about to be.
@@ -156,9 +159,7 @@ pub(crate) fn attr_locked(fs: &TierFs, tree: &Tree, ino: u64) -> Result<Attr> {
                 a.mtime = t;
                 a.ctime = a.ctime.max(t);
             }
-            if !node.linked {
-                a.nlink = 0;
-            }
+            a.nlink = node.names() as u32;
             Ok(a)
         }
         _ => {
@@ -171,7 +172,11 @@ pub(crate) fn attr_locked(fs: &TierFs, tree: &Tree, ino: u64) -> Result<Attr> {
                 .fs()
                 .stat(&path)
                 .map_err(|e| backing::tier_err(fs, 0, "stat", &path, e))?;
-            Ok(attr_from_meta(fs, ino, kind, &m, None))
+            let mut a = attr_from_meta(fs, ino, kind, &m, None);
+            if kind != Kind::Dir {
+                a.nlink = node.names() as u32;
+            }
+            Ok(a)
         }
     }
 }
@@ -215,7 +220,7 @@ fn busy_attr(
     ino: u64,
     kind: Kind,
     f: &FileNode,
-    linked: bool,
+    nlink: u32,
 ) -> Option<Attr> {
     let primary = f.primary.load(Ordering::Acquire);
     let path = backing::piece_path(fs, tree, ino, primary).ok()?;
@@ -230,8 +235,6 @@ fn busy_attr(
         a.mtime = t;
         a.ctime = a.ctime.max(t);
     }
-    if !linked {
-        a.nlink = 0;
-    }
+    a.nlink = nlink;
     Some(a)
 }

@@ -43,6 +43,7 @@ pub(crate) fn with_staging(
         Node {
             parent: ROOT_INO,
             name: OsString::new(),
+            links: Vec::new(),
             data: NodeData::Dir {
                 children: BTreeMap::new(),
             },

@@ -6,6 +6,7 @@
 //! hands the work to the module that owns the concern:
 //! - [`types`]: inode numbers, attributes, open flags; [`tree`]: the inode tree (pure);
 //! - [`namespace`]: lookup, create, unlink, rename, setattr; [`attr`]: getattr;
+//! - [`links`]: hard links (a node with several names);
 //! - [`files`]: open, create, close, truncate, fallocate, fsync; [`dirs`]: folder handles;
 //! - [`handles`]: the handle table and the kernel passthrough policy;
 //! - [`backing`]: tier paths, limbo, xattrs, statfs; [`scan`]: the tree rebuilt at mount;
@@ -34,6 +35,7 @@ pub mod dirs;
 pub mod files;
 pub mod handles;
 pub mod lifecycle;
+pub mod links;
 pub mod namespace;
 pub mod scan;
 pub mod snapshot;
@@ -225,11 +227,10 @@ impl TierFs {
         namespace::rmdir(self, parent, name)
     }
 
-    /// Hard links: refused with EPERM. A file's pieces can sit on several tiers and move
-    /// between them, and each tier's link would have to be made and undone together; no
-    /// DeepSpeed or copy path needs them.
-    pub fn link(&self) -> Result<Attr> {
-        namespace::link(self)
+    /// link(2): node `ino` (not a folder) gets the name `newname` in `newparent`, a
+    /// link of each of its backing entries on its tier ([`links`]).
+    pub fn link(&self, ino: u64, newparent: u64, newname: &OsStr) -> Result<Attr> {
+        links::link(self, ino, newparent, newname)
     }
 
     pub fn rename(

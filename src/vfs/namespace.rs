@@ -8,7 +8,7 @@ use crate::tierio::Piece;
 use crate::vfs::state::TierFs;
 use crate::vfs::tree::{NodeData, Tree};
 use crate::vfs::types::*;
-use crate::vfs::{attr, backing, files};
+use crate::vfs::{attr, backing, files, links};
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::{self};
@@ -378,6 +378,9 @@ pub(crate) fn unlink(fs: &TierFs, parent: u64, name: &OsStr) -> Result<()> {
     if tree.get(ino)?.kind() == Kind::Dir {
         return Err(Error::IsDir);
     }
+    if tree.get(ino)?.names() > 1 {
+        return links::remove_name(fs, &mut tree, ino, parent, name);
+    }
     detach(fs, &mut tree, parent, name, ino, true)
 }
 
@@ -391,12 +394,6 @@ pub(crate) fn rmdir(fs: &TierFs, parent: u64, name: &OsStr) -> Result<()> {
         return Err(Error::NotEmpty);
     }
     detach(fs, &mut tree, parent, name, ino, true)
-}
-
-pub(crate) fn link(_fs: &TierFs) -> Result<Attr> {
-    Err(Error::NotPermitted(
-        "hard links are not supported by tierfs",
-    ))
 }
 
 pub(crate) fn rename(
@@ -426,22 +423,33 @@ pub(crate) fn rename(
     let ino = tree.child(parent, name)?;
     let kind = tree.get(ino)?.kind();
     tree.children(newparent)?;
-    let target = tree.children(newparent)?.get(newname).copied();
+    let mut target = tree.children(newparent)?.get(newname).copied();
     if target == Some(ino) {
+        // Two names of one file: rename(2) does nothing.
         return Ok(());
     }
     check_rename(fs, &tree, ino, kind, newparent, target, flags)?;
-    let from_rel = tree.rel(ino).ok_or(Error::NotFound)?;
-    let to_rel = tree.rel(newparent).ok_or(Error::NotFound)?.join(newname);
+    // The name renamed, which for a file with several names need not be its primary one.
+    let from_rel = tree.name_rel(parent, name).ok_or(Error::NotFound)?;
+    let to_rel = tree.name_rel(newparent, newname).ok_or(Error::NotFound)?;
     let src: Vec<usize> = backing::backing_paths(fs, &tree, ino)?
         .into_iter()
         .map(|(t, _)| t)
         .collect();
+    // A target with other names keeps its node and pieces: only this name of it goes,
+    // first (its inode stays reachable by the others, so no limbo is needed), and comes
+    // back if the move fails.
+    let mut unlinked_target = None;
+    if let Some(t) = target.filter(|t| tree.get(*t).is_ok_and(|n| n.names() > 1)) {
+        links::remove_name(fs, &mut tree, t, newparent, newname)?;
+        unlinked_target = Some(t);
+        target = None;
+    }
     let target_in_limbo = match target {
         Some(t) => clear_target(fs, &mut tree, t, kind, &src)?,
         None => None,
     };
-    move_pieces(
+    let moved = move_pieces(
         fs,
         &mut tree,
         kind,
@@ -449,17 +457,22 @@ pub(crate) fn rename(
         &from_rel,
         &to_rel,
         target_in_limbo,
-    )?;
+    );
+    if let Err(e) = moved {
+        if let Some(t) = unlinked_target {
+            if let Err(e) = links::add_name(fs, &mut tree, t, newparent, newname) {
+                log::error!("/{}: lost this name of a file with several names after a failed rename onto it ({e}); the file keeps its other names", to_rel.display());
+            }
+        }
+        return Err(e);
+    }
     if let Some(t) = target {
         detach(fs, &mut tree, newparent, newname, t, false)?;
     }
     tree.children_mut(parent)?.remove(name);
     tree.children_mut(newparent)?
         .insert(newname.to_os_string(), ino);
-    let n = tree.nodes.get_mut(&ino).ok_or(Error::NotFound)?;
-    n.parent = newparent;
-    n.name = newname.to_os_string();
-    Ok(())
+    tree.rename_name(ino, (parent, name), (newparent, newname))
 }
 
 /// Whether `ino` (of `kind`) may take the place of `target` under `newparent`: the checks

@@ -7,13 +7,17 @@
 //! move is resolved (an identical older copy removed, a different one renamed
 //! `NAME.tierfs-conflict-TIER`, never deleted); our own temporaries are removed. A striped
 //! file whose pieces sit at two paths (a rename that reached only some tiers) is put back
-//! together by its file id before any missing piece is recreated.
+//! together by its file id before any missing piece is recreated. Names whose pieces are
+//! the same backing inodes are one file with several names (hard links), and a name
+//! holding only some of another's is the trace of an interrupted link or unlink and goes
+//! ([`settle_links`]).
 
 use crate::data::file::FileNode;
 use crate::error::{Error, Result};
 use crate::layout::{FileLayout, Part, StripeMap, LAYOUT_XATTR};
 use crate::resolve::{
-    files_equal, plan_file, plan_name, read_piece, Class, FilePlan, Found, Step, Winner,
+    backing_ids, files_equal, plan_file, plan_links, plan_name, read_piece, BackingId, Class,
+    FilePlan, Found, Step, Winner,
 };
 use crate::vfs::backing;
 use crate::vfs::state::TierFs;
@@ -235,9 +239,102 @@ pub(crate) fn settle_stripes(
     for idxs in by_id.values().filter(|v| v.len() > 1) {
         rejoin(fs, tree, &mut found, idxs);
     }
-    for (_, rel, sf) in &found {
+    // Before any piece is recreated: an empty piece made for the partial name of an
+    // interrupted link would make it a file of its own.
+    settle_links(fs, tree, &mut found);
+    for (ino, rel, sf) in &found {
+        // A file with several names gets the piece under each of them.
+        let others: Vec<PathBuf> = tree.get(*ino).map_or_else(
+            |_| Vec::new(),
+            |n| {
+                n.links
+                    .iter()
+                    .filter_map(|(p, name)| tree.name_rel(*p, name))
+                    .collect()
+            },
+        );
         for t in &sf.missing {
             recreate_piece(fs, rel, *t, &sf.encoded);
+            let tier = &fs.tiers[*t];
+            for o in &others {
+                let _ = tier.fs().link(&tier.path(rel), &tier.path(o));
+            }
+        }
+    }
+}
+
+/// Names that are one file with several names (hard links) become one node, and the
+/// partial names an interrupted link or unlink left are removed, by the rule of
+/// [`crate::resolve::plan_links`]. The first name in path order is the primary one.
+pub(crate) fn settle_links(
+    fs: &TierFs,
+    tree: &mut Tree,
+    found: &mut [(u64, PathBuf, StripeFound)],
+) {
+    let mut cands: Vec<(PathBuf, u64, Vec<BackingId>)> = Vec::new();
+    for (&ino, n) in &tree.nodes {
+        let tiers = match &n.data {
+            NodeData::Dir { .. } => continue,
+            NodeData::File(f) => f.layout().tiers(),
+            NodeData::Other(_) => vec![0],
+        };
+        let tiers: Vec<usize> = tiers
+            .into_iter()
+            .filter(|t| !fs.tiers[*t].missing)
+            .collect();
+        let Some(rel) = tree.rel(ino) else { continue };
+        let (ids, shared) = backing_ids(|t| (fs.tiers[t].fs(), fs.tiers[t].path(&rel)), &tiers);
+        if shared && !ids.is_empty() {
+            cands.push((rel, ino, ids));
+        }
+    }
+    if cands.is_empty() {
+        return;
+    }
+    cands.sort();
+    let ids: Vec<Vec<BackingId>> = cands.iter().map(|c| c.2.clone()).collect();
+    let plan = plan_links(&ids);
+    let unstriped = |found: &mut [(u64, PathBuf, StripeFound)], ino: u64| {
+        for f in found.iter_mut().filter(|f| f.0 == ino) {
+            f.2.missing.clear();
+        }
+    };
+    for (i, of) in &plan.partial {
+        let (rel, ino, ids) = &cands[*i];
+        log::warn!(
+            "/{}: its pieces are some of /{}'s (a hard link or unlink cut short between              the tiers); removed, the file keeps its name /{}",
+            rel.display(),
+            cands[*of].0.display(),
+            cands[*of].0.display()
+        );
+        for (t, _, _) in ids {
+            let _ = fs.tiers[*t].fs().unlink(&fs.tiers[*t].path(rel));
+        }
+        drop_node(fs, tree, *ino);
+        unstriped(found, *ino);
+    }
+    for (a, b) in &plan.tangled {
+        log::error!(
+            "/{} and /{} share some pieces on the tiers but not all (made by hand?); left as              two files, each changing the other (`tierfs fsck` lists them)",
+            cands[*a].0.display(),
+            cands[*b].0.display()
+        );
+    }
+    for g in &plan.groups {
+        let primary = cands[g[0]].1;
+        for i in &g[1..] {
+            let ino = cands[*i].1;
+            let Ok(n) = tree.get(ino) else { continue };
+            let (parent, name) = (n.parent, n.name.clone());
+            drop_node(fs, tree, ino);
+            unstriped(found, ino);
+            if let Err(e) = tree.add_name(primary, parent, &name) {
+                log::error!(
+                    "/{}: cannot join it to /{}: {e}",
+                    cands[*i].0.display(),
+                    cands[g[0]].0.display()
+                );
+            }
         }
     }
 }

@@ -105,10 +105,14 @@ pub(crate) fn file_list(fs: &TierFs) -> Vec<(PathBuf, u64, FileLayout)> {
     let mut stack = vec![ROOT_INO];
     while let Some(ino) = stack.pop() {
         if let Ok(children) = tree.children(ino) {
-            for c in children.values() {
-                match tree.nodes.get(c).map(|n| &n.data) {
-                    Some(NodeData::Dir { .. }) => stack.push(*c),
-                    Some(NodeData::File(f)) => {
+            for (name, c) in children {
+                // A file with several names (hard links) is listed once, by its primary.
+                let Some(n) = tree.nodes.get(c).filter(|n| n.is_primary(ino, name)) else {
+                    continue;
+                };
+                match &n.data {
+                    NodeData::Dir { .. } => stack.push(*c),
+                    NodeData::File(f) => {
                         if let Some(rel) = tree.rel(*c) {
                             out.push((rel, f.size(), f.layout()));
                         }
@@ -130,10 +134,10 @@ pub(crate) fn file_count(fs: &TierFs) -> u64 {
     let mut stack = vec![ROOT_INO];
     while let Some(ino) = stack.pop() {
         if let Ok(children) = tree.children(ino) {
-            for c in children.values() {
-                match tree.nodes.get(c).map(|n| &n.data) {
-                    Some(NodeData::Dir { .. }) => stack.push(*c),
-                    Some(NodeData::File(_)) => n += 1,
+            for (name, c) in children {
+                match tree.nodes.get(c).filter(|n| n.is_primary(ino, name)) {
+                    Some(node) if matches!(node.data, NodeData::Dir { .. }) => stack.push(*c),
+                    Some(node) if matches!(node.data, NodeData::File(_)) => n += 1,
                     _ => {}
                 }
             }

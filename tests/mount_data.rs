@@ -530,3 +530,82 @@ fn configured_bandwidths_keep_their_shares_under_traffic() {
     );
     m.unmount();
 }
+
+/// Opens keep the kernel's cached pages of a file (`FOPEN_KEEP_CACHE`) except after
+/// passthrough writes, which bypass them: a buffered open of a file that was written in
+/// passthrough since its pages were cached must read the new bytes. Under the default
+/// `passthrough = "auto"` a buffered open goes to passthrough unless a daemon-path handle
+/// (here an O_DIRECT one) is open, so the steps below mix the two on one file.
+#[test]
+fn a_buffered_open_after_passthrough_writes_reads_the_new_bytes() {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    require!(fuse());
+    let s = Setup::two("whole-file");
+    let m = s.mount();
+    if !have(
+        m.stats_json()["passthrough"].as_bool().unwrap(),
+        "kernel passthrough is not offered here (root and Linux >= 6.9)",
+    ) {
+        return;
+    }
+    let p = m.path("f.bin");
+    std::fs::write(&p, vec![b'o'; 8192]).unwrap();
+    let direct = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(&p)
+            .unwrap()
+    };
+    let read_buffered = || {
+        let mut f = std::fs::File::open(&p).unwrap();
+        let mut b = Vec::new();
+        f.read_to_end(&mut b).unwrap();
+        b
+    };
+    let pt_opens = |m: &Mount| -> u64 {
+        m.stats_json()["tiers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["passthrough_opens"].as_u64().unwrap())
+            .sum()
+    };
+    // 1. Beside a daemon-path handle, a buffered open is served by the daemon and its
+    //    reads fill the kernel's page cache with the old bytes.
+    let d = direct();
+    let before = pt_opens(&m);
+    assert_eq!(read_buffered(), vec![b'o'; 8192]);
+    assert_eq!(
+        pt_opens(&m),
+        before,
+        "the buffered open went to passthrough"
+    );
+    drop(d);
+    // 2. Alone, a buffered open goes to passthrough; its write reaches the backing file,
+    //    not those pages.
+    let mut w = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    assert_eq!(
+        pt_opens(&m),
+        before + 1,
+        "the write open was not in passthrough"
+    );
+    w.seek(SeekFrom::Start(0)).unwrap();
+    w.write_all(&[b'n'; 8192]).unwrap();
+    drop(w);
+    // 3. Beside a daemon-path handle again: the buffered read must see the new bytes.
+    let d = direct();
+    assert_eq!(
+        read_buffered(),
+        vec![b'n'; 8192],
+        "stale pages after passthrough writes"
+    );
+    assert_eq!(
+        pt_opens(&m),
+        before + 1,
+        "the last read went to passthrough"
+    );
+    drop(d);
+    m.unmount();
+}

@@ -49,6 +49,32 @@ pub(crate) struct FileState {
     /// A lazy re-layout under way (see `relocate`): writes go to its new pieces, reads
     /// take each block from where it is. Never together with `cache`.
     pub(crate) migration: Option<Migration>,
+    /// A passthrough handle was opened since the kernel last dropped this file's cached
+    /// pages: its writes went to the backing file, past those pages, so the next open must
+    /// have the kernel drop them (see [`FileState::open_keeps_cache`]). Linux 6.18 drops
+    /// them itself when an inode leaves passthrough (the test passes without this), but no
+    /// document promises it, and one drop per passthrough use costs little.
+    pub(crate) pt_since_drop: bool,
+}
+
+impl FileState {
+    /// Counts one more open, `pt` whether in passthrough, and says whether the kernel may
+    /// keep the file's cached pages for it (`FOPEN_KEEP_CACHE`). Every byte of a file the
+    /// daemon serves reaches it through the kernel, which keeps its own pages up to date,
+    /// so they need dropping only after passthrough writes. Dropping them at every open (the
+    /// kernel's default) races with a buffered write in flight on another handle: the
+    /// kernel marks the written page up to date before its WRITE reaches the daemon, the
+    /// drop takes the page, and a read then caches the bytes from before the write, where
+    /// they stay after it returned (the concurrent model test found it).
+    pub(crate) fn open_keeps_cache(&mut self, pt: bool, write: bool) -> bool {
+        self.opens += 1;
+        self.writers += u32::from(write);
+        if pt {
+            self.pt_since_drop = true;
+            return false;
+        }
+        !std::mem::replace(&mut self.pt_since_drop, false)
+    }
 }
 
 impl FileNode {
@@ -71,6 +97,7 @@ impl FileNode {
                 cache: None,
                 writers: 0,
                 migration: None,
+                pt_since_drop: false,
             }),
             charge: Mutex::new(None),
             dirty: AtomicBool::new(false),

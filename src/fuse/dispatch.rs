@@ -165,6 +165,8 @@ fn attr_out(a: &Attr) -> abi::AttrOut {
 fn open_flags(info: &crate::vfs::OpenInfo) -> u32 {
     if info.direct_io {
         fopen::DIRECT_IO
+    } else if info.keep_cache {
+        fopen::PARALLEL_DIRECT_WRITES | fopen::KEEP_CACHE
     } else {
         fopen::PARALLEL_DIRECT_WRITES
     }

@@ -175,8 +175,7 @@ pub(crate) fn create(
         let admit = !handles::leave_to_kernel(fs, &st, name, 0, flags);
         cached::cache_on_open(fs, ino, parent, name, &node, &mut st, false, admit);
         let pt = handles::passthrough_piece(fs, &st, name, 0, flags);
-        st.opens = 1;
-        st.writers = u32::from(flags & libc::O_ACCMODE != libc::O_RDONLY);
+        st.open_keeps_cache(pt.is_some(), flags & libc::O_ACCMODE != libc::O_RDONLY);
         if pt.is_some() {
             handles::note_pt_open(fs, &mut st);
         }
@@ -199,6 +198,8 @@ pub(crate) fn create(
         fh,
         OpenInfo {
             direct_io: false,
+            // A new file has no pages to drop.
+            keep_cache: true,
             passthrough: pt,
         },
     ))
@@ -215,6 +216,7 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32) -> Result<(u64, OpenInfo)>
                 handles::new_fh(fs, Handle::Control),
                 OpenInfo {
                     direct_io: true,
+                    keep_cache: false,
                     passthrough: None,
                 },
             ));
@@ -230,6 +232,7 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32) -> Result<(u64, OpenInfo)>
             handles::new_fh(fs, Handle::Virtual(Arc::new(content))),
             OpenInfo {
                 direct_io: true,
+                keep_cache: false,
                 passthrough: None,
             },
         ));
@@ -242,7 +245,7 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32) -> Result<(u64, OpenInfo)>
         NodeData::Other(_) => return Err(Error::NotSupported("open of a special file")),
     };
     let (parent, name) = (node.parent, node.name.clone());
-    let (pt, relayout) = {
+    let (pt, relayout, keep_cache) = {
         let mut st = f.state.write();
         if st.opens == 0 && st.cache.is_none() && st.migration.is_none() {
             for t in st.layout.tiers() {
@@ -274,12 +277,11 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32) -> Result<(u64, OpenInfo)>
         } else {
             handles::passthrough_piece(fs, &st, &name, f.size(), flags)
         };
-        st.opens += 1;
-        st.writers += u32::from(write);
+        let keep_cache = st.open_keeps_cache(pt.is_some(), write);
         if pt.is_some() {
             handles::note_pt_open(fs, &mut st);
         }
-        (pt, relayout)
+        (pt, relayout, keep_cache)
     };
     drop(tree);
     // DeepSpeed rewrites its swap files in place every step (no O_TRUNC), so a file
@@ -304,6 +306,7 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32) -> Result<(u64, OpenInfo)>
         ),
         OpenInfo {
             direct_io: false,
+            keep_cache,
             passthrough: pt,
         },
     ))

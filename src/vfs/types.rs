@@ -162,6 +162,9 @@ pub struct StatFs {
 pub struct OpenInfo {
     /// Bypass the kernel page cache (virtual files, whose size is not known in advance).
     pub direct_io: bool,
+    /// The kernel may keep the file's cached pages (`FOPEN_KEEP_CACHE`); see
+    /// `FileState::open_keeps_cache`.
+    pub keep_cache: bool,
     /// Open in kernel passthrough on this backing piece: the kernel then does the handle's
     /// reads and writes itself. The adapter registers the piece once per inode and calls
     /// [`crate::vfs::TierFs::passthrough_refused`] if the kernel will not take it.

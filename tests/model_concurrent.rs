@@ -1815,19 +1815,17 @@ fn conc_stripe_64k_2_tiers_relayout() {
     });
 }
 
-/// Found by this test (stale reads of the shared files, only with reopens in the mix):
-/// a buffered read that begins after a buffered write() returned sees the bytes from
-/// before that write, while another thread opens the same file. Every open without
-/// `FOPEN_KEEP_CACHE` makes the kernel drop the file's clean cached pages; FUSE's
+/// Regression (found by this test: stale reads of the shared files, with reopens in the
+/// mix): a buffered read that began after a buffered write() returned saw the bytes from
+/// before that write while another thread opened the same file. Every open without
+/// `FOPEN_KEEP_CACHE` made the kernel drop the file's clean cached pages; FUSE's
 /// write-through marks a written page up to date and unlocks it before it sends the WRITE,
-/// so the drop can take the new page while the WRITE is in flight, and a read then fetches
-/// the old bytes from the daemon and caches them, where they stay after the write returns
-/// (until the next open). Every file the daemon serves has it (stripe with io_uring or
-/// psync, whole-file with passthrough off, both transports: 5-33 stale reads in 3,000-6,600
-/// a run here, Linux 6.18), none without the opening thread, none in kernel passthrough.
-/// Ignored until the core is fixed (`cargo test --test model_concurrent -- --ignored`).
+/// so the drop could take the new page while the WRITE was in flight, and a read then
+/// fetched the old bytes from the daemon and cached them, where they stayed after the write
+/// returned. Every file the daemon serves had it (stripe with io_uring or psync, whole-file
+/// with passthrough off, both transports), none in kernel passthrough. Fixed in 400d829
+/// (opens keep the cache).
 #[test]
-#[ignore = "known bug: stale page cache after a write while another thread opens the file"]
 fn bug_stale_read_after_write_while_another_opens() {
     require!(fuse());
     let runs: Vec<String> = [("stripe", ""), ("whole-file", "passthrough = \"off\"\n")]

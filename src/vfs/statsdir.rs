@@ -214,8 +214,14 @@ pub(crate) fn control(fs: &TierFs, text: &[u8]) -> Result<()> {
                 if matches!(cmd, Command::Drop { .. }) {
                     let mut st = node.state.write();
                     cached::uncache_locked(fs, &node, &mut st)?;
-                } else if let Some(e) = node.state.read().cache.clone() {
-                    writeback::write_back(fs, &node, &e, ino)?;
+                } else {
+                    // Not in the `if let`: its temporaries live through the block, and
+                    // write-back takes the file's lock again, which deadlocked behind a
+                    // writer queued for it (an open) between the two.
+                    let e = node.state.read().cache.clone();
+                    if let Some(e) = e {
+                        writeback::write_back(fs, &node, &e, ino)?;
+                    }
                 }
             }
             Command::Flush { path: None } => writeback::flush_cache(fs)?,

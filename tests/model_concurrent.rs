@@ -169,6 +169,14 @@ fn decode(buf: &[u8], file: u64, block: u64) -> Result<Option<u64>, String> {
         return Ok(None);
     }
     let id = word(buf, 2);
+    if (0..3).all(|i| word(buf, i) == 0) {
+        // Zeros at its start, a write's bytes further on: the write (or the zeros of a
+        // truncate) landed while the read copied the block.
+        return Err(format!(
+            "{TORN}: zeros, then a write's bytes (last word {:#x})",
+            word(buf, B / 8 - 1)
+        ));
+    }
     if word(buf, 0) != MAGIC ^ file || word(buf, 1) != block {
         return Err(format!(
             "not a stamp of file {file} block {block}: header {:#x} {:#x} {id:#x}",

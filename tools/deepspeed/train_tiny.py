@@ -24,6 +24,8 @@ a digest of the final parameters and the swap-file census.
 """
 
 import argparse
+import atexit
+import glob
 import hashlib
 import json
 import math
@@ -83,6 +85,19 @@ def setup_env():
     os.environ.setdefault("PYTHONHASHSEED", "0")
 
 
+def remove_allreduce_buffers():
+    """DeepSpeed's CPU shared-memory all-reduce leaves a /dev/shm file per rank (~70 MB,
+    named after the uid, address and port) when the process exits: remove this run's, or
+    every smoke run (three per CI run) leaves its buffer behind."""
+    pattern = "/dev/shm/deepspeed_allreduce_buffer_%d_%s_%s_*" % (
+        os.getuid(), os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
+    for f in glob.glob(pattern):
+        try:
+            os.unlink(f)
+        except OSError:
+            pass
+
+
 def swap_census(root):
     """Count and size DeepSpeed swap files (*.tensor.swp) under root, per folder."""
     per_dir = {}
@@ -124,6 +139,7 @@ def corrupt_master(root):
 def main():
     args = parse_args()
     setup_env()
+    atexit.register(remove_allreduce_buffers)
 
     import torch
     import torch.nn as nn

@@ -352,3 +352,44 @@ fn bug_cache_overwrites_timestamps_set_by_the_user() {
     assert_eq!(mtime_of(&m.path("edited")), edited, "after a remount");
     m.unmount();
 }
+
+/// Over /dev/fuse, a whole 1 MiB block written at a block boundary becomes the cache's
+/// memory (the transport keeps the block's old buffer for its next request) and a read
+/// within one block is sent from it, with no copy by the daemon. Every byte must survive
+/// the buffer swaps: rewrites of blocks already in memory, reads in between, the write
+/// back and a read from the tier. FUSE over io_uring copies (its replies live in the
+/// ring's buffers), so there the counter stays at 0.
+#[test]
+fn whole_blocks_pass_through_the_cache_uncopied_and_intact() {
+    require!(fuse());
+    let s = setup("");
+    let m = s.mount();
+    let name = "0_1.tensor.swp";
+    let p = m.path(name);
+    let mut data = Vec::new();
+    for round in 0..3 {
+        data = pattern(8 * MIB, 40 + round);
+        write_ds(&p, &data, 4, 0);
+        assert_eq!(read_direct_threads(&p, 4), data, "round {round}");
+        // Reads across block boundaries are copied, and must agree.
+        assert_eq!(std::fs::read(&p).unwrap(), data, "round {round}, buffered");
+    }
+    let c = cache_json(&m);
+    assert_eq!(c["files"][0]["path"], name, "not cached: {c}");
+    let zero_copy = c["zero_copy_bytes"].as_u64().unwrap();
+    match m.stats_json()["fuse"]["transport"].as_str().unwrap() {
+        // 3 rounds of 8 blocks written and read whole.
+        "dev" => assert!(
+            zero_copy >= (3 * 2 * 8 * MIB) as u64,
+            "{zero_copy} bytes uncopied: {c}"
+        ),
+        t => assert_eq!(zero_copy, 0, "{t}: {c}"),
+    }
+    std::fs::write(m.path(".tierfs/control"), format!("drop {name}\n")).unwrap();
+    assert!(
+        std::fs::read(s.backing(0, name)).unwrap() == data,
+        "the tier's copy differs"
+    );
+    assert_eq!(read_direct_threads(&p, 4), data, "read from the tier");
+    m.unmount();
+}

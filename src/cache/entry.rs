@@ -53,6 +53,31 @@ impl Slot {
     }
 }
 
+impl Slot {
+    /// Takes `buf`, a whole block's new bytes, as this slot's memory, and leaves in `buf`
+    /// the slot's old buffer when it has the same capacity (else a new zeroed one of
+    /// `buf`'s length): a whole-block write of a FUSE transport's page-aligned request
+    /// buffer then costs no copy, and the transport reads its next request into the old
+    /// block's memory. The caller marks the slot dirty.
+    pub fn adopt(&mut self, buf: &mut AlignedBuf, counters: &Counters) {
+        let old = self.len();
+        let spare = match self.buf.take() {
+            Some(mut b) if b.capacity() == buf.capacity() => {
+                b.resize(buf.len());
+                b
+            }
+            _ => AlignedBuf::zeroed(buf.len()),
+        };
+        self.buf = Some(std::mem::replace(buf, spare));
+        self.valid = true;
+        if self.dirty && self.len() > old {
+            counters
+                .dirty_bytes
+                .fetch_add((self.len() - old) as u64, Ordering::Relaxed);
+        }
+    }
+}
+
 impl std::fmt::Debug for Slot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Slot")
@@ -163,6 +188,9 @@ pub struct Counters {
     pub hit_bytes: AtomicU64,
     pub miss_bytes: AtomicU64,
     pub absorbed_bytes: AtomicU64,
+    /// Bytes taken into or sent out of cached blocks with no copy by the daemon: whole
+    /// blocks written, and reads within one block, over /dev/fuse.
+    pub zero_copy_bytes: AtomicU64,
     pub dirty_bytes: AtomicU64,
     pub writeback_bytes: AtomicU64,
     pub writeback_errors: AtomicU64,
@@ -190,6 +218,7 @@ pub struct Totals {
     pub hit_bytes: u64,
     pub miss_bytes: u64,
     pub absorbed_bytes: u64,
+    pub zero_copy_bytes: u64,
     pub dirty_bytes: u64,
     pub writeback_bytes: u64,
     pub writeback_errors: u64,
@@ -226,6 +255,7 @@ impl Counters {
             hit_bytes: get(&self.hit_bytes),
             miss_bytes: get(&self.miss_bytes),
             absorbed_bytes: get(&self.absorbed_bytes),
+            zero_copy_bytes: get(&self.zero_copy_bytes),
             dirty_bytes: get(&self.dirty_bytes),
             writeback_bytes: get(&self.writeback_bytes),
             writeback_errors: get(&self.writeback_errors),

@@ -271,36 +271,104 @@ pub(crate) fn cached_read(
     buf: &mut [u8],
     class: Class,
 ) -> Result<()> {
-    let c = fs.cache.as_ref().expect("cached file without a cache");
     let mut done = 0usize;
     while done < buf.len() {
         let pos = off + done as u64;
-        let b = pos / BLOCK;
         let at = (pos % BLOCK) as usize;
         let n = (buf.len() - done).min(BLOCK as usize - at);
-        let slot = e
-            .slot(b)
-            .ok_or(Error::Invalid("read past a cached file's blocks"))?;
-        let mut s = slot.lock();
-        if s.valid {
-            c.counters.hit_bytes.fetch_add(n as u64, Ordering::Relaxed);
-            if s.prefetched {
-                s.prefetched = false;
-                c.counters
-                    .prefetch_used_bytes
-                    .fetch_add(s.len() as u64, Ordering::Relaxed);
-            }
-        } else {
-            fill(fs, node, st, e, b, &mut s, class)?;
-            c.counters.miss_bytes.fetch_add(n as u64, Ordering::Relaxed);
-        }
-        // A block filled or written before the file grew past it: the rest is a hole.
-        s.ensure(at + n, &c.counters);
-        let data = s.buf.as_ref().expect("valid slot has a buffer");
-        buf[done..done + n].copy_from_slice(&data[at..at + n]);
+        with_block(fs, node, st, e, pos, n, class, |data| {
+            buf[done..done + n].copy_from_slice(data)
+        })?;
         done += n;
     }
     Ok(())
+}
+
+/// Serves a read of a cached file that lies within one block straight from the block's
+/// memory: `reply` gets the bytes while the block is locked, so a FUSE transport can hand
+/// them to the kernel with no copy in the daemon (the copy into a reply buffer was a third
+/// of the daemon's CPU on cached reads). `None`, without calling `reply`, for a read that
+/// spans blocks: the caller reads it into a buffer instead.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn cached_read_with<R>(
+    fs: &TierFs,
+    node: &FileNode,
+    st: &FileState,
+    e: &Entry,
+    off: u64,
+    len: usize,
+    class: Class,
+    reply: impl FnOnce(&[u8]) -> R,
+) -> Result<Option<R>> {
+    if (off % BLOCK) as usize + len > BLOCK as usize {
+        return Ok(None);
+    }
+    let r = with_block(fs, node, st, e, off, len, class, reply)?;
+    let c = fs.cache.as_ref().expect("cached file without a cache");
+    c.counters
+        .zero_copy_bytes
+        .fetch_add(len as u64, Ordering::Relaxed);
+    Ok(Some(r))
+}
+
+/// Hands `use_bytes` the `n` bytes at `pos` of one block of a cached file (within the
+/// block), the block's lock held: a hit, or a miss filled from the tiers at `class` first.
+#[allow(clippy::too_many_arguments)]
+fn with_block<R>(
+    fs: &TierFs,
+    node: &FileNode,
+    st: &FileState,
+    e: &Entry,
+    pos: u64,
+    n: usize,
+    class: Class,
+    use_bytes: impl FnOnce(&[u8]) -> R,
+) -> Result<R> {
+    let c = fs.cache.as_ref().expect("cached file without a cache");
+    let b = pos / BLOCK;
+    let at = (pos % BLOCK) as usize;
+    let slot = e
+        .slot(b)
+        .ok_or(Error::Invalid("read past a cached file's blocks"))?;
+    let mut s = slot.lock();
+    if s.valid {
+        c.counters.hit_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        if s.prefetched {
+            s.prefetched = false;
+            c.counters
+                .prefetch_used_bytes
+                .fetch_add(s.len() as u64, Ordering::Relaxed);
+        }
+    } else {
+        fill(fs, node, st, e, b, &mut s, class)?;
+        c.counters.miss_bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    // A block filled or written before the file grew past it: the rest is a hole.
+    s.ensure(at + n, &c.counters);
+    let data = s.buf.as_ref().expect("valid slot has a buffer");
+    Ok(use_bytes(&data[at..at + n]))
+}
+
+/// Where a write's bytes are.
+pub(crate) enum WriteSrc<'a> {
+    Slice(&'a [u8]),
+    /// A FUSE transport's page-aligned request buffer holding exactly one block's bytes:
+    /// a block-aligned write of it is taken as the block's memory, with no copy (see
+    /// [`crate::cache::entry::Slot::adopt`]), and `buf` gets a buffer back in exchange.
+    Block(&'a mut AlignedBuf),
+}
+
+impl WriteSrc<'_> {
+    pub(crate) fn len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            WriteSrc::Slice(d) => d,
+            WriteSrc::Block(b) => b,
+        }
+    }
 }
 
 /// Takes a write into a cached file's blocks (state lock held for reading). `Ok(false)`
@@ -313,10 +381,10 @@ pub(crate) fn cached_write(
     st: &FileState,
     e: &Entry,
     off: u64,
-    data: &[u8],
+    src: &mut WriteSrc<'_>,
 ) -> Result<bool> {
     let c = fs.cache.as_ref().expect("cached file without a cache");
-    let end = off + data.len() as u64;
+    let end = off + src.len() as u64;
     if end > node.size() && !reserve_space(fs, st, e, end) {
         return Ok(false);
     }
@@ -329,28 +397,41 @@ pub(crate) fn cached_write(
         c.grow(e, want);
     }
     let new_size = node.size().max(end);
+    let len = src.len();
     let mut done = 0usize;
-    while done < data.len() {
+    while done < len {
         let pos = off + done as u64;
         let b = pos / BLOCK;
         let at = (pos % BLOCK) as usize;
-        let n = (data.len() - done).min(BLOCK as usize - at);
+        let n = (len - done).min(BLOCK as usize - at);
         let slot = e.slot(b).expect("grown above");
         let mut s = slot.lock();
-        // Covering the whole block, or all of it up to the file's end, needs no read.
-        let whole = at == 0 && (n as u64 == BLOCK || pos + n as u64 >= new_size);
-        if !s.valid {
-            if whole {
-                s.buf = Some(AlignedBuf::zeroed(e.cap(b)));
-                s.valid = true;
-            } else {
-                fill(fs, node, st, e, b, &mut s, Class::DemandWrite)?;
+        match src {
+            // The whole write is this one block: `buf` holds other bytes once taken.
+            WriteSrc::Block(buf) if n == len && n == BLOCK as usize && e.cap(b) == n => {
+                s.adopt(buf, &c.counters);
+                c.counters
+                    .zero_copy_bytes
+                    .fetch_add(n as u64, Ordering::Relaxed);
+            }
+            _ => {
+                // Covering the whole block, or all of it up to the file's end, needs no
+                // read.
+                let whole = at == 0 && (n as u64 == BLOCK || pos + n as u64 >= new_size);
+                if !s.valid {
+                    if whole {
+                        s.buf = Some(AlignedBuf::zeroed(e.cap(b)));
+                        s.valid = true;
+                    } else {
+                        fill(fs, node, st, e, b, &mut s, Class::DemandWrite)?;
+                    }
+                }
+                // A last block the file has grown into.
+                s.ensure(at + n, &c.counters);
+                s.buf.as_mut().expect("valid slot has a buffer")[at..at + n]
+                    .copy_from_slice(&src.bytes()[done..done + n]);
             }
         }
-        // A last block the file has grown into.
-        s.ensure(at + n, &c.counters);
-        s.buf.as_mut().expect("valid slot has a buffer")[at..at + n]
-            .copy_from_slice(&data[done..done + n]);
         s.prefetched = false;
         e.set_dirty(&mut s, &c.counters);
         // The size moves while the block is still locked: a write-back that locks it next
@@ -363,7 +444,7 @@ pub(crate) fn cached_write(
     }
     c.counters
         .absorbed_bytes
-        .fetch_add(data.len() as u64, Ordering::Relaxed);
+        .fetch_add(len as u64, Ordering::Relaxed);
     c.touch(e);
     Ok(true)
 }

@@ -1,7 +1,10 @@
 //! The data path: a read or write of an open file, served from the cache, a migration
 //! under way, the whole-file piece or the stripes, with the move-on-ENOSPC rescue.
 
-use crate::data::{cached, migrate};
+use crate::cache::BLOCK;
+use crate::data::cached::{self, WriteSrc};
+use crate::data::file::{FileNode, FileState};
+use crate::data::migrate;
 use crate::error::{Error, Result};
 use crate::layout::FileLayout;
 use crate::tierio::AlignedBuf;
@@ -31,9 +34,42 @@ pub(crate) fn read_with<R>(
     READ_BUF.with(|b| {
         let mut b = b.borrow_mut();
         b.resize((size as usize).div_ceil(crate::tierio::ALIGN) * crate::tierio::ALIGN);
-        let n = read_into(fs, fh, off, &mut b[..size as usize])?;
-        Ok(reply(&b[..n]))
+        read_to(fs, fh, off, &mut b[..size as usize], reply)
     })
+}
+
+/// Reads up to `buf.len()` bytes at `off` and hands them to `reply`: straight from the
+/// host-memory cache's block when the read lies in one cached block (see
+/// [`cached::cached_read_with`]: `reply` runs with that block locked), else read into
+/// `buf` first.
+pub(crate) fn read_to<R>(
+    fs: &TierFs,
+    fh: u64,
+    off: u64,
+    buf: &mut [u8],
+    reply: impl FnOnce(&[u8]) -> R,
+) -> Result<R> {
+    if let Handle::File { node, .. } = handles::handle(fs, fh)? {
+        let st = node.state.read();
+        if let Some(e) = &st.cache {
+            let fsize = node.size();
+            let len = (buf.len() as u64).min(fsize.saturating_sub(off)) as usize;
+            if len > 0 {
+                let mut reply = Some(reply);
+                let take = |d: &[u8]| (reply.take().expect("called once"))(d);
+                if let Some(r) =
+                    cached::cached_read_with(fs, &node, &st, e, off, len, Class::DemandRead, take)?
+                {
+                    return Ok(r);
+                }
+                drop(st);
+                let n = read_into(fs, fh, off, buf)?;
+                return Ok((reply.take().expect("not called"))(&buf[..n]));
+            }
+        }
+    }
+    let n = read_into(fs, fh, off, buf)?;
+    Ok(reply(&buf[..n]))
 }
 
 pub(crate) fn read_into(fs: &TierFs, fh: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
@@ -64,6 +100,43 @@ pub(crate) fn read_into(fs: &TierFs, fh: u64, off: u64, buf: &mut [u8]) -> Resul
     }
 }
 
+/// [`write`] of a FUSE transport's request buffer holding exactly one cache block: a
+/// block-aligned write into a cached file takes the buffer itself as the block's memory,
+/// with no copy, and leaves another buffer in `buf` (see [`WriteSrc::Block`]); any other
+/// write is [`write`]'s, from the buffer's bytes.
+pub(crate) fn write_buf(fs: &TierFs, fh: u64, off: u64, buf: &mut AlignedBuf) -> Result<u32> {
+    let n = buf.len();
+    if n as u64 == BLOCK && off % BLOCK == 0 {
+        if let Handle::File {
+            node, write: true, ..
+        } = handles::handle(fs, fh)?
+        {
+            let st = node.state.read();
+            if let Some(e) = &st.cache {
+                let end = off
+                    .checked_add(BLOCK)
+                    .ok_or(Error::Invalid("offset overflow"))?;
+                if cached::cached_write(fs, &node, &st, e, off, &mut WriteSrc::Block(buf))? {
+                    cached_wrote(fs, &node, &st, end);
+                    return Ok(n as u32);
+                }
+            }
+        }
+    }
+    write(fs, fh, off, buf)
+}
+
+/// The books after a write into a cached file's memory up to `end`: its mtime, size and
+/// the tiers' bytes, and a dirty mark for close.
+fn cached_wrote(fs: &TierFs, node: &FileNode, st: &FileState, end: u64) {
+    *node.mtime.lock() = Some(SystemTime::now());
+    let old = node.size.fetch_max(end, Ordering::AcqRel);
+    if end > old && node.counted() {
+        backing::account_resize(fs, &st.layout, old, end);
+    }
+    node.dirty.store(true, Ordering::Relaxed);
+}
+
 pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
     let (node, ino) = match handles::handle(fs, fh)? {
         Handle::File {
@@ -92,13 +165,8 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
     loop {
         let st = node.state.read();
         if let Some(e) = &st.cache {
-            if cached::cached_write(fs, &node, &st, e, off, data)? {
-                *node.mtime.lock() = Some(SystemTime::now());
-                let old = node.size.fetch_max(end, Ordering::AcqRel);
-                if end > old && node.counted() {
-                    backing::account_resize(fs, &st.layout, old, end);
-                }
-                node.dirty.store(true, Ordering::Relaxed);
+            if cached::cached_write(fs, &node, &st, e, off, &mut WriteSrc::Slice(data))? {
+                cached_wrote(fs, &node, &st, end);
                 return Ok(data.len() as u32);
             }
             // It outgrew the cache: back to the tiers, then write there.

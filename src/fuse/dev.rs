@@ -4,8 +4,8 @@
 //! The read is split in two: the first 80 bytes (the request header and, for a WRITE, its
 //! `fuse_write_in`) land in a small array, everything after in a page-aligned buffer. So a
 //! WRITE's data starts on a page boundary and goes to an `O_DIRECT` tier with no bounce
-//! copy, and a READ's data is read by the tier straight into that buffer and written back
-//! to the kernel from it.
+//! copy (or, a whole block of a cached file, becomes the block's memory), and a READ's data is read by the tier straight into that buffer and written back
+//! to the kernel from it, or written back from the host-memory cache's block that holds it.
 
 use super::abi::{self, op, InHeader, OutHeader, Pod};
 use super::dispatch::{Dispatcher, Reply, MAX_REQUEST};
@@ -74,9 +74,15 @@ pub fn send_reply(fd: RawFd, unique: u64, error: i32, body: &[u8]) {
     }
 }
 
-/// A payload buffer big enough for any request the kernel may send us.
+/// A payload buffer big enough for any request the kernel may send us: the kernel wants
+/// room for a WRITE's headers and `max_write` bytes (with `HEAD` that is exactly
+/// `MAX_REQUEST`) and at least `FUSE_MIN_READ_BUFFER` in all. Exactly one block of the
+/// host-memory cache, so a whole-block write can leave its buffer in the cache and take
+/// the block's old one ([`Dispatcher::handle_write_buf`]).
 pub fn payload_buffer() -> AlignedBuf {
-    AlignedBuf::zeroed(MAX_REQUEST as usize + abi::MIN_READ_BUFFER)
+    const _: () = assert!(MAX_REQUEST as u64 == crate::cache::BLOCK);
+    const _: () = assert!(HEAD + MAX_REQUEST as usize >= abi::MIN_READ_BUFFER);
+    AlignedBuf::zeroed(MAX_REQUEST as usize)
 }
 
 /// Serves requests from `fd` until the connection ends.
@@ -130,12 +136,25 @@ fn serve_one(
         let Some(arg) = abi::ReadIn::read(&head[40..]) else {
             return send_reply(fd, h.unique, libc::EINVAL, &[]);
         };
-        // A READ carries no payload, so its buffer takes the data.
-        match disp.read(h.nodeid, &arg, payload) {
-            Ok(len) => send_reply(fd, h.unique, 0, &payload[..len]),
-            Err(e) => send_reply(fd, h.unique, e, &[]),
+        // A READ carries no payload, so its buffer takes the data (unless the data is
+        // sent straight from the cache's memory).
+        if let Err(e) = disp.read_reply(h.nodeid, &arg, payload, |d| send_reply(fd, h.unique, 0, d))
+        {
+            send_reply(fd, h.unique, e, &[]);
         }
         return;
+    }
+    if h.opcode == op::WRITE && head.len() == HEAD && rest == payload.len() {
+        // Exactly a whole buffer of data: the filesystem may keep the buffer.
+        if let Some(arg) = abi::WriteIn::read(&head[40..]) {
+            if arg.size as usize == rest {
+                return match disp.handle_write_buf(h.nodeid, &arg, payload, out) {
+                    Reply::Ok => send_reply(fd, h.unique, 0, out),
+                    Reply::Err(e) => send_reply(fd, h.unique, e, &[]),
+                    Reply::None => {}
+                };
+            }
+        }
     }
     let decoded = if h.opcode == op::WRITE && head.len() == HEAD {
         Request::decode(h, &head[40..], &payload[..rest])

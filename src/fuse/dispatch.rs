@@ -12,6 +12,7 @@ use super::request::{forget_items, Op, Request};
 use crate::error::Error;
 use crate::ledger::Class;
 use crate::sys::SetTime;
+use crate::tierio::AlignedBuf;
 use crate::vfs::{Attr, Ctx, Kind, SetAttr, TierFs};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -293,6 +294,57 @@ impl Dispatcher {
         r
     }
 
+    /// Serves a READ and sends its data with `send` (not called on an error): from the
+    /// host-memory cache's block when the read lies in one, so the daemon copies nothing,
+    /// else from `buf`, read into first. For a transport that can send from any memory
+    /// (/dev/fuse's `writev`); the ring's replies must be in its own buffer ([`Self::read`]).
+    pub fn read_reply(
+        &self,
+        nodeid: u64,
+        arg: &abi::ReadIn,
+        buf: &mut [u8],
+        send: impl FnOnce(&[u8]),
+    ) -> Result<usize, i32> {
+        self.fs.requests().count(op::READ);
+        let size = (arg.size as usize).min(buf.len());
+        let r = self.contain(op::READ, nodeid, || {
+            self.fs
+                .read_to(arg.fh, arg.offset, &mut buf[..size], |d| {
+                    send(d);
+                    d.len()
+                })
+                .map_err(|e| errno(&e))
+        });
+        if let Ok(n) = r {
+            self.fs.ledger().moved(Class::Demand, n as u64);
+        }
+        r
+    }
+
+    /// Serves a WRITE whose data fills `buf`, a transport's page-aligned request buffer
+    /// the filesystem may keep (a whole block of a cached file, see [`TierFs::write_buf`])
+    /// in exchange for another of the same size; the reply body goes into `out`.
+    pub fn handle_write_buf(
+        &self,
+        nodeid: u64,
+        arg: &abi::WriteIn,
+        buf: &mut AlignedBuf,
+        out: &mut Vec<u8>,
+    ) -> Reply {
+        self.fs.requests().count(op::WRITE);
+        out.clear();
+        let r = self.contain(op::WRITE, nodeid, || {
+            self.write(nodeid, arg, |fs| fs.write_buf(arg.fh, arg.offset, buf), out)
+        });
+        match r {
+            Ok(()) => Reply::Ok,
+            Err(e) => {
+                out.clear();
+                Reply::Err(e)
+            }
+        }
+    }
+
     /// Serves any request but READ (and INIT, which the session answers); a reply body goes
     /// into `out` (cleared first).
     pub fn handle(&self, req: &Request, out: &mut Vec<u8>) -> Reply {
@@ -399,7 +451,9 @@ impl Dispatcher {
             }
             Op::Open(o) => self.open(ino, o, out)?,
             Op::Read(_) => return Err(libc::EPROTO),
-            Op::Write { arg, data } => self.write(ino, arg, data, out)?,
+            Op::Write { arg, data } => {
+                self.write(ino, arg, |fs| fs.write(arg.fh, arg.offset, data), out)?
+            }
             Op::Statfs => self.statfs(out),
             Op::Release(r) => {
                 self.release_backing(r.fh);
@@ -486,7 +540,7 @@ impl Dispatcher {
         &self,
         ino: u64,
         arg: &abi::WriteIn,
-        data: &[u8],
+        write: impl FnOnce(&TierFs) -> crate::error::Result<u32>,
         out: &mut Vec<u8>,
     ) -> Result<(), i32> {
         let fs = &self.fs;
@@ -495,7 +549,7 @@ impl Dispatcher {
         {
             self.invalidate_attr(ino);
         }
-        let n = fs.write(arg.fh, arg.offset, data).map_err(to_errno)?;
+        let n = write(fs).map_err(to_errno)?;
         fs.ledger().moved(Class::Demand, n as u64);
         out.extend_from_slice(
             abi::WriteOut {

@@ -282,6 +282,20 @@ impl TierFs {
         path::read_with(self, fh, off, size, reply)
     }
 
+    /// Reads up to `buf.len()` bytes at `off` and hands them to `reply`: from the
+    /// host-memory cache's memory when the read lies in one cached block (`reply` runs
+    /// with that block locked, so it must not call back into the filesystem), else from
+    /// `buf`, which a page-aligned reply buffer of a FUSE transport can be.
+    pub fn read_to<R>(
+        &self,
+        fh: u64,
+        off: u64,
+        buf: &mut [u8],
+        reply: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        path::read_to(self, fh, off, buf, reply)
+    }
+
     /// Reads up to `buf.len()` bytes at `off` into `buf`; returns how many (fewer only at
     /// the end of the file). A page-aligned `buf` lets the tier's direct I/O land in it
     /// with no bounce copy: the FUSE transports pass their reply buffers here.
@@ -298,6 +312,14 @@ impl TierFs {
     /// Writes all of `data` at `off`, or fails with the tier's errno: never a short write.
     pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
         path::write(self, fh, off, data)
+    }
+
+    /// [`Self::write`] of a FUSE transport's page-aligned request buffer: a write of
+    /// exactly one block of the host-memory cache, at a block boundary, into a cached file
+    /// takes `buf` itself as the block's memory and leaves another buffer of the same size
+    /// in `buf` (no copy); any other write copies as [`Self::write`] does.
+    pub fn write_buf(&self, fh: u64, off: u64, buf: &mut crate::tierio::AlignedBuf) -> Result<u32> {
+        path::write_buf(self, fh, off, buf)
     }
 
     pub fn fsync(&self, fh: u64, datasync: bool) -> Result<()> {

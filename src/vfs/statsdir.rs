@@ -38,6 +38,9 @@ pub struct CacheView {
     /// Of the bytes read from cached files, the share served from memory.
     pub hit_ratio: f64,
     pub absorbed_bytes: u64,
+    /// Of the bytes written to and read from cached blocks, those the daemon did not
+    /// copy (whole blocks over /dev/fuse).
+    pub zero_copy_bytes: u64,
     pub writeback_bytes: u64,
     pub writeback_errors: u64,
     pub prefetch_files: u64,
@@ -299,6 +302,7 @@ impl CacheView {
             miss_bytes: t.miss_bytes,
             hit_ratio: t.hit_ratio(),
             absorbed_bytes: t.absorbed_bytes,
+            zero_copy_bytes: t.zero_copy_bytes,
             writeback_bytes: t.writeback_bytes,
             writeback_errors: t.writeback_errors,
             prefetch_files: t.prefetch_files,

@@ -57,6 +57,7 @@ pub mod placement;
 pub mod plot;
 pub mod probe;
 pub mod prom;
+pub mod relink;
 pub mod reqstats;
 pub mod resolve;
 pub mod stats;

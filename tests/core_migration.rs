@@ -595,3 +595,163 @@ fn bug_rewrite_during_relayout_leaves_mtime() {
     let (fs2, ino2) = remount(d.path());
     assert_eq!(fs2.getattr(ino2).unwrap().mtime, written, "after a remount");
 }
+
+/// Backing inode of `name` on tier folder `t` ("a" or "b"), `None` where it has no entry.
+fn ino_on(d: &Path, t: &str, name: &str) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(d.join(t).join("data").join(name))
+        .ok()
+        .map(|m| m.ino())
+}
+
+fn journals(d: &Path) -> Vec<std::path::PathBuf> {
+    ["a", "b"]
+        .iter()
+        .flat_map(|t| tierfs::relink::list(&d.join(t).join(".tierfs-meta")))
+        .map(|(p, _)| p)
+        .collect()
+}
+
+/// Every name of a file with hard links is the same backing inode on each tier as the
+/// primary `f.swp`, and has nothing on a tier where the primary has nothing.
+fn assert_one_file(d: &Path, names: &[&str], what: &str) {
+    for t in ["a", "b"] {
+        let want = ino_on(d, t, "f.swp");
+        for n in names {
+            assert_eq!(ino_on(d, t, n), want, "{what}: {n} on tier {t}");
+        }
+    }
+}
+
+/// A file with several names moves like any other (here a migration off the second tier,
+/// at the writer's close): every name's entries become links of the new pieces, the old
+/// pieces go, no journal stays, and a remount finds one file with three names.
+#[test]
+fn a_file_with_hard_links_moves_and_every_name_follows() {
+    let d = tempfile::tempdir().unwrap();
+    let (fs, ino) = setup(d.path(), &pattern(SIZE, 7));
+    fs.mkdir(ROOT_INO, OsStr::new("sub"), 0o755, Ctx { uid: 0, gid: 0 })
+        .unwrap();
+    let sub = fs.lookup(ROOT_INO, OsStr::new("sub")).unwrap().ino;
+    fs.link(ino, ROOT_INO, OsStr::new("g.swp")).unwrap();
+    fs.link(ino, sub, OsStr::new("h.swp")).unwrap();
+    let names = ["g.swp", "sub/h.swp"];
+    assert!(ino_on(d.path(), "b", "g.swp").is_some());
+    // Only the first tier is eligible now: the file moves to it whole.
+    fs.placer().set_shares(vec![1.0, 0.0]);
+    let new = pattern(SIZE, 8);
+    let (fh, _) = fs.open(ino, libc::O_RDWR).unwrap();
+    fs.write(fh, 0, &new).unwrap();
+    fs.release(fh).unwrap();
+    assert_eq!(layout(&fs), FileLayout::Whole { tier: 0 }, "not moved");
+    assert_one_file(d.path(), &names, "after the move");
+    assert_eq!(ino_on(d.path(), "b", "f.swp"), None, "old piece left");
+    assert!(journals(d.path()).is_empty(), "journal left");
+    assert_eq!(fs.getattr(ino).unwrap().nlink, 3);
+    for name in ["g.swp", "f.swp"] {
+        let i = fs.lookup(ROOT_INO, OsStr::new(name)).unwrap().ino;
+        assert_eq!(i, ino);
+    }
+    assert!(read_all(&fs, ino, SIZE) == new);
+    drop(fs);
+    let (fs2, ino2) = remount(d.path());
+    assert_eq!(
+        fs2.getattr(ino2).unwrap().nlink,
+        3,
+        "not one file after a remount"
+    );
+    let sub2 = fs2.lookup(ROOT_INO, OsStr::new("sub")).unwrap().ino;
+    assert_eq!(fs2.lookup(sub2, OsStr::new("h.swp")).unwrap().ino, ino2);
+    assert!(read_all(&fs2, ino2, SIZE) == new);
+}
+
+/// A crash right after a move renamed its new pieces over the primary name, before any
+/// other name was re-linked: the other name still holds the old pieces (the old bytes)
+/// and the journal is there. `tierfs fsck` reports it and `--repair` finishes it; the
+/// mount's scan does the same on its own. Either way the name ends as a link of the new
+/// pieces and the old pieces are gone.
+#[test]
+fn a_move_cut_short_before_the_other_names_is_finished_by_fsck_or_the_mount() {
+    use std::os::unix::fs::MetadataExt;
+    for by in ["fsck", "mount"] {
+        let d = tempfile::tempdir().unwrap();
+        let old = pattern(SIZE, 9);
+        let (fs, ino) = setup(d.path(), &old);
+        fs.link(ino, ROOT_INO, OsStr::new("g.swp")).unwrap();
+        // Keep the old pieces alive beside the tiers, to put back as the crash left them.
+        let mut old_inos = Vec::new();
+        for (i, t) in ["a", "b"].iter().enumerate() {
+            let p = d.path().join(t).join("data/g.swp");
+            std::fs::hard_link(&p, d.path().join(format!("{t}-old"))).unwrap();
+            old_inos.push((i, std::fs::metadata(&p).unwrap().ino()));
+        }
+        fs.placer().set_shares(vec![1.0, 0.0]);
+        let new = pattern(SIZE, 10);
+        let (fh, _) = fs.open(ino, libc::O_RDWR).unwrap();
+        fs.write(fh, 0, &new).unwrap();
+        fs.release(fh).unwrap();
+        assert_eq!(layout(&fs), FileLayout::Whole { tier: 0 });
+        drop(fs);
+        // The crash's state: g.swp on the old pieces, and the journal of the move.
+        for t in ["a", "b"] {
+            std::fs::rename(
+                d.path().join(format!("{t}-old")),
+                d.path().join(t).join("data/g.swp"),
+            )
+            .unwrap();
+        }
+        let j = tierfs::relink::Journal {
+            primary: "f.swp".into(),
+            names: vec!["g.swp".into()],
+            new: vec![0],
+            old: old_inos,
+        };
+        tierfs::relink::write(&d.path().join("a/.tierfs-meta"), "crash", &j).unwrap();
+        if by == "fsck" {
+            let text = format!(
+                "[[tier]]\nname = \"fast\"\npath = \"{0}/a\"\n[[tier]]\nname = \"slow\"\npath = \"{0}/b\"\n",
+                d.path().display()
+            );
+            let cfg = MountConfig::parse(&text, Path::new("fsck.toml")).unwrap();
+            let tiers = tierfs::ondisk::tier_dirs(&cfg).unwrap();
+            let mut out = Vec::new();
+            let rep = tierfs::ondisk::fsck(&cfg, &tiers, false, &mut out).unwrap();
+            let text = String::from_utf8_lossy(&out).into_owned();
+            assert!(
+                rep.issues.iter().any(|(i, _)| matches!(
+                    i.action,
+                    Some(tierfs::ondisk::Action::FinishRelink { .. })
+                )),
+                "fsck did not report the journal:\n{text}"
+            );
+            assert!(
+                ino_on(d.path(), "b", "g.swp").is_some(),
+                "fsck changed the tiers"
+            );
+            let mut out = Vec::new();
+            let rep = tierfs::ondisk::fsck(&cfg, &tiers, true, &mut out).unwrap();
+            let text = String::from_utf8_lossy(&out).into_owned();
+            assert!(rep.repaired() >= 1, "{text}");
+            assert!(text.contains("REPAIRED"), "{text}");
+            assert_one_file(d.path(), &["g.swp"], "after fsck --repair");
+            assert!(
+                journals(d.path()).is_empty(),
+                "fsck left the journal:\n{text}"
+            );
+        }
+        let (fs2, ino2) = remount(d.path());
+        assert_one_file(d.path(), &["g.swp"], by);
+        assert_eq!(ino_on(d.path(), "b", "g.swp"), None, "{by}: old piece left");
+        assert!(journals(d.path()).is_empty(), "{by}: journal left");
+        assert_eq!(fs2.getattr(ino2).unwrap().nlink, 2, "{by}");
+        assert_eq!(
+            fs2.lookup(ROOT_INO, OsStr::new("g.swp")).unwrap().ino,
+            ino2,
+            "{by}"
+        );
+        assert!(
+            read_all(&fs2, ino2, SIZE) == new,
+            "{by}: the bytes are not the new ones"
+        );
+    }
+}

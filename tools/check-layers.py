@@ -28,8 +28,10 @@ LAYERS = [
     ["beneath", "tierio", "tier", "probe", "resolve"],
     # 3: decisions and bookkeeping with no I/O: placement, shared-tier coordination, the
     # cache's books, the statistics snapshot's types and renderings, and the core's
-    # vocabulary (inode types, the tree, an open file's state)
-    ["placement", "coord", "cache", "stats", "vfs::types", "vfs::tree", "data::file"],
+    # vocabulary (inode types, the tree, an open file's state); a moved file's re-linking
+    # journal
+    ["placement", "coord", "cache", "stats", "vfs::types", "vfs::tree", "data::file",
+     "relink"],
     # 4: the core's shared state (the struct the façade wraps)
     ["vfs::state", "vfs::contain"],
     # 5: what every operation needs: backing paths and pieces, attributes, handles

@@ -232,10 +232,7 @@ fn copy_all(
 pub(crate) fn start_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> Result<()> {
     let tree = fs.tree.read();
     let mut st = node.state.write();
-    if st.migration.is_some()
-        || !moves::may_move(&tree, ino)
-        || !moves::layout_drifted(fs, &st.layout)
-    {
+    if st.migration.is_some() || !moves::layout_drifted(fs, &st.layout) {
         return Ok(());
     }
     if st.cache.is_some() {

@@ -11,6 +11,7 @@ use crate::data::io;
 use crate::error::Result;
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
 use crate::placement::{self, Charge};
+use crate::relink;
 use crate::sys::{self, SetTime};
 use crate::tierio::{AlignedBuf, Piece};
 use crate::tierio::{Class, Op};
@@ -88,14 +89,6 @@ pub(crate) fn layout_drifted(fs: &TierFs, layout: &FileLayout) -> bool {
     })
 }
 
-/// Whether file `ino`'s pieces may move between tiers: not while it has several names
-/// (hard links), as every move puts its new pieces in place under one name only. The
-/// planner ([`plan_layout`]) refuses such a move and [`switch_to`] would too; an open for
-/// writing need not start one at all.
-pub(crate) fn may_move(tree: &Tree, ino: u64) -> bool {
-    tree.nodes.get(&ino).is_none_or(|n| n.names() <= 1)
-}
-
 /// The layout a file moves to: off tier `bad` if given, else following the shares.
 pub(crate) fn plan_layout(
     fs: &TierFs,
@@ -105,13 +98,6 @@ pub(crate) fn plan_layout(
     bad: Option<usize>,
     want: u64,
 ) -> Result<(FileLayout, Option<Charge>)> {
-    if !may_move(tree, ino) {
-        // A move renames its new pieces over the primary name alone, which would split
-        // the file from its other names (`crate::vfs::links`). It stays where it is: a
-        // write that needs the move answers ENOSPC.
-        log::debug!("inode {ino} has several names (hard links): not moved");
-        return Err(crate::error::Error::NoSpace(want));
-    }
     // With the stripe layout a whole file (laid out while only one tier was eligible or
     // unpaused) spreads again with the pool's unit.
     let unit = match old {
@@ -309,14 +295,6 @@ pub(crate) fn switch_to(
     st: &mut FileState,
     m: &Migration,
 ) -> Result<()> {
-    if !may_move(tree, ino) {
-        // Never reached: a link finishes a file's move before it adds the name, and no
-        // move is planned for a file with several names. Refused all the same, as
-        // switching would split the file.
-        return Err(crate::error::Error::NotPermitted(
-            "moving a file with several names",
-        ));
-    }
     let rel = tree.rel(ino);
     let final_path = |t: usize| match &rel {
         Some(r) => fs.tiers[t].path(r),
@@ -357,6 +335,11 @@ pub(crate) fn switch_to(
         SetTime::At(sys::time_of(meta.atime(), meta.atime_nsec())),
         SetTime::At(mtime),
     );
+    // A file with other names: the journal that lets a crash finish their re-linking.
+    let journal = match &rel {
+        Some(r) => journal_names(fs, tree, ino, r, &st.layout, layout)?,
+        None => None,
+    };
     for t in layout.tiers() {
         let (from, to) = (tmp_path(fs, t, ino, m.suffix), final_path(t));
         fs.tiers[t]
@@ -364,7 +347,15 @@ pub(crate) fn switch_to(
             .rename(&from, &to, 0)
             .map_err(|e| backing::tier_err(fs, t, "rename", &to, e))?;
     }
+    if let Some((j, path)) = &journal {
+        relink_names(fs, ino, j, path);
+    }
     retire_old(fs, node, &st.layout, layout, size, final_path);
+    if let Some((_, path)) = &journal {
+        if let Err(e) = std::fs::remove_file(path) {
+            log::warn!("cannot remove the re-link journal {}: {e}", path.display());
+        }
+    }
     let mut c = node.charge.lock();
     if let Some(old_charge) = c.take() {
         fs.placer.release(old_charge);
@@ -390,6 +381,75 @@ pub(crate) fn switch_to(
     node.primary.store(layout.primary(), Ordering::Release);
     st.layout = layout.clone();
     Ok(())
+}
+
+/// For a file with other names than `primary` (hard links), writes the journal of their
+/// re-linking to the new layout's primary tier ([`crate::relink`]) before the move's first
+/// rename; `None` for a file with one name.
+fn journal_names(
+    fs: &TierFs,
+    tree: &Tree,
+    ino: u64,
+    primary: &Path,
+    old: &FileLayout,
+    new: &FileLayout,
+) -> Result<Option<(relink::Journal, PathBuf)>> {
+    let Some(node) = tree.nodes.get(&ino) else {
+        return Ok(None);
+    };
+    let names: Vec<PathBuf> = node
+        .links
+        .iter()
+        .filter_map(|(parent, name)| tree.name_rel(*parent, name))
+        .collect();
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let mut old_inos = Vec::new();
+    for t in old.tiers() {
+        let p = fs.tiers[t].path(primary);
+        let m = fs.tiers[t]
+            .fs()
+            .stat(&p)
+            .map_err(|e| backing::tier_err(fs, t, "stat", &p, e))?;
+        old_inos.push((t, m.ino()));
+    }
+    let j = relink::Journal {
+        primary: primary.to_path_buf(),
+        names,
+        new: new.tiers(),
+        old: old_inos,
+    };
+    let t = new.primary();
+    let meta = fs.tiers[t].root.join(crate::tier::META_DIR);
+    let stamp = format!("{ino}-{}", crate::layout::new_file_id());
+    let path = relink::write(&meta, &stamp, &j)
+        .map_err(|e| backing::tier_err(fs, t, "write a re-link journal in", &meta, e))?;
+    Ok(Some((j, path)))
+}
+
+/// After a move's new pieces are in place under the primary name: every other name's
+/// entries become links of them and its old pieces go ([`relink::carry_out`]). A failure
+/// leaves the journal for the next mount to finish; until then the tree already serves
+/// every name from the new pieces.
+fn relink_names(fs: &TierFs, ino: u64, j: &relink::Journal, journal: &Path) {
+    match relink::carry_out(j, |t| (fs.tiers[t].fs(), fs.tiers[t].data.clone())) {
+        Ok(Some(relink::Plan { foreign, .. })) => {
+            for (n, t) in foreign {
+                log::warn!(
+                    "inode {ino}: {} on tier '{}' is not a piece of this file; left as it is",
+                    j.names[n].display(),
+                    fs.tiers[t].name
+                );
+            }
+        }
+        Ok(None) => log::warn!("inode {ino}: its new pieces are not in place; names not re-linked"),
+        Err(e) => log::error!(
+            "inode {ino}: re-linking its other names after a move failed ({e}); the journal \
+             {} stays for the next mount to finish",
+            journal.display()
+        ),
+    }
 }
 
 /// Readies a move's temporaries to stand for the file: length, mode, the layout xattr
@@ -453,9 +513,14 @@ pub(crate) fn retire_old(
     for t in old.tiers() {
         if !new_tiers.contains(&t) {
             let p = final_path(t);
-            if let Err(e) = fs.tiers[t].fs().unlink(&p) {
-                log::warn!("cannot remove the old piece {}: {e}", p.display());
-                fs.tiers[t].note_error(&e);
+            match fs.tiers[t].fs().unlink(&p) {
+                // Re-linking a file's names removed it already.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    log::warn!("cannot remove the old piece {}: {e}", p.display());
+                    fs.tiers[t].note_error(&e);
+                }
+                Ok(()) => {}
             }
         }
         if counted {

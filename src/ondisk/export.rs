@@ -480,6 +480,21 @@ pub fn export(cfg: &MountConfig, tiers: &[TierDir], dest: &Path, root_attrs: boo
 pub fn run_export(config: &Path, dest: &Path, force: bool) -> Result<(), Failure> {
     let cfg = MountConfig::load(config).map_err(|e| Failure::usage(e.to_string()))?;
     let tiers = tier_dirs(&cfg)?;
+    // A move of a file with several names that a crash cut short leaves names on older
+    // pieces until a mount or `fsck --repair` finishes it; export only reads, so it waits.
+    for t in &tiers {
+        if let Some((path, _)) = crate::relink::list(&t.root.join(crate::tier::META_DIR))
+            .into_iter()
+            .next()
+        {
+            return Err(Failure::runtime(format!(
+                "tier '{}' holds the re-link journal {} of a move a crash cut short; run \
+                 `tierfs fsck --repair` (or mount once) to finish it, then export",
+                t.name,
+                path.display()
+            )));
+        }
+    }
     // Where DEST is (or will be), with symlinks resolved: never inside a tier, nor around one.
     let canon = match fs::canonicalize(dest) {
         Ok(c) => c,

@@ -133,6 +133,7 @@ pub fn fsck(
         linked: Vec::new(),
     };
     c.data_dirs()?;
+    c.relink_journals()?;
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
         c.folder(&rel, &mut stack)?;
@@ -161,6 +162,44 @@ pub fn fsck(
 }
 
 impl Check<'_> {
+    /// Moves of files with several names that a crash cut short ([`crate::relink`]): one
+    /// problem per journal, repaired (as the mount's scan would) before the walk, so the
+    /// walk sees the names settled.
+    fn relink_journals(&mut self) -> io::Result<()> {
+        let tiers = self.tiers;
+        for (t, tier) in tiers.iter().enumerate() {
+            for (path, j) in crate::relink::list(&tier.root.join(META_DIR)) {
+                let issue = match j {
+                    Some(j) => Issue::repair(
+                        &j.primary,
+                        t,
+                        format!(
+                            "a move of this file with {} other names was cut short (journal {})",
+                            j.names.len(),
+                            path.display()
+                        ),
+                        Action::FinishRelink {
+                            tier: t,
+                            journal: path,
+                            names: j.names.len(),
+                        },
+                    ),
+                    None => Issue::manual(
+                        Path::new(""),
+                        Some(t),
+                        format!(
+                            "{} is not a re-link journal this tierfs reads",
+                            path.display()
+                        ),
+                        "mount once (the scan sets it aside as *.unreadable) or remove it".into(),
+                    ),
+                };
+                self.record(issue)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Tiers without their `data/` folder: fresh ones are noted, emptied ones a problem.
     fn data_dirs(&mut self) -> io::Result<()> {
         let tiers = self.tiers;
@@ -310,6 +349,34 @@ impl Check<'_> {
         self.rep.issues.push((issue, outcome));
         Ok(())
     }
+}
+
+/// Carries out a re-link journal on the tiers and removes it ([`crate::relink`]).
+fn finish_relink(tiers: &[TierDir], journal: &Path) -> Result<String, String> {
+    let text = fs::read_to_string(journal).map_err(|e| e.to_string())?;
+    let j = crate::relink::Journal::decode(&text).ok_or("the journal does not parse")?;
+    if let Some(t) = j
+        .new
+        .iter()
+        .chain(j.old.iter().map(|(t, _)| t))
+        .find(|t| **t >= tiers.len())
+    {
+        return Err(format!("it names tier {t}, which the config does not have"));
+    }
+    let done = crate::relink::carry_out(&j, |t| (tiers[t].fs(), tiers[t].data.clone()))
+        .map_err(|e| e.to_string())?;
+    fs::remove_file(journal).map_err(|e| format!("done, but the journal stays: {e}"))?;
+    Ok(match done {
+        Some(crate::relink::Plan { steps, foreign }) if foreign.is_empty() => {
+            format!("{} entries re-linked or removed", steps.len())
+        }
+        Some(crate::relink::Plan { steps, foreign }) => format!(
+            "{} entries re-linked or removed; {} entries not the file's left alone",
+            steps.len(),
+            foreign.len()
+        ),
+        None => "its move never took effect: the names keep their pieces".into(),
+    })
 }
 
 /// A `.tierfs-tmp-*` name on tier `t`: ours (a plain file, digits after the prefix) is
@@ -579,6 +646,7 @@ fn apply(tiers: &[TierDir], rel: &Path, a: &Action) -> Result<String, String> {
                 other.display()
             ))
         }
+        Action::FinishRelink { journal, .. } => finish_relink(tiers, journal),
     }
 }
 

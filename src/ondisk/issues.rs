@@ -42,6 +42,14 @@ pub enum Action {
     /// Remove this entry of a partial name (an interrupted hard link or unlink): the
     /// name `of` holds the same backing inode on this tier.
     RemoveLinkTrace { tier: usize, of: PathBuf },
+    /// Carry out the re-link journal `journal` (in tier `tier`'s `.tierfs-meta/`) of a
+    /// move a crash cut short: the file's other names become links of its new pieces
+    /// ([`crate::relink`]), then the journal goes.
+    FinishRelink {
+        tier: usize,
+        journal: PathBuf,
+        names: usize,
+    },
 }
 
 impl Action {
@@ -55,7 +63,8 @@ impl Action {
             | Action::RemoveTemp { tier }
             | Action::Rejoin { tier, .. }
             | Action::MoveToFirst { tier }
-            | Action::RemoveLinkTrace { tier, .. } => *tier,
+            | Action::RemoveLinkTrace { tier, .. }
+            | Action::FinishRelink { tier, .. } => *tier,
         }
     }
 
@@ -88,6 +97,9 @@ impl Action {
             Action::RemoveLinkTrace { of, .. } => {
                 format!("remove this name (its bytes stay under /{})", of.display())
             }
+            Action::FinishRelink { names, .. } => format!(
+                "make its {names} other names links of its new pieces, as the move meant to"
+            ),
         }
     }
 }

@@ -266,10 +266,7 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32) -> Result<(u64, OpenInfo)>
         // keeps one mode per inode, and FUSE sends a reader's RELEASE asynchronously,
         // so DeepSpeed's write open of a file it just read can arrive while that
         // read handle is still open; in passthrough it would pin the old layout).
-        // A file with several names stays where it is (moves do not re-link them yet).
-        let relayout = st.pt_opens == 0
-            && moves::may_move(&tree, ino)
-            && moves::layout_drifted(fs, &st.layout);
+        let relayout = st.pt_opens == 0 && moves::layout_drifted(fs, &st.layout);
         let admit = relayout || !handles::leave_to_kernel(fs, &st, &name, f.size(), flags);
         cached::cache_on_open(fs, ino, parent, &name, &f, &mut st, !write, admit);
         let pt = if relayout {

@@ -12,10 +12,10 @@
 //! of another name's, which the resolver removes (its backing inodes live on under the
 //! other name; the interrupted link or unlink was never acknowledged).
 //!
-//! Pieces never move between tiers while a file has several names: every move renames
-//! new pieces over the primary name only, which would split the file in two
-//! (`crate::data::moves::plan_layout` refuses such a move; a write that fills a tier
-//! answers ENOSPC).
+//! A file with several names moves between tiers like any other: the move renames its
+//! new pieces in under the primary name, then makes every other name's entries links of
+//! them, with a journal that lets the mount or `tierfs fsck` finish after a crash
+//! ([`crate::relink`]).
 
 use crate::data::migrate;
 use crate::error::{Error, Result};
@@ -50,10 +50,9 @@ pub(crate) fn link(fs: &TierFs, ino: u64, newparent: u64, newname: &OsStr) -> Re
     if let NodeData::File(f) = &node.data {
         let f = f.clone();
         let mut st = f.state.write();
-        // A move under way would switch its new pieces in under the primary name
-        // alone: finish it first, while the file has one name. No other can begin
-        // once the name is added (moves are planned under the tree lock), and an eager
-        // move that planned before holds this lock until it has installed itself.
+        // A move under way is finished first, so the new name is made from the pieces
+        // the file keeps (a move's commit would re-link it too, but a crash before then
+        // would leave the name on pieces no journal names).
         if st.migration.is_some() {
             migrate::commit_migration_locked(fs, &tree, ino, &f, &mut st)?;
         }

@@ -16,6 +16,8 @@
 #                and training as root
 #   tierfs-user  the same config; daemon (mounted through fusermount3) and training run as
 #                the ordinary user BENCH_USER
+#   before-root, before-user  tierfs-root and tierfs-user run with the binary in BEFORE (an
+#                older build), interleaved with the others: a before/after side by side
 #   NAME=FILE    extra tierfs targets (arguments, or EXTRA_TARGETS="NAME=FILE ..."): FILE is
 #                a tierfs config; without [[tier]] entries the bench's two tiers are put in
 #                front of it (so `[cache]` / `[mount]` / `[placement]` lines alone are
@@ -40,6 +42,7 @@
 #              --layers 4 --heads 6]  extra train_bench.py arguments (e.g. --threads, --sub-group-size)
 #   TARGETS ["shm nvme pfs tierfs-root tierfs-user"]   EXTRA_TARGETS [""]
 #   OUT [/tmp/dsbench-DATE]   TIERFS [target/release/tierfs]   BENCH_USER [tierfs-test]
+#   BEFORE [""]: the binary the before-* targets run
 #   MEMCG_LIMIT [swap bytes per step / 4 + MEMCG_BASE]; bytes, or K/M/G (10^3), Ki/Mi/Gi (2^10)
 #   MEMCG_BASE [256Mi]: the daemon's own memory besides staging (threads' buffers, tables)
 #   TIERFS_TRANSPORT, DAEMON_ENV ["VAR=VALUE ..."]: passed to every tierfs daemon
@@ -107,7 +110,9 @@ declare -A SEEN=()
 for t in $TARGETS; do
   [ -z "${SEEN[$t]:-}" ] || die "target '$t' given twice"
   SEEN[$t]=1
-  case $t in shm|nvme|pfs|tierfs-root|tierfs-user) ;; *)
+  case $t in shm|nvme|pfs|tierfs-root|tierfs-user) ;;
+    before-root|before-user) [ -x "${BEFORE:-}" ] || die "target $t needs BEFORE=BINARY (an executable tierfs)" ;;
+    *)
     printf '%s\n' "${EXTRA[@]}" | grep -q "^$t=" || die "unknown target '$t' (built in: shm nvme pfs tierfs-root tierfs-user; others need NAME=CONFIG.toml)" ;;
   esac
 done
@@ -226,9 +231,11 @@ mkdir -p "$OUT/runs" "$WORK/bin" "$WORK/runs" "$SHM"
 # Private copies, readable by the user: a rebuild of target/ during the runs must not swap the
 # binary, and the checkout may not be readable by BENCH_USER.
 cp "$TIERFS_SRC" "$WORK/bin/tierfs"
+[ -z "${BEFORE:-}" ] || cp "$BEFORE" "$WORK/bin/tierfs-before"
 cp "$HERE/train_bench.py" "$WORK/bin/"
 chmod -R a+rX "$WORK/bin"
 TIERFS=$WORK/bin/tierfs
+TIERFS_NEW=$TIERFS
 TRAIN=$WORK/bin/train_bench.py
 REV=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ "$TIERFS_SRC" != "$ROOT/target/release/tierfs" ] || (cd "$ROOT" && git diff --quiet HEAD -- src Cargo.toml 2>/dev/null) ||
@@ -238,7 +245,7 @@ G=$OUT/bench.tsv  # global facts for the report, "key<TAB>value"
 put() { printf '%s\t%s\n' "$1" "$2" >>"$G"; }
 : >"$G"
 put command "$CMDLINE"; put quick "$QUICK"; put runs "$RUNS"; put steps "$STEPS"; put ranks "$RANKS"
-put model_args "$MODEL_ARGS"; put targets "$TARGETS"; put tierfs "$TIERFS_SRC"; put rev "$REV"
+put model_args "$MODEL_ARGS"; put targets "$TARGETS"; put tierfs "$TIERFS_SRC"; put before "${BEFORE:-}"; put rev "$REV"
 put start "$(date -u '+%Y-%m-%d %H:%M UTC')"; put load_start "$(cut -d' ' -f1-3 /proc/loadavg)"
 put kernel "$(uname -r)"; put cpus "$(nproc)"; put caps "nvme $NR/$NW MB/s (RAM), pfs $PR/$PW MB/s (disk)"
 put tierfs_transport "${TIERFS_TRANSPORT:-}"; put daemon_env "${DAEMON_ENV:-}"
@@ -278,7 +285,7 @@ path = "$PFS/tierfs"
 EOT
 config_for() {  # TARGET -> config file for it
   local t=$1 e f
-  case $t in tierfs-root|tierfs-user) echo "$BASE_CONF"; return ;; esac
+  case $t in tierfs-root|tierfs-user|before-root|before-user) echo "$BASE_CONF"; return ;; esac
   for e in "${EXTRA[@]}"; do [ "${e%%=*}" = "$t" ] && f=${e#*=}; done
   if grep -qE '^[[:space:]]*\[\[tier\]\]' "$f"; then echo "$f"; return; fi
   { cat "$BASE_CONF"; echo; cat "$f"; } >"$WORK/$t.toml"
@@ -400,6 +407,8 @@ run_target() {  # RUN POSITION TARGET
     tierfs)
       conf=$(config_for "$t")
       cp "$conf" "$res/config.toml"
+      TIERFS=$TIERFS_NEW
+      [[ $t == before-* ]] && TIERFS=$WORK/bin/tierfs-before
       if ! mount_tierfs "$who" "$conf" "$res"; then
         log "run $run $t: mount FAILED ($(tail -1 "$res/mount.log"))"
         printf 'status\tmount failed: %s\n' "$(tail -1 "$res/mount.log")" >>"$m"

@@ -3,23 +3,32 @@
 //!
 //! Every move of a file's bytes (a re-layout, a lazy migration's commit, a move off a full
 //! or failing tier) makes new pieces and renames them in under the file's primary name. A
-//! file with several names then needs each other name's entries replaced by links of the
-//! new pieces, and the old pieces gone: one rename or unlink per name and tier. A crash in
-//! between would leave some names on the old pieces, a second file with older bytes where
-//! there was one. So before its first rename the move writes a [`Journal`] into the
-//! primary tier's `.tierfs-meta/` (synced): the names, the new layout's tiers, and the
-//! backing inode of each old piece. It removes the journal once every name is done. A
-//! journal found at mount (the scan, before it reads any folder) or by `tierfs fsck` is
-//! carried out again with the same rule, [`plan`]; `tierfs export` refuses to copy while
-//! one is there, as it only reads.
+//! file with several names also needs each other name's entries replaced by links of the
+//! new pieces, and its entries on tiers the move left removed. The move first links every
+//! new piece under a temporary name beside each other name ([`link_as_temp`]; a failure
+//! there leaves the file as it was), then writes a [`Journal`] into the new primary tier's
+//! `.tierfs-meta/` (synced): the names, and the backing inode of each new and each old
+//! piece. Then it renames: the primary's pieces, then each temporary over its name (one
+//! step each: a name never lacks an entry), syncs those folders, removes the old entries,
+//! and last the journal.
 //!
-//! [`plan`] checks every entry against the journal's inodes: a name's entry is replaced
-//! only when it is an old piece (or missing), and removed only when it is an old piece on
-//! a tier the new layout left, so a journal that outlived its move can change nothing
-//! that is not the file's. When the primary name's pieces are not all new yet (the crash
-//! came before or during their renames) the move never took effect: the names keep the
-//! old pieces, and the mount's other rules settle the primary name, as for a file with
-//! one name.
+//! A journal found at mount (the scan, before it reads any folder) or by `tierfs fsck`
+//! is settled by one rule, [`finish`] with [`plan`]:
+//! - the primary name holds every new piece: the move took effect, and each other name's
+//!   entry that is an old piece (or missing, where the name still has an entry of the
+//!   file somewhere) becomes a link of the new one; old pieces on tiers the move left go.
+//!   An entry that is neither old nor new is not the file's and is left alone (reported),
+//!   as is a name with no entry of the file at all (removed since);
+//! - the primary holds none of them: the move never took effect, the names keep their
+//!   pieces, and the journal goes;
+//! - some but not all (a crash between the primary's own renames): the move cannot be
+//!   finished (its temporaries in limbo are gone), so the journal is set aside as
+//!   `*.unfinished` and the names are left to the mount's other rules, with a warning.
+//!
+//! A journal that cannot be carried out at a mount that goes on (a tier left out of a
+//! degraded mount, an I/O error) is set aside too: once a name is served on its own, a
+//! later replay would throw away what was written to it. `tierfs export` only reads, so it
+//! refuses to copy while a journal is pending.
 
 use crate::beneath::Beneath;
 use crate::vfs::types::TMP_PREFIX;
@@ -40,8 +49,8 @@ pub struct Journal {
     pub primary: PathBuf,
     /// Its other names.
     pub names: Vec<PathBuf>,
-    /// The tiers of the new layout (each holds a new piece under `primary`).
-    pub new: Vec<usize>,
+    /// (tier, backing inode) of each new piece.
+    pub new: Vec<(usize, u64)>,
     /// (tier, backing inode) of each old piece.
     pub old: Vec<(usize, u64)>,
 }
@@ -71,8 +80,8 @@ impl Journal {
         for n in &self.names {
             s += &format!("name {}\n", hex(n.as_os_str().as_bytes()));
         }
-        for t in &self.new {
-            s += &format!("new {t}\n");
+        for (t, ino) in &self.new {
+            s += &format!("new {t} {ino}\n");
         }
         for (t, ino) in &self.old {
             s += &format!("old {t} {ino}\n");
@@ -94,7 +103,7 @@ impl Journal {
             match (w.next()?, w.next(), w.next()) {
                 ("primary", Some(v), None) => primary = Some(path(v)?),
                 ("name", Some(v), None) => names.push(path(v)?),
-                ("new", Some(t), None) => new.push(t.parse().ok()?),
+                ("new", Some(t), Some(i)) => new.push((t.parse().ok()?, i.parse().ok()?)),
                 ("old", Some(t), Some(i)) => old.push((t.parse().ok()?, i.parse().ok()?)),
                 ("end", None, None) => {
                     return Some(Journal {
@@ -112,6 +121,15 @@ impl Journal {
 
     fn old_ino(&self, t: usize) -> Option<u64> {
         self.old.iter().find(|(u, _)| *u == t).map(|(_, i)| *i)
+    }
+
+    fn new_ino(&self, t: usize) -> Option<u64> {
+        self.new.iter().find(|(u, _)| *u == t).map(|(_, i)| *i)
+    }
+
+    /// Every tier it names.
+    pub fn tiers(&self) -> Vec<usize> {
+        self.new.iter().chain(&self.old).map(|(t, _)| *t).collect()
     }
 }
 
@@ -136,9 +154,9 @@ pub fn list(meta: &Path) -> Vec<(PathBuf, Option<Journal>)> {
     let mut out: Vec<(PathBuf, Option<Journal>)> = rd
         .flatten()
         .filter(|e| {
-            e.file_name()
-                .as_bytes()
-                .starts_with(JOURNAL_PREFIX.as_bytes())
+            let n = e.file_name();
+            let n = n.as_bytes();
+            n.starts_with(JOURNAL_PREFIX.as_bytes()) && !n.ends_with(b".unfinished")
         })
         .map(|e| {
             let j = std::fs::read_to_string(e.path())
@@ -171,49 +189,94 @@ pub struct Plan {
     pub foreign: Vec<(usize, usize)>,
 }
 
-/// What a journal's names hold now: `ino(name, tier)` gives the backing inode of a
-/// name's entry on a tier, `None` where it has none; name `None` is the primary.
-/// `None` when the move never took effect.
-pub fn plan(j: &Journal, ino: impl Fn(Option<usize>, usize) -> Option<u64>) -> Option<Plan> {
-    // The primary's new pieces must all be in place, or the move never took effect.
-    for &t in &j.new {
-        let p = ino(None, t)?;
-        if Some(p) == j.old_ino(t) {
-            return None;
-        }
+/// What a journal's move came to (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// It took effect: these steps finish it.
+    Finish(Plan),
+    /// It never took effect: nothing to do.
+    NotStarted,
+    /// The primary name holds some new pieces and not others: cannot be finished.
+    Torn,
+}
+
+/// The rule (module docs): `ino(name, tier)` gives the backing inode of a name's entry on
+/// a tier, `None` where it has none; name `None` is the primary.
+pub fn plan(j: &Journal, ino: impl Fn(Option<usize>, usize) -> Option<u64>) -> Verdict {
+    let switched = j
+        .new
+        .iter()
+        .filter(|(t, new)| ino(None, *t) == Some(*new))
+        .count();
+    if switched == 0 {
+        return Verdict::NotStarted;
     }
+    if switched < j.new.len() {
+        return Verdict::Torn;
+    }
+    let ours = |t: usize, i: u64| Some(i) == j.old_ino(t) || Some(i) == j.new_ino(t);
     let mut steps = Vec::new();
     let mut foreign = Vec::new();
     for n in 0..j.names.len() {
-        for &t in &j.new {
+        if !j
+            .tiers()
+            .iter()
+            .any(|t| ino(Some(n), *t).is_some_and(|i| ours(*t, i)))
+        {
+            continue;
+        }
+        for &(t, new) in &j.new {
             match ino(Some(n), t) {
-                Some(i) if Some(i) == ino(None, t) => {}
+                Some(i) if i == new => {}
                 None => steps.push(Step::Link { name: n, tier: t }),
                 Some(i) if Some(i) == j.old_ino(t) => steps.push(Step::Link { name: n, tier: t }),
                 Some(_) => foreign.push((n, t)),
             }
         }
         for &(t, old) in &j.old {
-            if !j.new.contains(&t) && ino(Some(n), t) == Some(old) {
+            if j.new_ino(t).is_none() && ino(Some(n), t) == Some(old) {
                 steps.push(Step::Unlink { name: n, tier: t });
             }
         }
     }
     for &(t, old) in &j.old {
-        if !j.new.contains(&t) && ino(None, t) == Some(old) {
+        if j.new_ino(t).is_none() && ino(None, t) == Some(old) {
             steps.push(Step::UnlinkPrimary { tier: t });
         }
     }
-    Some(Plan { steps, foreign })
+    Verdict::Finish(Plan { steps, foreign })
+}
+
+/// A fresh temporary name in `dir`: the prefix the scan and `fsck` know as ours, then
+/// digits only, unique in this process and across processes in practice.
+pub fn temp_name(dir: &Path) -> PathBuf {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!("{TMP_PREFIX}{}{n:08}", std::process::id()))
+}
+
+/// Links `from` under a temporary name in the folder of `name` (made if missing: a
+/// failed mirror), to be renamed over `name` later; returns the temporary's path.
+pub fn link_as_temp(b: Beneath<'_>, from: &Path, name: &Path) -> io::Result<PathBuf> {
+    let dir = name.parent().unwrap_or(Path::new(""));
+    let tmp = temp_name(dir);
+    if let Err(e) = b.link(from, &tmp) {
+        if e.kind() != io::ErrorKind::NotFound || !b.exists(from) {
+            return Err(e);
+        }
+        b.mkdir_all(dir)?;
+        b.link(from, &tmp)?;
+    }
+    Ok(tmp)
 }
 
 /// Carries `j` out on the tiers `on(t)` gives (a tier's calls and its data folder):
-/// [`plan`], then each step. `Ok(None)` when the move never took effect; else the
-/// steps done and the entries left alone. Stops at the first failure.
+/// [`plan`], then each step when the move took effect. Stops at the first failure.
 pub fn carry_out<'a>(
     j: &Journal,
     on: impl Fn(usize) -> (Beneath<'a>, PathBuf),
-) -> io::Result<Option<Plan>> {
+) -> io::Result<Verdict> {
     let entry = |name: Option<usize>, t: usize| -> PathBuf {
         let rel = name.map_or(&j.primary, |n| &j.names[n]);
         on(t).1.join(rel)
@@ -221,27 +284,16 @@ pub fn carry_out<'a>(
     let ino = |name: Option<usize>, t: usize| -> Option<u64> {
         on(t).0.stat(&entry(name, t)).ok().map(|m| m.ino())
     };
-    let Some(p) = plan(j, ino) else {
-        return Ok(None);
+    let v = plan(j, ino);
+    let Verdict::Finish(p) = &v else {
+        return Ok(v);
     };
     for s in &p.steps {
         match *s {
             Step::Link { name, tier } => {
                 let b = on(tier).0;
                 let to = entry(Some(name), tier);
-                // A name the scan removes should this process die holding it.
-                let tmp = to.with_file_name(format!("{TMP_PREFIX}relink-{}", std::process::id()));
-                let _ = b.unlink(&tmp);
-                if let Err(e) = b.link(&entry(None, tier), &tmp) {
-                    if e.kind() != io::ErrorKind::NotFound {
-                        return Err(e);
-                    }
-                    // The name's folder is missing on this tier (a failed mirror).
-                    if let Some(dir) = to.parent() {
-                        b.mkdir_all(dir)?;
-                    }
-                    b.link(&entry(None, tier), &tmp)?;
-                }
+                let tmp = link_as_temp(b, &entry(None, tier), &to)?;
                 // Replaces an old piece in one step: the name is never without an entry.
                 if let Err(e) = b.rename(&tmp, &to, 0) {
                     let _ = b.unlink(&tmp);
@@ -252,7 +304,85 @@ pub fn carry_out<'a>(
             Step::UnlinkPrimary { tier } => on(tier).0.unlink(&entry(None, tier))?,
         }
     }
-    Ok(Some(p))
+    Ok(v)
+}
+
+/// Settles the journal at `path` for the mount's scan and `fsck --repair` alike, on the
+/// tiers `on(t)` gives (`None` for a tier that is not there): carried out and removed, or
+/// removed when its move never took effect, or set aside as `*.unfinished` when it cannot
+/// be finished. `Ok` says what was done; `Err` what was set aside and why.
+pub fn finish<'a>(
+    path: &Path,
+    on: impl Fn(usize) -> Option<(Beneath<'a>, PathBuf)>,
+) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let Some(j) = Journal::decode(&text) else {
+        return Err(set_aside(path, "it does not parse"));
+    };
+    if let Some(t) = j.tiers().into_iter().find(|t| on(*t).is_none()) {
+        return Err(set_aside(
+            path,
+            &format!("tier {t} of the move is not here"),
+        ));
+    }
+    let names = j
+        .names
+        .iter()
+        .map(|n| format!("/{}", n.display()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let done = match carry_out(&j, |t| on(t).expect("checked above")) {
+        Ok(Verdict::Finish(p)) => format!(
+            "finished the re-linking of /{}'s other names ({names}) after a move a crash cut \
+             short: {} entries changed{}",
+            j.primary.display(),
+            p.steps.len(),
+            if p.foreign.is_empty() {
+                String::new()
+            } else {
+                format!("; {} entries not the file's left alone", p.foreign.len())
+            }
+        ),
+        Ok(Verdict::NotStarted) => format!(
+            "a move of /{} never took effect; its names keep their pieces",
+            j.primary.display()
+        ),
+        Ok(Verdict::Torn) => {
+            return Err(set_aside(
+                path,
+                &format!(
+                    "a crash cut the move of /{} short between its own pieces; its other \
+                     names ({names}) keep the bytes from before the move",
+                    j.primary.display()
+                ),
+            ))
+        }
+        Err(e) => {
+            return Err(set_aside(
+                path,
+                &format!(
+                    "re-linking /{}'s other names ({names}) failed ({e}); they may keep the \
+                     bytes from before its last move",
+                    j.primary.display()
+                ),
+            ))
+        }
+    };
+    std::fs::remove_file(path).map_err(|e| format!("{done}, but the journal stays: {e}"))?;
+    Ok(done)
+}
+
+/// Renames a journal that will not be replayed to `*.unfinished`; returns `why` and where
+/// it went.
+pub fn set_aside(path: &Path, why: &str) -> String {
+    let to = path.with_extension("unfinished");
+    match std::fs::rename(path, &to) {
+        Ok(()) => format!("{why} (journal set aside as {})", to.display()),
+        Err(e) => format!(
+            "{why} (and the journal {} could not be set aside: {e})",
+            path.display()
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -260,6 +390,8 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// Primary `d/a` moves from tiers 0 and 1 (old pieces 10, 11) to tiers 1 and 2 (new
+    /// pieces 21, 22); other names `b` and one with a newline and a non-UTF-8 byte.
     fn journal() -> Journal {
         Journal {
             primary: "d/a".into(),
@@ -267,7 +399,7 @@ mod tests {
                 "b".into(),
                 PathBuf::from(OsString::from_vec(b"c\nx\xff".to_vec())),
             ],
-            new: vec![1, 2],
+            new: vec![(1, 21), (2, 22)],
             old: vec![(0, 10), (1, 11)],
         }
     }
@@ -280,19 +412,21 @@ mod tests {
         let torn = &s[..s.len() - 4];
         assert_eq!(Journal::decode(torn), None);
         assert_eq!(Journal::decode("garbage"), None);
-        assert_eq!(Journal::decode(&s.replace("new 1", "new x")), None);
+        assert_eq!(Journal::decode(&s.replace("new 1 21", "new x 21")), None);
     }
 
-    fn plan_of(j: &Journal, state: &HashMap<(Option<usize>, usize), u64>) -> Option<Plan> {
+    type State = HashMap<(Option<usize>, usize), u64>;
+
+    fn plan_of(j: &Journal, state: &State) -> Verdict {
         plan(j, |n, t| state.get(&(n, t)).copied())
     }
 
     #[test]
     fn a_move_cut_short_after_the_primary_relinks_every_name() {
         let j = journal();
-        // Primary: new pieces 21 (tier 1), 22 (tier 2); its old piece on tier 0 is left.
-        // Name b: done on tier 1, old on tier 0; name c: old pieces only.
-        let state: HashMap<_, _> = [
+        // The primary's old piece on tier 0 is still there; b is done on tier 1 and has
+        // its old piece on tier 0; c has its old pieces only.
+        let state: State = [
             ((None, 0), 10),
             ((None, 1), 21),
             ((None, 2), 22),
@@ -302,9 +436,11 @@ mod tests {
             ((Some(1), 1), 11),
         ]
         .into();
-        let Plan { steps, foreign } = plan_of(&j, &state).unwrap();
+        let Verdict::Finish(p) = plan_of(&j, &state) else {
+            panic!("not finished")
+        };
         assert_eq!(
-            steps,
+            p.steps,
             vec![
                 Step::Link { name: 0, tier: 2 },
                 Step::Unlink { name: 0, tier: 0 },
@@ -314,31 +450,105 @@ mod tests {
                 Step::UnlinkPrimary { tier: 0 },
             ]
         );
-        assert!(foreign.is_empty());
+        assert!(p.foreign.is_empty());
     }
 
     #[test]
-    fn nothing_is_done_before_the_primary_is_switched_nor_to_others_entries() {
+    fn a_move_not_begun_or_torn_is_not_finished() {
         let j = journal();
-        // The primary still has its old piece on tier 1: the move did not take effect.
-        let state: HashMap<_, _> = [((None, 1), 11), ((None, 2), 22)].into();
-        assert_eq!(plan_of(&j, &state), None);
-        // Missing on a new tier: not switched either.
-        let state: HashMap<_, _> = [((None, 1), 21)].into();
-        assert_eq!(plan_of(&j, &state), None);
-        // Done, and a stale journal: entries that are neither old nor new are left.
-        let state: HashMap<_, _> = [
+        // The primary holds its old pieces: the move never took effect.
+        let state: State = [((None, 0), 10), ((None, 1), 11), ((Some(0), 1), 11)].into();
+        assert_eq!(plan_of(&j, &state), Verdict::NotStarted);
+        // A later move's pieces (neither old nor new here): this journal's never took.
+        let state: State = [((None, 1), 31), ((None, 2), 32)].into();
+        assert_eq!(plan_of(&j, &state), Verdict::NotStarted);
+        // New on tier 1, not on tier 2: torn between the primary's own renames.
+        let state: State = [((None, 0), 10), ((None, 1), 21)].into();
+        assert_eq!(plan_of(&j, &state), Verdict::Torn);
+    }
+
+    #[test]
+    fn entries_that_are_not_the_files_and_names_removed_since_are_left_alone() {
+        let j = journal();
+        let state: State = [
             ((None, 1), 21),
             ((None, 2), 22),
+            // b: another file's entry on tier 1 (not old, not new), new on tier 2, and
+            // something else on tier 0, which is not removed.
             ((Some(0), 1), 99),
             ((Some(0), 2), 22),
             ((Some(0), 0), 98),
-            ((Some(1), 1), 21),
-            ((Some(1), 2), 22),
+            // c: nothing of the file anywhere (removed since): not brought back.
+            ((Some(1), 0), 97),
         ]
         .into();
-        let Plan { steps, foreign } = plan_of(&j, &state).unwrap();
-        assert!(steps.is_empty(), "{steps:?}");
-        assert_eq!(foreign, vec![(0, 1)]);
+        let Verdict::Finish(p) = plan_of(&j, &state) else {
+            panic!("not finished")
+        };
+        assert!(p.steps.is_empty(), "{:?}", p.steps);
+        assert_eq!(p.foreign, vec![(0, 1)]);
+    }
+
+    /// `finish` on real folders: a torn move's journal is set aside and never replayed; a
+    /// finished one is removed; one naming a tier that is not there is set aside.
+    #[test]
+    fn finish_removes_or_sets_aside_the_journal() {
+        let d = tempfile::tempdir().unwrap();
+        let roots: Vec<PathBuf> = (0..2).map(|t| d.path().join(format!("t{t}"))).collect();
+        for r in &roots {
+            std::fs::create_dir_all(r.join("data")).unwrap();
+        }
+        let ino = |t: usize, n: &str| {
+            std::fs::metadata(roots[t].join("data").join(n))
+                .unwrap()
+                .ino()
+        };
+        // Old pieces of "a" on tiers 0 and 1, the name "b" linked to them; the move's new
+        // piece on tier 1 is in place, on tier 0 it is not: torn.
+        for r in &roots {
+            std::fs::write(r.join("data/a"), b"old").unwrap();
+            std::fs::hard_link(r.join("data/a"), r.join("data/b")).unwrap();
+        }
+        let old = vec![(0, ino(0, "a")), (1, ino(1, "a"))];
+        std::fs::write(roots[1].join("data/new"), b"new").unwrap();
+        std::fs::rename(roots[1].join("data/new"), roots[1].join("data/a")).unwrap();
+        let j = Journal {
+            primary: "a".into(),
+            names: vec!["b".into()],
+            new: vec![(0, 12345678), (1, ino(1, "a"))],
+            old,
+        };
+        let meta = d.path().join("meta");
+        std::fs::create_dir(&meta).unwrap();
+        let on = |t: usize| roots.get(t).map(|r| (Beneath::new(r), r.join("data")));
+        let p = write(&meta, "torn", &j).unwrap();
+        let why = finish(&p, on).unwrap_err();
+        assert!(why.contains("unfinished"), "{why}");
+        assert!(
+            list(&meta).is_empty(),
+            "a set-aside journal is listed again"
+        );
+        assert_eq!(std::fs::read(roots[1].join("data/b")).unwrap(), b"old");
+        // The same move finished on tier 1 only: b follows a there.
+        let j = Journal {
+            new: vec![(1, ino(1, "a"))],
+            ..j
+        };
+        let p = write(&meta, "done", &j).unwrap();
+        let done = finish(&p, on).unwrap();
+        assert!(done.contains("finished"), "{done}");
+        assert_eq!(ino(1, "b"), ino(1, "a"));
+        assert!(
+            !roots[0].join("data/b").exists(),
+            "the old piece of b on tier 0 stayed"
+        );
+        assert!(!p.exists());
+        // A journal naming a tier that is not there.
+        let j = Journal {
+            new: vec![(5, 1)],
+            ..j
+        };
+        let p = write(&meta, "missing", &j).unwrap();
+        assert!(finish(&p, on).unwrap_err().contains("tier 5"));
     }
 }

@@ -703,7 +703,7 @@ fn a_move_cut_short_before_the_other_names_is_finished_by_fsck_or_the_mount() {
         let j = tierfs::relink::Journal {
             primary: "f.swp".into(),
             names: vec!["g.swp".into()],
-            new: vec![0],
+            new: vec![(0, ino_on(d.path(), "a", "f.swp").unwrap())],
             old: old_inos,
         };
         tierfs::relink::write(&d.path().join("a/.tierfs-meta"), "crash", &j).unwrap();

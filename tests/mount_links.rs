@@ -329,13 +329,25 @@ fn a_linked_file_moves_off_a_full_tier_with_every_name() {
     for name in [linked.as_str(), "other", "d/third"] {
         assert_eq!(ino(&m.path(name)), ino(&m.path(linked)), "{name}");
         assert_eq!(nlink(&m.path(name)), 3, "{name}");
-        assert_eq!(s.tiers_holding(name), vec![1], "{name} did not follow the move");
-        assert_eq!(backing_inodes(&s, name), backing_inodes(&s, linked), "{name}");
+        assert_eq!(
+            s.tiers_holding(name),
+            vec![1],
+            "{name} did not follow the move"
+        );
+        assert_eq!(
+            backing_inodes(&s, name),
+            backing_inodes(&s, linked),
+            "{name}"
+        );
         assert!(fs::read(m.path(name)).unwrap() == want, "{name}: bytes");
     }
     m.unmount();
     let m = s.mount();
-    assert_eq!(ino(&m.path("d/third")), ino(&m.path(linked)), "after a remount");
+    assert_eq!(
+        ino(&m.path("d/third")),
+        ino(&m.path(linked)),
+        "after a remount"
+    );
     assert_eq!(nlink(&m.path("other")), 3);
     assert!(fs::read(m.path("other")).unwrap() == want);
     m.unmount();

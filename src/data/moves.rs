@@ -8,10 +8,10 @@ use crate::config::Layout;
 use crate::data::cached;
 use crate::data::file::{FileNode, FileState, Migration};
 use crate::data::io;
+use crate::data::linked;
 use crate::error::Result;
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
 use crate::placement::{self, Charge};
-use crate::relink;
 use crate::sys::{self, SetTime};
 use crate::tierio::{AlignedBuf, Piece};
 use crate::tierio::{Class, Op};
@@ -336,8 +336,11 @@ pub(crate) fn switch_to(
         SetTime::At(mtime),
     );
     // A file with other names: the journal that lets a crash finish their re-linking.
-    let journal = match &rel {
-        Some(r) => journal_names(fs, tree, ino, r, &st.layout, layout)?,
+    // A file with other names: their links and the journal, before anything is renamed.
+    let staged = match &rel {
+        Some(r) => linked::stage(fs, tree, ino, r, &st.layout, layout, |t| {
+            tmp_path(fs, t, ino, m.suffix)
+        })?,
         None => None,
     };
     for t in layout.tiers() {
@@ -347,15 +350,10 @@ pub(crate) fn switch_to(
             .rename(&from, &to, 0)
             .map_err(|e| backing::tier_err(fs, t, "rename", &to, e))?;
     }
-    if let Some((j, path)) = &journal {
-        relink_names(fs, ino, j, path);
+    if let Some(s) = staged {
+        linked::install(fs, ino, s);
     }
     retire_old(fs, node, &st.layout, layout, size, final_path);
-    if let Some((_, path)) = &journal {
-        if let Err(e) = std::fs::remove_file(path) {
-            log::warn!("cannot remove the re-link journal {}: {e}", path.display());
-        }
-    }
     let mut c = node.charge.lock();
     if let Some(old_charge) = c.take() {
         fs.placer.release(old_charge);
@@ -381,75 +379,6 @@ pub(crate) fn switch_to(
     node.primary.store(layout.primary(), Ordering::Release);
     st.layout = layout.clone();
     Ok(())
-}
-
-/// For a file with other names than `primary` (hard links), writes the journal of their
-/// re-linking to the new layout's primary tier ([`crate::relink`]) before the move's first
-/// rename; `None` for a file with one name.
-fn journal_names(
-    fs: &TierFs,
-    tree: &Tree,
-    ino: u64,
-    primary: &Path,
-    old: &FileLayout,
-    new: &FileLayout,
-) -> Result<Option<(relink::Journal, PathBuf)>> {
-    let Some(node) = tree.nodes.get(&ino) else {
-        return Ok(None);
-    };
-    let names: Vec<PathBuf> = node
-        .links
-        .iter()
-        .filter_map(|(parent, name)| tree.name_rel(*parent, name))
-        .collect();
-    if names.is_empty() {
-        return Ok(None);
-    }
-    let mut old_inos = Vec::new();
-    for t in old.tiers() {
-        let p = fs.tiers[t].path(primary);
-        let m = fs.tiers[t]
-            .fs()
-            .stat(&p)
-            .map_err(|e| backing::tier_err(fs, t, "stat", &p, e))?;
-        old_inos.push((t, m.ino()));
-    }
-    let j = relink::Journal {
-        primary: primary.to_path_buf(),
-        names,
-        new: new.tiers(),
-        old: old_inos,
-    };
-    let t = new.primary();
-    let meta = fs.tiers[t].root.join(crate::tier::META_DIR);
-    let stamp = format!("{ino}-{}", crate::layout::new_file_id());
-    let path = relink::write(&meta, &stamp, &j)
-        .map_err(|e| backing::tier_err(fs, t, "write a re-link journal in", &meta, e))?;
-    Ok(Some((j, path)))
-}
-
-/// After a move's new pieces are in place under the primary name: every other name's
-/// entries become links of them and its old pieces go ([`relink::carry_out`]). A failure
-/// leaves the journal for the next mount to finish; until then the tree already serves
-/// every name from the new pieces.
-fn relink_names(fs: &TierFs, ino: u64, j: &relink::Journal, journal: &Path) {
-    match relink::carry_out(j, |t| (fs.tiers[t].fs(), fs.tiers[t].data.clone())) {
-        Ok(Some(relink::Plan { foreign, .. })) => {
-            for (n, t) in foreign {
-                log::warn!(
-                    "inode {ino}: {} on tier '{}' is not a piece of this file; left as it is",
-                    j.names[n].display(),
-                    fs.tiers[t].name
-                );
-            }
-        }
-        Ok(None) => log::warn!("inode {ino}: its new pieces are not in place; names not re-linked"),
-        Err(e) => log::error!(
-            "inode {ino}: re-linking its other names after a move failed ({e}); the journal \
-             {} stays for the next mount to finish",
-            journal.display()
-        ),
-    }
 }
 
 /// Readies a move's temporaries to stand for the file: length, mode, the layout xattr

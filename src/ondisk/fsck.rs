@@ -168,7 +168,8 @@ impl Check<'_> {
     fn relink_journals(&mut self) -> io::Result<()> {
         let tiers = self.tiers;
         for (t, tier) in tiers.iter().enumerate() {
-            for (path, j) in crate::relink::list(&tier.root.join(META_DIR)) {
+            let meta = tier.root.join(META_DIR);
+            for (path, j) in crate::relink::list(&meta) {
                 let issue = match j {
                     Some(j) => Issue::repair(
                         &j.primary,
@@ -191,9 +192,24 @@ impl Check<'_> {
                             "{} is not a re-link journal this tierfs reads",
                             path.display()
                         ),
-                        "mount once (the scan sets it aside as *.unreadable) or remove it".into(),
+                        "mount once (the scan sets it aside as *.unfinished) or remove it".into(),
                     ),
                 };
+                self.record(issue)?;
+            }
+            for path in unfinished_journals(&meta) {
+                let issue = Issue::manual(
+                    Path::new(""),
+                    Some(t),
+                    format!(
+                        "{} is a re-link journal that could not be finished: the other names \
+                         of the file it lists may hold the bytes from before its last move",
+                        path.display()
+                    ),
+                    "compare those names with the file's primary name, keep the right \
+                     bytes, then remove the journal"
+                        .into(),
+                );
                 self.record(issue)?;
             }
         }
@@ -351,32 +367,25 @@ impl Check<'_> {
     }
 }
 
-/// Carries out a re-link journal on the tiers and removes it ([`crate::relink`]).
+/// Journals set aside as `*.unfinished` in a tier's `.tierfs-meta/`.
+fn unfinished_journals(meta: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(meta)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p.file_name().unwrap_or_default().as_bytes();
+            n.starts_with(crate::relink::JOURNAL_PREFIX.as_bytes()) && n.ends_with(b".unfinished")
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// Settles a re-link journal by the mount's rule ([`crate::relink::finish`]).
 fn finish_relink(tiers: &[TierDir], journal: &Path) -> Result<String, String> {
-    let text = fs::read_to_string(journal).map_err(|e| e.to_string())?;
-    let j = crate::relink::Journal::decode(&text).ok_or("the journal does not parse")?;
-    if let Some(t) = j
-        .new
-        .iter()
-        .chain(j.old.iter().map(|(t, _)| t))
-        .find(|t| **t >= tiers.len())
-    {
-        return Err(format!("it names tier {t}, which the config does not have"));
-    }
-    let done = crate::relink::carry_out(&j, |t| (tiers[t].fs(), tiers[t].data.clone()))
-        .map_err(|e| e.to_string())?;
-    fs::remove_file(journal).map_err(|e| format!("done, but the journal stays: {e}"))?;
-    Ok(match done {
-        Some(crate::relink::Plan { steps, foreign }) if foreign.is_empty() => {
-            format!("{} entries re-linked or removed", steps.len())
-        }
-        Some(crate::relink::Plan { steps, foreign }) => format!(
-            "{} entries re-linked or removed; {} entries not the file's left alone",
-            steps.len(),
-            foreign.len()
-        ),
-        None => "its move never took effect: the names keep their pieces".into(),
-    })
+    crate::relink::finish(journal, |t| tiers.get(t).map(|d| (d.fs(), d.data.clone())))
 }
 
 /// A `.tierfs-tmp-*` name on tier `t`: ours (a plain file, digits after the prefix) is

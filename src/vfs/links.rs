@@ -109,6 +109,9 @@ pub(crate) fn remove_name(
     parent: u64,
     name: &OsStr,
 ) -> Result<()> {
+    // A failed file's names may disagree on the tiers (a move whose re-linking failed):
+    // none is removed until the next mount settles them.
+    crate::vfs::contain::check_failed(fs, ino)?;
     let node = tree.get(ino)?;
     let (other_parent, other_name) = if node.is_primary(parent, name) {
         node.links.first().cloned().ok_or(Error::NotFound)?

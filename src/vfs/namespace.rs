@@ -421,6 +421,9 @@ pub(crate) fn rename(
     }
     let mut tree = fs.tree.write();
     let ino = tree.child(parent, name)?;
+    // A failed file's names may disagree on the tiers (a move whose re-linking failed):
+    // they stay as they are until the next mount settles them.
+    crate::vfs::contain::check_failed(fs, ino)?;
     let kind = tree.get(ino)?.kind();
     tree.children(newparent)?;
     let mut target = tree.children(newparent)?.get(newname).copied();

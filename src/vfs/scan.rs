@@ -85,61 +85,22 @@ pub(crate) fn scan(fs: &TierFs) -> Result<()> {
     Ok(())
 }
 
-/// Finishes the re-linking of moved files' other names that a crash cut short, from their
-/// journals ([`crate::relink`]), before any folder is read: the walk then finds every
-/// name on the new pieces. A journal that names a tier left out of this mount waits for a
-/// mount with it; one that does not parse is renamed `*.unreadable` (kept, with a
-/// warning).
+/// Settles the re-link journals of moves of files with several names that a crash cut
+/// short ([`crate::relink`]) before any folder is read, so the walk finds every name on
+/// the pieces it should hold. One that cannot be finished (a tier left out of this
+/// mount, an I/O error) is set aside with a warning: the mount then serves the names as
+/// the tiers hold them, and a later replay would undo what is written to them.
 fn finish_relinks(fs: &TierFs) {
     for t in fs.tiers.iter().filter(|t| !t.missing) {
         let meta = t.root.join(crate::tier::META_DIR);
-        for (path, j) in crate::relink::list(&meta) {
-            let Some(j) = j else {
-                log::warn!(
-                    "{} is not a re-link journal this tierfs reads; set aside as *.unreadable",
-                    path.display()
-                );
-                let _ = std::fs::rename(&path, path.with_extension("unreadable"));
-                continue;
+        for (path, _) in crate::relink::list(&meta) {
+            let on = |u: usize| {
+                let x = fs.tiers.get(u).filter(|x| !x.missing)?;
+                Some((x.fs(), x.data.clone()))
             };
-            let tiers: Vec<usize> = j
-                .new
-                .iter()
-                .chain(j.old.iter().map(|(t, _)| t))
-                .copied()
-                .collect();
-            if tiers
-                .iter()
-                .any(|u| fs.tiers.get(*u).is_none_or(|x| x.missing))
-            {
-                log::warn!(
-                    "{} names a tier this mount does not have; left for a mount with every tier",
-                    path.display()
-                );
-                continue;
-            }
-            match crate::relink::carry_out(&j, |u| (fs.tiers[u].fs(), fs.tiers[u].data.clone())) {
-                Ok(done) => {
-                    match done {
-                        Some(crate::relink::Plan { steps, foreign }) => log::warn!(
-                            "finished the re-linking of {}'s {} other names that a crash cut short \
-                             ({} changes; {} entries not the file's left alone)",
-                            j.primary.display(),
-                            j.names.len(),
-                            steps.len(),
-                            foreign.len()
-                        ),
-                        None => log::info!(
-                            "{}: its move never took effect; its names keep their pieces",
-                            j.primary.display()
-                        ),
-                    }
-                    let _ = std::fs::remove_file(&path);
-                }
-                Err(e) => log::warn!(
-                    "cannot finish the re-link journal {} ({e}); kept for the next mount",
-                    path.display()
-                ),
+            match crate::relink::finish(&path, on) {
+                Ok(done) => log::warn!("{done}"),
+                Err(why) => log::warn!("re-link journal {}: {why}", path.display()),
             }
         }
     }

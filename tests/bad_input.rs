@@ -818,6 +818,18 @@ fn command_line_rows() {
         &tierfs(&["export", "--config", &cfg, &d.s("full")]),
         &[("DEST", &d.s("full"))],
     );
+    // A re-link journal left by a crash (any content: export refuses before reading it).
+    std::fs::create_dir_all(d.p("a/.tierfs-meta")).unwrap();
+    let journal = d.p("a/.tierfs-meta/relink-7-crash");
+    std::fs::write(&journal, b"tierfs-relink v1\n").unwrap();
+    expect(
+        "L19",
+        "export with a re-link journal pending",
+        &tierfs(&["export", "--config", &cfg, &d.s("out")]),
+        &[("TIER", "a"), ("JOURNAL", journal.to_str().unwrap())],
+    );
+    assert!(!d.p("out").exists(), "export copied something");
+    std::fs::remove_file(&journal).unwrap();
 }
 
 /// Rows that need a live mount: a mounted mountpoint, tiers in use.

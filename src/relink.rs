@@ -19,11 +19,13 @@
 //!   file somewhere) becomes a link of the new one; old pieces on tiers the move left go.
 //!   An entry that is neither old nor new is not the file's and is left alone (reported),
 //!   as is a name with no entry of the file at all (removed since);
-//! - the primary holds none of them: the move never took effect, the names keep their
-//!   pieces, and the journal goes;
-//! - some but not all (a crash between the primary's own renames): the move cannot be
-//!   finished (its temporaries in limbo are gone), so the journal is set aside as
-//!   `*.unfinished` and the names are left to the mount's other rules, with a warning.
+//! - the primary holds every old piece and no new one: the move never took effect, the
+//!   names keep their pieces, and the journal goes;
+//! - anything else (some new pieces but not all: a crash between the primary's own
+//!   renames; or neither old nor new: the name moved since): the move cannot be finished
+//!   (its temporaries in limbo are gone), so the journal is set aside as `*.unfinished`
+//!   and the names are left to the mount's other rules, with a warning. So is a journal
+//!   whose other names are no longer where it says, once the rest is done.
 //!
 //! A journal that cannot be carried out at a mount that goes on (a tier left out of a
 //! degraded mount, an I/O error) is set aside too: once a name is served on its own, a
@@ -137,11 +139,18 @@ impl Journal {
 pub fn write(meta: &Path, name: &str, j: &Journal) -> io::Result<PathBuf> {
     let p = meta.join(format!("{JOURNAL_PREFIX}{name}"));
     let tmp = meta.join(format!(".{JOURNAL_PREFIX}{name}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(j.encode().as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, &p)?;
-    std::fs::File::open(meta)?.sync_all()?;
+    let r = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(j.encode().as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &p)?;
+        std::fs::File::open(meta)?.sync_all()
+    })();
+    if let Err(e) = r {
+        let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_file(&p);
+        return Err(e);
+    }
     Ok(p)
 }
 
@@ -187,6 +196,9 @@ pub enum Step {
 pub struct Plan {
     pub steps: Vec<Step>,
     pub foreign: Vec<(usize, usize)>,
+    /// Names with no entry of the file anywhere: only a rename of a folder above them,
+    /// while the file's inode was failed, leaves that; they are left as they are.
+    pub missing: Vec<usize>,
 }
 
 /// What a journal's move came to (see the module docs).
@@ -194,10 +206,12 @@ pub struct Plan {
 pub enum Verdict {
     /// It took effect: these steps finish it.
     Finish(Plan),
-    /// It never took effect: nothing to do.
+    /// It never took effect (the primary holds every old piece): nothing to do.
     NotStarted,
-    /// The primary name holds some new pieces and not others: cannot be finished.
-    Torn,
+    /// Neither: the primary holds some new pieces and not others (a crash between its
+    /// own renames), or neither its old nor its new pieces (moved since). It cannot be
+    /// finished.
+    Unsettled,
 }
 
 /// The rule (module docs): `ino(name, tier)` gives the backing inode of a name's entry on
@@ -208,21 +222,25 @@ pub fn plan(j: &Journal, ino: impl Fn(Option<usize>, usize) -> Option<u64>) -> V
         .iter()
         .filter(|(t, new)| ino(None, *t) == Some(*new))
         .count();
-    if switched == 0 {
-        return Verdict::NotStarted;
-    }
     if switched < j.new.len() {
-        return Verdict::Torn;
+        let unmoved = j.old.iter().all(|(t, old)| ino(None, *t) == Some(*old));
+        return if switched == 0 && unmoved {
+            Verdict::NotStarted
+        } else {
+            Verdict::Unsettled
+        };
     }
     let ours = |t: usize, i: u64| Some(i) == j.old_ino(t) || Some(i) == j.new_ino(t);
     let mut steps = Vec::new();
     let mut foreign = Vec::new();
+    let mut missing = Vec::new();
     for n in 0..j.names.len() {
         if !j
             .tiers()
             .iter()
             .any(|t| ino(Some(n), *t).is_some_and(|i| ours(*t, i)))
         {
+            missing.push(n);
             continue;
         }
         for &(t, new) in &j.new {
@@ -244,7 +262,11 @@ pub fn plan(j: &Journal, ino: impl Fn(Option<usize>, usize) -> Option<u64>) -> V
             steps.push(Step::UnlinkPrimary { tier: t });
         }
     }
-    Verdict::Finish(Plan { steps, foreign })
+    Verdict::Finish(Plan {
+        steps,
+        foreign,
+        missing,
+    })
 }
 
 /// A fresh temporary name in `dir`: the prefix the scan and `fsck` know as ours, then
@@ -332,6 +354,23 @@ pub fn finish<'a>(
         .collect::<Vec<_>>()
         .join(", ");
     let done = match carry_out(&j, |t| on(t).expect("checked above")) {
+        Ok(Verdict::Finish(p)) if !p.missing.is_empty() => {
+            let lost: Vec<String> = p
+                .missing
+                .iter()
+                .map(|n| format!("/{}", j.names[*n].display()))
+                .collect();
+            return Err(set_aside(
+                path,
+                &format!(
+                    "re-linked /{}'s other names, but {} are no longer where the journal \
+                     says (a folder above them renamed since?): under their new paths they may \
+                     keep the bytes from before the move",
+                    j.primary.display(),
+                    lost.join(", ")
+                ),
+            ));
+        }
         Ok(Verdict::Finish(p)) => format!(
             "finished the re-linking of /{}'s other names ({names}) after a move a crash cut \
              short: {} entries changed{}",
@@ -347,12 +386,12 @@ pub fn finish<'a>(
             "a move of /{} never took effect; its names keep their pieces",
             j.primary.display()
         ),
-        Ok(Verdict::Torn) => {
+        Ok(Verdict::Unsettled) => {
             return Err(set_aside(
                 path,
                 &format!(
-                    "a crash cut the move of /{} short between its own pieces; its other \
-                     names ({names}) keep the bytes from before the move",
+                    "the move of /{} stopped between its own pieces, or the name was moved \
+                     since; its other names ({names}) may keep the bytes from before the move",
                     j.primary.display()
                 ),
             ))
@@ -459,12 +498,15 @@ mod tests {
         // The primary holds its old pieces: the move never took effect.
         let state: State = [((None, 0), 10), ((None, 1), 11), ((Some(0), 1), 11)].into();
         assert_eq!(plan_of(&j, &state), Verdict::NotStarted);
-        // A later move's pieces (neither old nor new here): this journal's never took.
+        // Neither old nor new pieces (the primary moved since): cannot be settled.
         let state: State = [((None, 1), 31), ((None, 2), 32)].into();
-        assert_eq!(plan_of(&j, &state), Verdict::NotStarted);
+        assert_eq!(plan_of(&j, &state), Verdict::Unsettled);
+        // The primary gone: not "never took effect" either.
+        let state: State = [((Some(0), 0), 10), ((Some(0), 1), 11)].into();
+        assert_eq!(plan_of(&j, &state), Verdict::Unsettled);
         // New on tier 1, not on tier 2: torn between the primary's own renames.
         let state: State = [((None, 0), 10), ((None, 1), 21)].into();
-        assert_eq!(plan_of(&j, &state), Verdict::Torn);
+        assert_eq!(plan_of(&j, &state), Verdict::Unsettled);
     }
 
     #[test]
@@ -478,7 +520,7 @@ mod tests {
             ((Some(0), 1), 99),
             ((Some(0), 2), 22),
             ((Some(0), 0), 98),
-            // c: nothing of the file anywhere (removed since): not brought back.
+            // c: nothing of the file anywhere (its folder renamed since): not brought back.
             ((Some(1), 0), 97),
         ]
         .into();
@@ -487,10 +529,12 @@ mod tests {
         };
         assert!(p.steps.is_empty(), "{:?}", p.steps);
         assert_eq!(p.foreign, vec![(0, 1)]);
+        assert_eq!(p.missing, vec![1]);
     }
 
     /// `finish` on real folders: a torn move's journal is set aside and never replayed; a
-    /// finished one is removed; one naming a tier that is not there is set aside.
+    /// finished one is removed; one naming a tier that is not there is set aside; one
+    /// whose primary has its old pieces still (never took effect) is removed.
     #[test]
     fn finish_removes_or_sets_aside_the_journal() {
         let d = tempfile::tempdir().unwrap();
@@ -550,5 +594,14 @@ mod tests {
         };
         let p = write(&meta, "missing", &j).unwrap();
         assert!(finish(&p, on).unwrap_err().contains("tier 5"));
+        // The primary holds its (now) only piece, the old one of a move not begun.
+        let j = Journal {
+            new: vec![(0, 12345678)],
+            old: vec![(1, ino(1, "a"))],
+            ..j
+        };
+        let p = write(&meta, "notbegun", &j).unwrap();
+        assert!(finish(&p, on).unwrap().contains("never took effect"));
+        assert!(!p.exists());
     }
 }

@@ -105,12 +105,45 @@ pub(crate) fn stage(
     }
 }
 
+/// Undoes [`stage`] when the move stops before any of the primary name's pieces was
+/// renamed: the staged links and the journal go, and the file is as it was.
+pub(crate) fn abandon(fs: &TierFs, s: Staged) {
+    for (t, tmp, _) in &s.links {
+        let _ = fs.tiers[*t].fs().unlink(tmp);
+    }
+    if let Err(e) = std::fs::remove_file(&s.path) {
+        log::warn!(
+            "cannot remove the re-link journal {}: {e}",
+            s.path.display()
+        );
+    }
+}
+
+/// When a move stops after some of the primary name's pieces were renamed in: the file
+/// is torn on the tiers, and its names may disagree. The inode fails until the next
+/// mount, whose scan sets the journal aside and says so.
+pub(crate) fn torn(fs: &TierFs, ino: u64, s: Staged) {
+    for (t, tmp, _) in &s.links {
+        let _ = fs.tiers[*t].fs().unlink(tmp);
+    }
+    crate::vfs::contain::mark_failed(
+        fs,
+        ino,
+        &format!(
+            "its move stopped between its own pieces; the journal {} is settled at the \
+             next mount",
+            s.path.display()
+        ),
+    );
+}
+
 /// After the primary name's pieces are renamed in: each staged link renamed over its
 /// name, the folders synced (so no removal below can reach the disk before the renames),
-/// each name's old entries on tiers the move left removed, and the journal removed. A
-/// failure fails the inode until the next mount, whose scan finishes the journal; until
-/// then no request can act on names the tiers do not agree on.
-pub(crate) fn install(fs: &TierFs, ino: u64, s: Staged) {
+/// and each name's old entries on tiers the move left removed. Returns the journal, for
+/// the caller to remove once the primary's old pieces are gone too; `None` after a
+/// failure, which fails the inode until the next mount, whose scan finishes the journal
+/// (until then no request can act on names the tiers do not agree on).
+pub(crate) fn install(fs: &TierFs, ino: u64, s: Staged) -> Option<PathBuf> {
     let j = &s.journal;
     let r = (|| -> std::io::Result<()> {
         for (t, tmp, to) in &s.links {
@@ -147,14 +180,7 @@ pub(crate) fn install(fs: &TierFs, ino: u64, s: Staged) {
         Ok(())
     })();
     match r {
-        Ok(()) => {
-            if let Err(e) = std::fs::remove_file(&s.path) {
-                log::warn!(
-                    "cannot remove the re-link journal {}: {e}",
-                    s.path.display()
-                );
-            }
-        }
+        Ok(()) => Some(s.path),
         Err(e) => {
             for (t, tmp, _) in &s.links {
                 let _ = fs.tiers[*t].fs().unlink(tmp);
@@ -168,6 +194,7 @@ pub(crate) fn install(fs: &TierFs, ino: u64, s: Staged) {
                     s.path.display()
                 ),
             );
+            None
         }
     }
 }

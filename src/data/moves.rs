@@ -343,17 +343,25 @@ pub(crate) fn switch_to(
         })?,
         None => None,
     };
-    for t in layout.tiers() {
+    for (i, t) in layout.tiers().into_iter().enumerate() {
         let (from, to) = (tmp_path(fs, t, ino, m.suffix), final_path(t));
-        fs.tiers[t]
-            .fs()
-            .rename(&from, &to, 0)
-            .map_err(|e| backing::tier_err(fs, t, "rename", &to, e))?;
+        if let Err(e) = fs.tiers[t].fs().rename(&from, &to, 0) {
+            match staged {
+                Some(s) if i == 0 => linked::abandon(fs, s),
+                Some(s) => linked::torn(fs, ino, s),
+                None => {}
+            }
+            return Err(backing::tier_err(fs, t, "rename", &to, e));
+        }
     }
-    if let Some(s) = staged {
-        linked::install(fs, ino, s);
-    }
+    let journal = staged.and_then(|s| linked::install(fs, ino, s));
     retire_old(fs, node, &st.layout, layout, size, final_path);
+    // Last: a crash before this finds the primary's old pieces still to remove.
+    if let Some(path) = journal {
+        if let Err(e) = std::fs::remove_file(&path) {
+            log::warn!("cannot remove the re-link journal {}: {e}", path.display());
+        }
+    }
     let mut c = node.charge.lock();
     if let Some(old_charge) = c.take() {
         fs.placer.release(old_charge);

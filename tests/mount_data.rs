@@ -580,7 +580,7 @@ fn a_buffered_open_after_passthrough_writes_reads_the_new_bytes() {
             let n = pt_opens(&m);
             let f = open();
             if (pt_opens(&m) > n) == want_pt {
-                return f;
+                break f;
             }
             drop(f);
             assert!(

@@ -19,6 +19,13 @@
 //! daemon is seen at once; a call on a name costs that open, one `openat2` for its folder
 //! and the call. Kernels without `openat2` (before 5.6) get a walk one name at a time with
 //! `O_NOFOLLOW`, refusing symlinks the same way.
+//!
+//! Debug builds also hold a fault switch ([`fail_nth`]): the tests make the Nth `link`,
+//! `rename` or `unlink` beneath one tier folder fail with a chosen errno, to reach the
+//! error paths of a multi-step change (a move of a file with several names) at an exact
+//! step, which a real tier fails only by chance. Only code linking the library arms it,
+//! never a request through the mount; while nothing is armed a call pays one relaxed
+//! load, and release builds compile it out.
 
 use std::ffi::{CString, OsStr};
 use std::fs::{File, Metadata};
@@ -27,6 +34,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use crate::sys::{self, SetTime};
 
@@ -82,6 +90,74 @@ const SYS_REMOVEXATTRAT: libc::c_long = 466;
 /// Cleared the first time the kernel answers ENOSYS to an xattr `*at` call: the
 /// `/proc/self/fd` paths serve from then on.
 static XATTR_AT: AtomicBool = AtomicBool::new(true);
+
+/// The namespace calls [`fail_nth`] can make fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    Link,
+    Rename,
+    Unlink,
+}
+
+/// One armed fault: the `left`-th next `call` beneath `root` fails with `errno`.
+struct Armed {
+    root: PathBuf,
+    call: Fault,
+    left: u32,
+    errno: i32,
+}
+
+/// Whether any fault is armed: all a call pays while none is.
+static FAULTS_ARMED: AtomicBool = AtomicBool::new(false);
+static FAULTS: Mutex<Vec<Armed>> = Mutex::new(Vec::new());
+
+/// Debug builds (the tests'): the `nth` (from 1) `call` beneath the tier folder `root`
+/// (as [`Beneath::new`] gets it) from now on fails with `errno`, once; a rename counts
+/// on the folder it renames from. Faults are per folder, so tests running side by side in
+/// one process do not meet each other's. Arm it before the operation that is to fail
+/// starts. Release builds have no switch: arming one there panics, so a test cannot pass
+/// without its fault.
+pub fn fail_nth(root: &Path, call: Fault, nth: u32, errno: i32) {
+    if !cfg!(debug_assertions) {
+        panic!("fault injection exists in debug builds only");
+    }
+    assert!(nth >= 1, "the first call is nth 1");
+    let mut f = FAULTS.lock().unwrap_or_else(|e| e.into_inner());
+    f.push(Armed {
+        root: root.to_path_buf(),
+        call,
+        left: nth,
+        errno,
+    });
+    FAULTS_ARMED.store(true, Ordering::Relaxed);
+}
+
+/// How many faults armed beneath `root` have not fired yet (a test checks that its fault
+/// was reached).
+pub fn faults_pending(root: &Path) -> usize {
+    let f = FAULTS.lock().unwrap_or_else(|e| e.into_inner());
+    f.iter().filter(|a| a.root == root).count()
+}
+
+/// The armed fault's error for this `call` beneath `root`, if this is its turn.
+fn injected(root: &Path, call: Fault) -> io::Result<()> {
+    if !cfg!(debug_assertions) || !FAULTS_ARMED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let mut f = FAULTS.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(i) = f.iter().position(|a| a.root == root && a.call == call) else {
+        return Ok(());
+    };
+    f[i].left -= 1;
+    if f[i].left > 0 {
+        return Ok(());
+    }
+    let errno = f.remove(i).errno;
+    if f.is_empty() {
+        FAULTS_ARMED.store(false, Ordering::Relaxed);
+    }
+    Err(err(errno))
+}
 
 /// `openat2(dir, rel)` without following any symlink and without leaving `dir`; on kernels
 /// without openat2 (before 5.6) a walk one name at a time with O_NOFOLLOW.
@@ -390,6 +466,7 @@ impl<'a> Beneath<'a> {
 
     /// unlink of a non-folder `p`.
     pub fn unlink(&self, p: &Path) -> io::Result<()> {
+        injected(self.root, Fault::Unlink)?;
         let par = self.parent(p)?;
         // SAFETY: valid descriptor and name for the call.
         check(unsafe { libc::unlinkat(par.fd(), par.name.as_ptr(), 0) })
@@ -398,6 +475,7 @@ impl<'a> Beneath<'a> {
     /// A hard link `to` of `from` (a symlink `from` itself, never its target), both
     /// beneath this root.
     pub fn link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        injected(self.root, Fault::Link)?;
         let f = self.parent(from)?;
         let t = self.parent(to)?;
         // SAFETY: valid descriptors and names for the call; flags 0 never follow.
@@ -426,6 +504,7 @@ impl<'a> Beneath<'a> {
         to: &Path,
         flags: u32,
     ) -> io::Result<()> {
+        injected(self.root, Fault::Rename)?;
         let f = self.parent(from)?;
         let t = dest.parent(to)?;
         // SAFETY: valid descriptors and names for the call.
@@ -717,6 +796,31 @@ mod tests {
         assert!(b.stat(&sub).unwrap().is_dir());
         b.rmdir(&sub).unwrap();
         assert!(b.read_dir(q.parent().unwrap()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_armed_fault_fails_only_its_call_on_its_folder_once() {
+        let d = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let (b, o) = (Beneath::new(d.path()), Beneath::new(other.path()));
+        for r in [d.path(), other.path()] {
+            std::fs::write(r.join("x"), b"x").unwrap();
+        }
+        let (x, y) = (d.path().join("x"), d.path().join("y"));
+        fail_nth(d.path(), Fault::Rename, 2, libc::EXDEV);
+        assert_eq!(faults_pending(d.path()), 1);
+        // Other calls and other folders do not count.
+        b.link(&x, &d.path().join("l")).unwrap();
+        o.rename(&other.path().join("x"), &other.path().join("y"), 0)
+            .unwrap();
+        b.rename(&x, &y, 0).unwrap();
+        assert_eq!(
+            b.rename(&y, &x, 0).unwrap_err().raw_os_error(),
+            Some(libc::EXDEV)
+        );
+        assert!(b.exists(&y) && !b.exists(&x), "the failed rename ran");
+        assert_eq!(faults_pending(d.path()), 0);
+        b.rename(&y, &x, 0).unwrap();
     }
 
     #[test]

@@ -21,11 +21,17 @@
 //!   as is a name with no entry of the file at all (removed since);
 //! - the primary holds every old piece and no new one: the move never took effect, the
 //!   names keep their pieces, and the journal goes;
-//! - anything else (some new pieces but not all: a crash between the primary's own
-//!   renames; or neither old nor new: the name moved since): the move cannot be finished
-//!   (its temporaries in limbo are gone), so the journal is set aside as `*.unfinished`
-//!   and the names are left to the mount's other rules, with a warning. So is a journal
-//!   whose other names are no longer where it says, once the rest is done.
+//! - some new pieces but not all (a crash, or a failed rename, between the primary's own
+//!   renames), each of its entries old or new, and every old piece it lost still held by
+//!   another name (no name is re-linked before the primary has all its new pieces): the
+//!   move cannot be finished (its temporaries in limbo are gone), so it is undone instead:
+//!   each old piece linked back over the primary, each new piece on a tier the old layout
+//!   did not use removed, and the file reads as before the move under every name. Left
+//!   to the mount's other rules, the primary would be a mix of new and old stripes;
+//! - anything else (neither old nor new: the name moved since; an old piece no name
+//!   holds): the journal is set aside as `*.unfinished` and the names are left to the
+//!   mount's other rules, with a warning. So is a journal whose other names are no longer
+//!   where it says, once the rest is done.
 //!
 //! A journal that cannot be carried out at a mount that goes on (a tier left out of a
 //! degraded mount, an I/O error) is set aside too: once a name is served on its own, a
@@ -186,8 +192,12 @@ pub enum Step {
     Link { name: usize, tier: usize },
     /// Remove `names[name]`'s old piece on `tier`, which the new layout left.
     Unlink { name: usize, tier: usize },
-    /// Remove the primary name's old piece on `tier`, which the new layout left.
+    /// Remove the primary name's entry on `tier`: an old piece the new layout left, or,
+    /// undoing a torn move, a new piece on a tier the old layout did not use.
     UnlinkPrimary { tier: usize },
+    /// Undoing a torn move: make the primary's entry on `tier` a link of `names[name]`'s
+    /// (the old piece), replacing the new piece.
+    RestorePrimary { name: usize, tier: usize },
 }
 
 /// What [`plan`] asks for: the steps, and the entries left alone as not the file's
@@ -208,9 +218,12 @@ pub enum Verdict {
     Finish(Plan),
     /// It never took effect (the primary holds every old piece): nothing to do.
     NotStarted,
-    /// Neither: the primary holds some new pieces and not others (a crash between its
-    /// own renames), or neither its old nor its new pieces (moved since). It cannot be
-    /// finished.
+    /// It stopped between the primary's own pieces while the other names held every old
+    /// piece it lost: these steps put the file back as it was before the move.
+    RollBack(Plan),
+    /// None of these: the primary holds neither its old nor its new pieces (moved
+    /// since), or some new pieces and an old piece no name holds any more. It can be
+    /// neither finished nor undone.
     Unsettled,
 }
 
@@ -224,11 +237,10 @@ pub fn plan(j: &Journal, ino: impl Fn(Option<usize>, usize) -> Option<u64>) -> V
         .count();
     if switched < j.new.len() {
         let unmoved = j.old.iter().all(|(t, old)| ino(None, *t) == Some(*old));
-        return if switched == 0 && unmoved {
-            Verdict::NotStarted
-        } else {
-            Verdict::Unsettled
-        };
+        if switched == 0 && unmoved {
+            return Verdict::NotStarted;
+        }
+        return roll_back(j, &ino).map_or(Verdict::Unsettled, Verdict::RollBack);
     }
     let ours = |t: usize, i: u64| Some(i) == j.old_ino(t) || Some(i) == j.new_ino(t);
     let mut steps = Vec::new();
@@ -266,6 +278,36 @@ pub fn plan(j: &Journal, ino: impl Fn(Option<usize>, usize) -> Option<u64>) -> V
         steps,
         foreign,
         missing,
+    })
+}
+
+/// The steps that undo a move torn between the primary's own pieces (module docs): each
+/// primary entry must be its old or its new piece, and each old piece it lost must still
+/// be some other name's entry on that tier; `None` otherwise.
+fn roll_back(j: &Journal, ino: &impl Fn(Option<usize>, usize) -> Option<u64>) -> Option<Plan> {
+    let mut steps = Vec::new();
+    for &(t, old) in &j.old {
+        match ino(None, t) {
+            Some(i) if i == old => {}
+            Some(i) if Some(i) == j.new_ino(t) => {
+                let name = (0..j.names.len()).find(|n| ino(Some(*n), t) == Some(old))?;
+                steps.push(Step::RestorePrimary { name, tier: t });
+            }
+            _ => return None,
+        }
+    }
+    for &(t, new) in &j.new {
+        if j.old_ino(t).is_none() {
+            match ino(None, t) {
+                None => {}
+                Some(i) if i == new => steps.push(Step::UnlinkPrimary { tier: t }),
+                Some(_) => return None,
+            }
+        }
+    }
+    Some(Plan {
+        steps,
+        ..Plan::default()
     })
 }
 
@@ -307,20 +349,23 @@ pub fn carry_out<'a>(
         on(t).0.stat(&entry(name, t)).ok().map(|m| m.ino())
     };
     let v = plan(j, ino);
-    let Verdict::Finish(p) = &v else {
+    let (Verdict::Finish(p) | Verdict::RollBack(p)) = &v else {
         return Ok(v);
+    };
+    // Replaces an entry in one step: the name is never without one.
+    let link_over = |b: Beneath<'_>, from: &Path, to: &Path| -> io::Result<()> {
+        let tmp = link_as_temp(b, from, to)?;
+        b.rename(&tmp, to, 0).inspect_err(|_| {
+            let _ = b.unlink(&tmp);
+        })
     };
     for s in &p.steps {
         match *s {
             Step::Link { name, tier } => {
-                let b = on(tier).0;
-                let to = entry(Some(name), tier);
-                let tmp = link_as_temp(b, &entry(None, tier), &to)?;
-                // Replaces an old piece in one step: the name is never without an entry.
-                if let Err(e) = b.rename(&tmp, &to, 0) {
-                    let _ = b.unlink(&tmp);
-                    return Err(e);
-                }
+                link_over(on(tier).0, &entry(None, tier), &entry(Some(name), tier))?
+            }
+            Step::RestorePrimary { name, tier } => {
+                link_over(on(tier).0, &entry(Some(name), tier), &entry(None, tier))?
             }
             Step::Unlink { name, tier } => on(tier).0.unlink(&entry(Some(name), tier))?,
             Step::UnlinkPrimary { tier } => on(tier).0.unlink(&entry(None, tier))?,
@@ -386,12 +431,20 @@ pub fn finish<'a>(
             "a move of /{} never took effect; its names keep their pieces",
             j.primary.display()
         ),
+        Ok(Verdict::RollBack(p)) => format!(
+            "a move of /{} stopped between its own pieces: undone ({} entries changed, its \
+             old pieces back from its other names {names}); every name reads the bytes from \
+             before the move",
+            j.primary.display(),
+            p.steps.len()
+        ),
         Ok(Verdict::Unsettled) => {
             return Err(set_aside(
                 path,
                 &format!(
-                    "the move of /{} stopped between its own pieces, or the name was moved \
-                     since; its other names ({names}) may keep the bytes from before the move",
+                    "the move of /{} stopped between its own pieces with an old piece no \
+                     name holds, or the name was moved since; its other names ({names}) may \
+                     keep the bytes from before the move",
                     j.primary.display()
                 ),
             ))
@@ -504,8 +557,44 @@ mod tests {
         // The primary gone: not "never took effect" either.
         let state: State = [((Some(0), 0), 10), ((Some(0), 1), 11)].into();
         assert_eq!(plan_of(&j, &state), Verdict::Unsettled);
-        // New on tier 1, not on tier 2: torn between the primary's own renames.
+        // New on tier 1, not on tier 2: torn between the primary's own renames, and no
+        // other name holds the old piece it lost on tier 1.
         let state: State = [((None, 0), 10), ((None, 1), 21)].into();
+        assert_eq!(plan_of(&j, &state), Verdict::Unsettled);
+    }
+
+    #[test]
+    fn a_move_torn_between_the_primarys_pieces_is_undone_from_the_other_names() {
+        let j = journal();
+        let names_old = [
+            ((Some(0), 0), 10),
+            ((Some(0), 1), 11),
+            ((Some(1), 0), 10),
+            ((Some(1), 1), 11),
+        ];
+        // The new piece renamed in on tier 1 (over the old one), not yet on tier 2.
+        let state: State = names_old
+            .into_iter()
+            .chain([((None, 0), 10), ((None, 1), 21)])
+            .collect();
+        let Verdict::RollBack(p) = plan_of(&j, &state) else {
+            panic!("not undone")
+        };
+        assert_eq!(p.steps, vec![Step::RestorePrimary { name: 0, tier: 1 }]);
+        // On tier 2 first (a tier the old layout did not use): that entry goes.
+        let state: State = names_old
+            .into_iter()
+            .chain([((None, 0), 10), ((None, 1), 11), ((None, 2), 22)])
+            .collect();
+        let Verdict::RollBack(p) = plan_of(&j, &state) else {
+            panic!("not undone")
+        };
+        assert_eq!(p.steps, vec![Step::UnlinkPrimary { tier: 2 }]);
+        // An entry of the primary that is neither old nor new: not the move's to undo.
+        let state: State = names_old
+            .into_iter()
+            .chain([((None, 0), 77), ((None, 1), 21)])
+            .collect();
         assert_eq!(plan_of(&j, &state), Verdict::Unsettled);
     }
 
@@ -532,9 +621,10 @@ mod tests {
         assert_eq!(p.missing, vec![1]);
     }
 
-    /// `finish` on real folders: a torn move's journal is set aside and never replayed; a
-    /// finished one is removed; one naming a tier that is not there is set aside; one
-    /// whose primary has its old pieces still (never took effect) is removed.
+    /// `finish` on real folders: a torn move is undone from the other name and its journal
+    /// removed; a finished one is removed; one naming a tier that is not there is set
+    /// aside and never listed again; one whose primary has its old pieces still (never
+    /// took effect) is removed.
     #[test]
     fn finish_removes_or_sets_aside_the_journal() {
         let d = tempfile::tempdir().unwrap();
@@ -566,14 +656,14 @@ mod tests {
         std::fs::create_dir(&meta).unwrap();
         let on = |t: usize| roots.get(t).map(|r| (Beneath::new(r), r.join("data")));
         let p = write(&meta, "torn", &j).unwrap();
-        let why = finish(&p, on).unwrap_err();
-        assert!(why.contains("unfinished"), "{why}");
-        assert!(
-            list(&meta).is_empty(),
-            "a set-aside journal is listed again"
-        );
-        assert_eq!(std::fs::read(roots[1].join("data/b")).unwrap(), b"old");
+        let done = finish(&p, on).unwrap();
+        assert!(done.contains("undone"), "{done}");
+        assert!(!p.exists());
+        assert_eq!(std::fs::read(roots[1].join("data/a")).unwrap(), b"old");
+        assert_eq!(ino(1, "a"), ino(1, "b"));
         // The same move finished on tier 1 only: b follows a there.
+        std::fs::write(roots[1].join("data/new"), b"new").unwrap();
+        std::fs::rename(roots[1].join("data/new"), roots[1].join("data/a")).unwrap();
         let j = Journal {
             new: vec![(1, ino(1, "a"))],
             ..j
@@ -593,7 +683,15 @@ mod tests {
             ..j
         };
         let p = write(&meta, "missing", &j).unwrap();
-        assert!(finish(&p, on).unwrap_err().contains("tier 5"));
+        let why = finish(&p, on).unwrap_err();
+        assert!(
+            why.contains("tier 5") && why.contains("unfinished"),
+            "{why}"
+        );
+        assert!(
+            list(&meta).is_empty(),
+            "a set-aside journal is listed again"
+        );
         // The primary holds its (now) only piece, the old one of a move not begun.
         let j = Journal {
             new: vec![(0, 12345678)],

@@ -121,7 +121,8 @@ pub(crate) fn abandon(fs: &TierFs, s: Staged) {
 
 /// When a move stops after some of the primary name's pieces were renamed in: the file
 /// is torn on the tiers, and its names may disagree. The inode fails until the next
-/// mount, whose scan sets the journal aside and says so.
+/// mount, whose scan undoes the move by the journal: the other names, which no step had
+/// touched yet, give the primary its old pieces back ([`crate::relink`]).
 pub(crate) fn torn(fs: &TierFs, ino: u64, s: Staged) {
     for (t, tmp, _) in &s.links {
         let _ = fs.tiers[*t].fs().unlink(tmp);

@@ -373,11 +373,14 @@ pub(crate) fn commit_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> R
     });
     match r {
         Ok(_) => Ok(()),
+        // A failed inode (a move of a file with several names torn on the tiers) stays as
+        // the tiers have it for the next mount to settle: moved off now, it would leave
+        // behind a journal the mount can no longer match to the file.
         Err(Error::Tier {
             ref tier,
             ref source,
             ..
-        }) if is_rescuable(source) => {
+        }) if is_rescuable(source) && !crate::vfs::contain::is_failed(fs, ino) => {
             let bad = fs.tiers.iter().position(|t| &t.name == tier);
             log::warn!(
                 "tier '{tier}' refused the re-layout of inode {ino} ({source}); moving the file off it"

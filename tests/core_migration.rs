@@ -1062,3 +1062,51 @@ fn a_linked_files_move_torn_between_its_own_pieces_fails_it_and_is_settled_later
         assert_settled(d.path(), &old, &new, "old", by);
     }
 }
+
+/// Removing the names' old entries on the tier the move left fails (`install`'s last
+/// step, its first unlink there): every name already holds the new piece on the tier it
+/// moved to. The inode fails (EIO through every name); `fsck --repair`, or the mount's
+/// scan, removes what is left and every name reads the new bytes.
+#[test]
+fn a_linked_files_move_failing_to_remove_the_old_entries_is_finished_later() {
+    for by in ["fsck", "mount"] {
+        let d = tempfile::tempdir().unwrap();
+        let (old, new) = (pattern(SIZE, 17), pattern(SIZE, 18));
+        let (fs, ino) = setup_linked(d.path(), &old);
+        fs.placer().set_shares(vec![1.0, 0.0]);
+        let root = fs.tiers()[1].root.clone();
+        tierfs::beneath::fail_nth(&root, tierfs::beneath::Fault::Unlink, 1, libc::EACCES);
+        rewrite(&fs, ino, &new);
+        assert_eq!(tierfs::beneath::faults_pending(&root), 0, "not reached");
+        assert!(fs.is_failed(ino), "{by}: the inode is served");
+        for n in NAMES {
+            assert_eq!(read_by_name(&fs, n), Err(libc::EIO), "{by}: {n}");
+        }
+        for n in &NAMES[1..] {
+            assert_eq!(
+                ino_on(d.path(), "a", n),
+                ino_on(d.path(), "a", "f.swp"),
+                "{by}: {n} not re-linked"
+            );
+        }
+        let left = NAMES[1..]
+            .iter()
+            .filter(|n| ino_on(d.path(), "b", n).is_some())
+            .count();
+        assert!(left >= 1, "{by}: no old entry left on the second tier");
+        assert_eq!(journals(d.path()).len(), 1, "{by}: no journal");
+        drop(fs);
+        if by == "fsck" {
+            let (rep, text) = fsck(d.path(), true);
+            assert!(
+                rep.issues.iter().any(|(i, _)| matches!(
+                    i.action,
+                    Some(tierfs::ondisk::Action::FinishRelink { .. })
+                )),
+                "fsck did not report the journal:\n{text}"
+            );
+            assert_eq!(rep.repaired(), rep.problems(), "{text}");
+        }
+        assert_settled(d.path(), &old, &new, "new", by);
+    }
+}

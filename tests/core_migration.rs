@@ -1041,7 +1041,12 @@ fn a_linked_files_move_torn_between_its_own_pieces_fails_it_and_is_settled_later
         assert_eq!(move_leftovers(d.path()), Vec::<String>::new(), "{by}");
         assert_eq!(journals(d.path()).len(), 1, "{by}: no journal");
         if by == "unmount" {
-            fs.shutdown();
+            // Its rewrite was in the move: the mount undoes the move without it.
+            let lost = fs.shutdown();
+            assert!(
+                lost.len() == 1 && lost[0].starts_with("/f.swp: "),
+                "not reported: {lost:?}"
+            );
         }
         drop(fs);
         if by == "fsck" {
@@ -1109,4 +1114,146 @@ fn a_linked_files_move_failing_to_remove_the_old_entries_is_finished_later() {
         }
         assert_settled(d.path(), &old, &new, "new", by);
     }
+}
+
+// The same faults in the move of a file with one name, which has no other name to
+// undo a torn move from: the move keeps each entry it replaces (a link in the tier's
+// limbo) until its last rename, and a rename failing after the first puts them back.
+
+/// `f.swp` read whole: "old" or "new", or "EIO"; fails on anything else (a mix, a short
+/// file, another error).
+fn one_name_reads(fs: &TierFs, old: &[u8], new: &[u8], what: &str) -> &'static str {
+    match read_by_name(fs, "f.swp") {
+        Ok(b) if b == old => "old",
+        Ok(b) if b == new => "new",
+        Ok(b) => panic!(
+            "{what}: f.swp reads {} bytes that are neither the old nor the new ones \
+             (first difference from the old at {:?}, from the new at {:?})",
+            b.len(),
+            b.iter().zip(old).position(|(x, y)| x != y),
+            b.iter().zip(new).position(|(x, y)| x != y)
+        ),
+        Err(e) if e == libc::EIO => "EIO",
+        Err(e) => panic!("{what}: f.swp answers errno {e}"),
+    }
+}
+
+/// Each tier's limbo folder, sorted.
+fn limbo(d: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in ["a", "b"] {
+        for e in std::fs::read_dir(d.join(t).join(".tierfs-meta/limbo")).unwrap() {
+            let n = e.unwrap().file_name().to_string_lossy().into_owned();
+            out.push(format!("{t}/{n}"));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A file with one name is re-laid out over both tiers (a rewrite, committed at the
+/// close) and the rename of its new piece on the second tier fails, after the first
+/// tier's was renamed in. The move puts the first tier's old piece back: the tiers hold
+/// the file as it was, the rewrite stays in the pending move (its temporaries in limbo,
+/// ready to be renamed in again) and the inode is served. EACCES: the unmount retries
+/// the move and nothing is lost; EIO: the tier refused it, and the file is moved off it
+/// at once. After a crash instead, the next mount (after `fsck --repair` or not) finds
+/// the old file whole, as after a crash before any rename.
+///
+/// Found: the first tier kept the new piece and the second the old one; the unmount
+/// reported the file LOST (its first temporary was gone), and the next mount read a mix
+/// of old and new stripes.
+#[test]
+fn a_files_move_failing_between_its_own_pieces_puts_the_old_ones_back() {
+    for (then, errno, repair) in [
+        ("crash", libc::EACCES, false),
+        ("crash", libc::EACCES, true),
+        ("unmount", libc::EACCES, false),
+        ("unmount", libc::EACCES, true),
+        ("crash", libc::EIO, false),
+        ("unmount", libc::EIO, true),
+    ] {
+        let what = format!("{then}, errno {errno}, fsck --repair {repair}");
+        let d = tempfile::tempdir().unwrap();
+        let (old, new) = (pattern(SIZE, 19), pattern(SIZE, 20));
+        let (fs, ino) = setup(d.path(), &old);
+        let before = (
+            layout(&fs),
+            ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp")),
+        );
+        let root = fs.tiers()[1].root.clone();
+        tierfs::beneath::fail_nth(&root, tierfs::beneath::Fault::Rename, 1, errno);
+        rewrite(&fs, ino, &new);
+        assert_eq!(
+            tierfs::beneath::faults_pending(&root),
+            0,
+            "{what}: not reached"
+        );
+        assert!(!fs.is_failed(ino), "{what}: the inode failed");
+        assert_eq!(one_name_reads(&fs, &old, &new, &what), "new", "{what}");
+        if errno == libc::EACCES {
+            // As it was, with the move pending: a temporary on each tier, nothing else.
+            let now = (
+                layout(&fs),
+                ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp")),
+            );
+            assert_eq!(now, before, "{what}: the tiers changed");
+            assert_eq!(
+                limbo(d.path()),
+                ["a", "b"].map(|t| format!("{t}/{}{ino}-m", tierfs::vfs::TMP_PREFIX)),
+                "{what}: limbo"
+            );
+        } else {
+            // Moved off the tier that refused it.
+            assert_eq!(layout(&fs), FileLayout::Whole { tier: 0 }, "{what}");
+            assert_eq!(limbo(d.path()), Vec::<String>::new(), "{what}: limbo");
+        }
+        if then == "unmount" {
+            assert_eq!(fs.shutdown(), Vec::<String>::new(), "{what}: lost");
+            assert_ne!(layout(&fs), before.0, "{what}: not moved");
+        }
+        drop(fs);
+        if repair {
+            let (rep, text) = fsck(d.path(), true);
+            assert_eq!(rep.problems(), 0, "{what}: fsck finds\n{text}");
+        }
+        let want = if then == "crash" && errno == libc::EACCES {
+            "old"
+        } else {
+            "new"
+        };
+        let (fs, _) = remount(d.path());
+        assert_eq!(one_name_reads(&fs, &old, &new, &what), want, "{what}");
+        drop(fs);
+        assert!(journals(d.path()).is_empty(), "{what}: journal left");
+        assert_eq!(move_leftovers(d.path()), Vec::<String>::new(), "{what}");
+        let (rep, text) = fsck(d.path(), false);
+        assert_eq!(rep.problems(), 0, "{what}: fsck finds\n{text}");
+    }
+}
+
+/// The same, and putting the first tier's old piece back fails too (a second fault): the
+/// first tier keeps the new piece, the second the old one. The inode fails at once (EIO,
+/// never a mix), and the unmount reports the file LOST: the old piece kept in limbo goes
+/// with limbo at the next mount.
+#[test]
+fn a_files_move_whose_old_pieces_cannot_be_put_back_fails_it() {
+    let d = tempfile::tempdir().unwrap();
+    let (old, new) = (pattern(SIZE, 21), pattern(SIZE, 22));
+    let (fs, ino) = setup(d.path(), &old);
+    let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
+    // The first tier's renames: 1, the move's; 2, the put-back.
+    tierfs::beneath::fail_nth(&roots[0], tierfs::beneath::Fault::Rename, 2, libc::EIO);
+    tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EACCES);
+    rewrite(&fs, ino, &new);
+    for r in &roots {
+        assert_eq!(tierfs::beneath::faults_pending(r), 0, "not reached");
+    }
+    assert!(fs.is_failed(ino), "the inode is served");
+    assert_eq!(one_name_reads(&fs, &old, &new, "after the fault"), "EIO");
+    let lost = fs.shutdown();
+    assert!(
+        lost.len() == 1 && lost[0].starts_with("/f.swp: "),
+        "not reported: {lost:?}"
+    );
 }

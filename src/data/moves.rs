@@ -285,8 +285,10 @@ pub(crate) fn copy_range_blocks(
 }
 
 /// Step 3: puts a move's pieces in place of the file's (state lock held for writing)
-/// and removes the old pieces last. On an error before the new pieces are renamed into
-/// place the file is as it was, and the caller decides what becomes of `m`.
+/// and removes the old pieces last. On an error the file is as it was (a rename failing
+/// after the first puts back what the others replaced, and the move's temporaries stay
+/// for another try) and the caller decides what becomes of `m`; or, where that could not
+/// be done (a file with other names, or a put-back that failed), the inode is failed.
 pub(crate) fn switch_to(
     fs: &TierFs,
     tree: &Tree,
@@ -343,17 +345,23 @@ pub(crate) fn switch_to(
         })?,
         None => None,
     };
+    // A file with one name: the entries the renames replace, kept until the last one.
+    let kept = match &staged {
+        Some(_) => Vec::new(),
+        None => keep_old(fs, ino, m, &final_path)?,
+    };
     for (i, t) in layout.tiers().into_iter().enumerate() {
         let (from, to) = (tmp_path(fs, t, ino, m.suffix), final_path(t));
         if let Err(e) = fs.tiers[t].fs().rename(&from, &to, 0) {
             match staged {
                 Some(s) if i == 0 => linked::abandon(fs, s),
                 Some(s) => linked::torn(fs, ino, s),
-                None => {}
+                None => put_back(fs, ino, m, &kept, i, &final_path),
             }
             return Err(backing::tier_err(fs, t, "rename", &to, e));
         }
     }
+    drop_kept(fs, &kept);
     let journal = staged.and_then(|s| linked::install(fs, ino, s));
     retire_old(fs, node, &st.layout, layout, size, final_path);
     // Last: a crash before this finds the primary's old pieces still to remove.
@@ -387,6 +395,117 @@ pub(crate) fn switch_to(
     node.primary.store(layout.primary(), Ordering::Release);
     st.layout = layout.clone();
     Ok(())
+}
+
+/// Where a move keeps the entry its rename on tier `t` replaces (limbo, which every mount
+/// empties, beside the move's temporary).
+fn kept_path(fs: &TierFs, t: usize, ino: u64, suffix: &str) -> PathBuf {
+    fs.tiers[t]
+        .limbo
+        .join(format!("{TMP_PREFIX}{ino}{suffix}.old"))
+}
+
+/// (tier, the kept link of the entry its rename replaces; `None` on a tier the file has
+/// no entry on) for each tier of a move's layout, in the order of the renames.
+type Kept = Vec<(usize, Option<PathBuf>)>;
+
+/// Before the renames of a file with one name: links each entry a rename will replace
+/// (an old piece, on a tier both layouts use) under a second name in limbo, so that a
+/// rename failing after the first can put the old pieces back ([`put_back`]): a file
+/// with other names has them for that ([`linked::torn`]). One link per piece, on the
+/// tier's own filesystem (limbo is in the tier folder), and no sync: a crash before the
+/// last rename still leaves the file torn, as the mount empties limbo before its scan;
+/// only a journal (as [`crate::relink`]'s) would close that window. On failure the links
+/// made are removed and the file is as it was.
+fn keep_old(
+    fs: &TierFs,
+    ino: u64,
+    m: &Migration,
+    final_path: &impl Fn(usize) -> PathBuf,
+) -> Result<Kept> {
+    let mut kept: Kept = Vec::new();
+    for t in m.layout.tiers() {
+        let (b, entry, keep) = (
+            fs.tiers[t].fs(),
+            final_path(t),
+            kept_path(fs, t, ino, m.suffix),
+        );
+        let mut r = b.link(&entry, &keep);
+        if matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists) {
+            // Left by a put-back that failed: that inode is failed, and this is a retry.
+            r = b.unlink(&keep).and_then(|()| b.link(&entry, &keep));
+        }
+        match r {
+            Ok(()) => kept.push((t, Some(keep))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !b.exists(&entry) => {
+                kept.push((t, None))
+            }
+            Err(e) => {
+                drop_kept(fs, &kept);
+                return Err(backing::tier_err(fs, t, "link", &entry, e));
+            }
+        }
+    }
+    Ok(kept)
+}
+
+/// Removes [`keep_old`]'s links (after the last rename, or when none was made).
+fn drop_kept(fs: &TierFs, kept: &[(usize, Option<PathBuf>)]) {
+    for (t, k) in kept {
+        if let Some(k) = k {
+            if let Err(e) = fs.tiers[*t].fs().unlink(k) {
+                log::warn!("cannot remove {}: {e}", k.display());
+            }
+        }
+    }
+}
+
+/// The rename on the `done`-th tier of `kept` failed (a file with one name): each tier
+/// renamed before it gets its new piece back under its temporary name (the move stays
+/// whole, to be tried again) and its old entry back in place, the file is as it was,
+/// and the other kept links go. Should that fail, the inode fails (EIO, never a mix of
+/// old and new pieces) until the next mount, and the old piece kept in limbo is lost
+/// with limbo.
+fn put_back(
+    fs: &TierFs,
+    ino: u64,
+    m: &Migration,
+    kept: &[(usize, Option<PathBuf>)],
+    done: usize,
+    final_path: &impl Fn(usize) -> PathBuf,
+) {
+    let mut failed = Vec::new();
+    for (t, k) in &kept[..done] {
+        let (b, entry, tmp) = (
+            fs.tiers[*t].fs(),
+            final_path(*t),
+            tmp_path(fs, *t, ino, m.suffix),
+        );
+        if let Err(e) = b.link(&entry, &tmp) {
+            // The move cannot be retried from this piece; the file is still put back.
+            log::warn!("cannot link the new piece back as {}: {e}", tmp.display());
+        }
+        let r = match k {
+            Some(k) => b.rename(k, &entry, 0),
+            None => b.unlink(&entry),
+        };
+        if let Err(e) = r {
+            fs.tiers[*t].note_error(&e);
+            failed.push(format!("{}: {e}", entry.display()));
+        }
+    }
+    drop_kept(fs, &kept[done..]);
+    if !failed.is_empty() {
+        crate::vfs::contain::mark_failed(
+            fs,
+            ino,
+            &format!(
+                "its move stopped between its own pieces and its old pieces could not all be \
+                 put back ({})",
+                failed.join("; ")
+            ),
+        );
+    }
 }
 
 /// Readies a move's temporaries to stand for the file: length, mode, the layout xattr

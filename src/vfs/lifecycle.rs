@@ -139,7 +139,19 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
     let tree = fs.tree.read();
     for (ino, n) in &tree.nodes {
         if contain::is_failed(fs, *ino) {
-            // Its state is not trusted: the next mount rebuilds it from the tiers.
+            // Its state is not trusted: the next mount rebuilds it from the tiers, without
+            // a pending move's writes (a move torn between its pieces failed it).
+            if let NodeData::File(f) = &n.data {
+                let st = f.state.read();
+                if st.migration.is_some() && !f.gone.load(Ordering::Relaxed) {
+                    lost.push(format!(
+                        "{}: the writes since it was opened were being moved to a new \
+                         layout, which stopped between its pieces and failed the inode \
+                         (see the log); the next mount rebuilds it from the tiers without them",
+                        namespace::describe_in(&tree, *ino)
+                    ));
+                }
+            }
             continue;
         }
         if let NodeData::File(f) = &n.data {

@@ -1257,3 +1257,55 @@ fn a_files_move_whose_old_pieces_cannot_be_put_back_fails_it() {
         "not reported: {lost:?}"
     );
 }
+
+/// A file whole on the second tier spreads over both (its shares change), and the
+/// rename of its piece on the second tier fails after the first tier's new piece was
+/// renamed in where the file had none: that new piece goes again, and the file is whole
+/// on the second tier as before, read in full; the unmount retries the move and nothing
+/// is lost; after a crash instead the old file is found whole.
+#[test]
+fn a_files_spread_failing_at_its_old_tier_removes_the_new_piece() {
+    for then in ["crash", "unmount"] {
+        let d = tempfile::tempdir().unwrap();
+        let (old, new) = (pattern(SIZE, 23), pattern(SIZE, 24));
+        let (fs, ino) = setup(d.path(), &pattern(SIZE, 0));
+        // Made whole on the second tier by a move off the first.
+        fs.placer().set_shares(vec![0.0, 1.0]);
+        rewrite(&fs, ino, &old);
+        assert_eq!(layout(&fs), FileLayout::Whole { tier: 1 }, "{then}: setup");
+        let before = ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp"));
+        assert_eq!(before[0], None, "{then}: setup");
+        fs.placer().set_shares(vec![0.5, 0.5]);
+        let root = fs.tiers()[1].root.clone();
+        tierfs::beneath::fail_nth(&root, tierfs::beneath::Fault::Rename, 1, libc::EACCES);
+        rewrite(&fs, ino, &new);
+        assert_eq!(
+            tierfs::beneath::faults_pending(&root),
+            0,
+            "{then}: not reached"
+        );
+        assert!(!fs.is_failed(ino), "{then}: the inode failed");
+        assert_eq!(one_name_reads(&fs, &old, &new, then), "new", "{then}");
+        let now = ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp"));
+        assert_eq!(
+            (layout(&fs), now),
+            (FileLayout::Whole { tier: 1 }, before),
+            "{then}: the tiers changed"
+        );
+        if then == "unmount" {
+            assert_eq!(fs.shutdown(), Vec::<String>::new(), "{then}: lost");
+            assert!(
+                matches!(layout(&fs), FileLayout::Stripe(_)),
+                "{then}: not moved"
+            );
+        }
+        drop(fs);
+        let want = if then == "crash" { "old" } else { "new" };
+        let (fs, _) = remount(d.path());
+        assert_eq!(one_name_reads(&fs, &old, &new, then), want, "{then}");
+        drop(fs);
+        assert_eq!(move_leftovers(d.path()), Vec::<String>::new(), "{then}");
+        let (rep, text) = fsck(d.path(), false);
+        assert_eq!(rep.problems(), 0, "{then}: fsck finds\n{text}");
+    }
+}

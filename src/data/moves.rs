@@ -345,7 +345,10 @@ pub(crate) fn switch_to(
         })?,
         None => None,
     };
-    // A file with one name: the entries the renames replace, kept until the last one.
+    // A file with one name: the entries the renames replace, kept until the last one, so
+    // a failed rename can be undone in process. Not a crash between the renames: the
+    // kept links are in limbo, which the next mount empties before its scan, and the file
+    // is left with some pieces old and some new (only a journal would close that).
     let kept = match &staged {
         Some(_) => Vec::new(),
         None => keep_old(fs, ino, m, &final_path)?,

@@ -359,19 +359,52 @@ pub fn carry_out<'a>(
             let _ = b.unlink(&tmp);
         })
     };
+    let mut changed: Vec<(usize, PathBuf)> = Vec::new();
     for s in &p.steps {
-        match *s {
+        let (tier, e) = match *s {
             Step::Link { name, tier } => {
-                link_over(on(tier).0, &entry(None, tier), &entry(Some(name), tier))?
+                let e = entry(Some(name), tier);
+                link_over(on(tier).0, &entry(None, tier), &e)?;
+                (tier, e)
             }
             Step::RestorePrimary { name, tier } => {
-                link_over(on(tier).0, &entry(Some(name), tier), &entry(None, tier))?
+                let e = entry(None, tier);
+                link_over(on(tier).0, &entry(Some(name), tier), &e)?;
+                (tier, e)
             }
-            Step::Unlink { name, tier } => on(tier).0.unlink(&entry(Some(name), tier))?,
-            Step::UnlinkPrimary { tier } => on(tier).0.unlink(&entry(None, tier))?,
-        }
+            Step::Unlink { name, tier } => {
+                let e = entry(Some(name), tier);
+                on(tier).0.unlink(&e)?;
+                (tier, e)
+            }
+            Step::UnlinkPrimary { tier } => {
+                let e = entry(None, tier);
+                on(tier).0.unlink(&e)?;
+                (tier, e)
+            }
+        };
+        changed.push((tier, e.parent().unwrap_or(Path::new("")).to_path_buf()));
+    }
+    // Durable before the caller removes the journal: the steps touch other tiers'
+    // filesystems than the journal's, and a power cut that kept the removal but lost a
+    // step would leave a name mixed with no journal to settle it.
+    changed.sort();
+    changed.dedup();
+    for (t, d) in changed {
+        on(t)
+            .0
+            .open(&d, libc::O_RDONLY | libc::O_DIRECTORY, 0)?
+            .sync_all()?;
     }
     Ok(v)
+}
+
+/// Makes the removal or renaming of a journal in `meta` durable (best effort: the
+/// worst a lost one does is settle the journal again, which finds nothing left to do).
+fn sync_folder(meta: Option<&Path>) {
+    if let Some(Ok(f)) = meta.map(std::fs::File::open) {
+        let _ = f.sync_all();
+    }
 }
 
 /// Settles the journal at `path` for the mount's scan and `fsck --repair` alike, on the
@@ -461,6 +494,7 @@ pub fn finish<'a>(
         }
     };
     std::fs::remove_file(path).map_err(|e| format!("{done}, but the journal stays: {e}"))?;
+    sync_folder(path.parent());
     Ok(done)
 }
 
@@ -469,7 +503,10 @@ pub fn finish<'a>(
 pub fn set_aside(path: &Path, why: &str) -> String {
     let to = path.with_extension("unfinished");
     match std::fs::rename(path, &to) {
-        Ok(()) => format!("{why} (journal set aside as {})", to.display()),
+        Ok(()) => {
+            sync_folder(path.parent());
+            format!("{why} (journal set aside as {})", to.display())
+        }
         Err(e) => format!(
             "{why} (and the journal {} could not be set aside: {e})",
             path.display()

@@ -52,6 +52,13 @@ pub(crate) fn relocate(
     bad: Option<usize>,
     need: u64,
 ) -> Result<()> {
+    // A failed inode (a move of a file with several names torn on the tiers) stays as the
+    // tiers have it for the next mount to settle from its journal: moved again, the first
+    // move's new pieces would count as old and the journal would no longer match. Every
+    // caller is covered here: a write-back's or re-layout's rescue, a cached file's move.
+    if crate::vfs::contain::is_failed(fs, ino) {
+        return Err(Error::Failed { ino });
+    }
     if !relocate_once(fs, ino, node, bad, need, false)? {
         // A cached file whose switch could not get the tree lock in time: again, holding
         // it from the start (the copy then runs under it: the rare case).

@@ -1309,3 +1309,47 @@ fn a_files_spread_failing_at_its_old_tier_removes_the_new_piece() {
         assert_eq!(rep.problems(), 0, "{then}: fsck finds\n{text}");
     }
 }
+
+/// A tier that refuses a second name for a piece (a filesystem without hard links, or at
+/// its link limit: EPERM): a file with one name still moves, without its old pieces kept;
+/// and if a later rename then fails, the file fails (EIO on every access, reported LOST
+/// at unmount) instead of reading a mix of old and new pieces.
+#[test]
+fn a_tier_refusing_links_still_moves_a_file_and_a_torn_move_then_fails_it() {
+    for torn in [false, true] {
+        let d = tempfile::tempdir().unwrap();
+        let (old, new) = (pattern(SIZE, 25), pattern(SIZE, 26));
+        let (fs, ino) = setup(d.path(), &old);
+        let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
+        // The first tier's first link: the one that would keep its old piece.
+        tierfs::beneath::fail_nth(&roots[0], tierfs::beneath::Fault::Link, 1, libc::EPERM);
+        if torn {
+            tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EACCES);
+        }
+        rewrite(&fs, ino, &new);
+        for r in &roots {
+            assert_eq!(
+                tierfs::beneath::faults_pending(r),
+                0,
+                "torn {torn}: not reached"
+            );
+        }
+        if torn {
+            assert!(fs.is_failed(ino), "torn: the inode is served");
+            assert_eq!(one_name_reads(&fs, &old, &new, "torn"), "EIO");
+            let lost = fs.shutdown();
+            assert!(
+                lost.len() == 1 && lost[0].starts_with("/f.swp: "),
+                "torn: not reported: {lost:?}"
+            );
+        } else {
+            assert!(!fs.is_failed(ino), "the inode failed");
+            assert_eq!(one_name_reads(&fs, &old, &new, "moved"), "new");
+            assert_eq!(fs.shutdown(), Vec::<String>::new(), "lost");
+            drop(fs);
+            assert_eq!(move_leftovers(d.path()), Vec::<String>::new());
+            let (rep, text) = fsck(d.path(), false);
+            assert_eq!(rep.problems(), 0, "fsck finds\n{text}");
+        }
+    }
+}

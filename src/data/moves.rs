@@ -408,9 +408,29 @@ fn kept_path(fs: &TierFs, t: usize, ino: u64, suffix: &str) -> PathBuf {
         .join(format!("{TMP_PREFIX}{ino}{suffix}.old"))
 }
 
-/// (tier, the kept link of the entry its rename replaces; `None` on a tier the file has
-/// no entry on) for each tier of a move's layout, in the order of the renames.
-type Kept = Vec<(usize, Option<PathBuf>)>;
+/// What [`keep_old`] kept on one tier of a move's layout.
+enum Keep {
+    /// The link of the entry the rename replaces.
+    Link(PathBuf),
+    /// The file has no entry there: putting back removes the new one.
+    NoEntry,
+    /// The tier refused the link (a filesystem without hard links, or at its link
+    /// limit): the move goes on as before keeping existed, and a rename failing after
+    /// this tier's fails the inode rather than leave it mixed.
+    Refused(std::io::Error),
+}
+
+/// (tier, what was kept) for each tier of a move's layout, in the order of the renames.
+type Kept = Vec<(usize, Keep)>;
+
+/// A link refusal that says the tier cannot keep a second name (rather than a failing
+/// tier): the move must not depend on it.
+fn link_unsupported(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EPERM) | Some(libc::EOPNOTSUPP) | Some(libc::EMLINK) | Some(libc::ENOSYS)
+    )
+}
 
 /// Before the renames of a file with one name: links each entry a rename will replace
 /// (an old piece, on a tier both layouts use) under a second name in limbo, so that a
@@ -439,9 +459,13 @@ fn keep_old(
             r = b.unlink(&keep).and_then(|()| b.link(&entry, &keep));
         }
         match r {
-            Ok(()) => kept.push((t, Some(keep))),
+            Ok(()) => kept.push((t, Keep::Link(keep))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !b.exists(&entry) => {
-                kept.push((t, None))
+                kept.push((t, Keep::NoEntry))
+            }
+            Err(e) if link_unsupported(&e) => {
+                log::debug!("tier '{}' keeps no second name ({e})", fs.tiers[t].name);
+                kept.push((t, Keep::Refused(e)))
             }
             Err(e) => {
                 drop_kept(fs, &kept);
@@ -453,9 +477,9 @@ fn keep_old(
 }
 
 /// Removes [`keep_old`]'s links (after the last rename, or when none was made).
-fn drop_kept(fs: &TierFs, kept: &[(usize, Option<PathBuf>)]) {
+fn drop_kept(fs: &TierFs, kept: &[(usize, Keep)]) {
     for (t, k) in kept {
-        if let Some(k) = k {
+        if let Keep::Link(k) = k {
             if let Err(e) = fs.tiers[*t].fs().unlink(k) {
                 log::warn!("cannot remove {}: {e}", k.display());
             }
@@ -473,7 +497,7 @@ fn put_back(
     fs: &TierFs,
     ino: u64,
     m: &Migration,
-    kept: &[(usize, Option<PathBuf>)],
+    kept: &[(usize, Keep)],
     done: usize,
     final_path: &impl Fn(usize) -> PathBuf,
 ) {
@@ -489,8 +513,12 @@ fn put_back(
             log::warn!("cannot link the new piece back as {}: {e}", tmp.display());
         }
         let r = match k {
-            Some(k) => b.rename(k, &entry, 0),
-            None => b.unlink(&entry),
+            Keep::Link(k) => b.rename(k, &entry, 0),
+            Keep::NoEntry => b.unlink(&entry),
+            Keep::Refused(e) => Err(std::io::Error::new(
+                e.kind(),
+                format!("its old piece was not kept: the tier refused a link ({e})"),
+            )),
         };
         if let Err(e) = r {
             fs.tiers[*t].note_error(&e);

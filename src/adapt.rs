@@ -100,7 +100,7 @@ pub(crate) fn tick_shared(fs: &TierFs) -> bool {
         if let Some(sh) = sh {
             let c = crate::coord::Counters {
                 tier_bytes: bytes(t),
-                tier_busy_ns: t.counters.io_busy.total_ns(),
+                tier_busy_ns: t.shared_busy_ns(),
                 all_bytes: all,
             };
             sh.tick(now, c, t.queueing.saturated());

@@ -86,6 +86,10 @@ pub struct TierSample {
     pub shared_live: Option<u64>,
     #[serde(default)]
     pub shared_allot_bps: Option<f64>,
+    /// Seconds the daemon's threads waited for a core on this tier's requests, so far: a
+    /// recording shows when the machine's load, not the tier, held the requests up.
+    #[serde(default)]
+    pub core_wait_s: f64,
 }
 
 /// One sample of a mount.
@@ -140,6 +144,7 @@ impl Sample {
                     saturated: t.saturated,
                     shared_live: t.shared.as_ref().map(|x| x.live_nodes as u64),
                     shared_allot_bps: t.shared.as_ref().map(|x| x.allot_bps),
+                    core_wait_s: t.core_wait_s,
                     ..TierSample::default()
                 })
                 .collect(),
@@ -341,7 +346,7 @@ impl Format {
 }
 
 /// CSV columns, in order.
-pub const CSV_COLUMNS: [&str; 33] = [
+pub const CSV_COLUMNS: [&str; 34] = [
     "time",
     "elapsed_s",
     "pid",
@@ -375,6 +380,7 @@ pub const CSV_COLUMNS: [&str; 33] = [
     "saturated",
     "shared_live",
     "shared_allot_bps",
+    "core_wait_s",
 ];
 
 fn csv_opt_u(v: Option<u64>) -> String {
@@ -436,6 +442,7 @@ pub fn write_sample(w: &mut impl Write, f: Format, s: &Sample) -> std::io::Resul
                     t.saturated.to_string(),
                     csv_opt_u(t.shared_live),
                     csv_opt_f(t.shared_allot_bps),
+                    format!("{:.3}", t.core_wait_s),
                 ];
                 writeln!(w, "{}", row.join(","))?;
             }
@@ -600,6 +607,7 @@ impl CsvRow<'_> {
             saturated: self.get("saturated") == "true",
             shared_live: self.opt("shared_live")?,
             shared_allot_bps: self.opt("shared_allot_bps")?,
+            core_wait_s: self.opt("core_wait_s")?.unwrap_or(0.0),
         })
     }
 }

@@ -268,6 +268,34 @@ pub fn trim_heap() {
     }
 }
 
+/// Nanoseconds the calling thread has spent runnable but waiting for a core (the second
+/// field of `/proc/thread-self/schedstat`), or `None` where the kernel does not keep it.
+/// A tier request's wall time includes this wait; on a machine short of cores it would
+/// read as a slow tier (the bandwidth estimates take it out, [`crate::tier::NetBusy`]).
+/// One `pread` of a file each thread opens once: about a microsecond.
+pub fn thread_run_delay_ns() -> Option<u64> {
+    use std::os::unix::fs::FileExt;
+    thread_local! {
+        static SCHEDSTAT: Option<std::fs::File> =
+            std::fs::File::open("/proc/thread-self/schedstat").ok();
+    }
+    SCHEDSTAT.with(|f| {
+        let mut buf = [0u8; 96];
+        let n = f.as_ref()?.read_at(&mut buf, 0).ok()?;
+        parse_run_delay(&buf[..n])
+    })
+}
+
+/// The run delay from a schedstat line: `<on-cpu ns> <run delay ns> <timeslices>`.
+fn parse_run_delay(line: &[u8]) -> Option<u64> {
+    std::str::from_utf8(line)
+        .ok()?
+        .split_ascii_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 /// Whether `uid` is the effective user of this process.
 pub fn euid() -> u32 {
     // SAFETY: geteuid cannot fail.
@@ -277,6 +305,43 @@ pub fn euid() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_delay_is_the_second_schedstat_field_and_grows_with_contention() {
+        assert_eq!(parse_run_delay(b"123 456 7\n"), Some(456));
+        assert_eq!(parse_run_delay(b"123"), None);
+        assert_eq!(parse_run_delay(b"x y z"), None);
+        let before = thread_run_delay_ns()
+            .expect("/proc/thread-self/schedstat (a kernel with CONFIG_SCHED_INFO)");
+        // More spinning threads than cores: this thread must wait for a core at some point.
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinners: Vec<_> = (0..cores * 2)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        let t0 = std::time::Instant::now();
+        let mut after = before;
+        while after == before && t0.elapsed() < std::time::Duration::from_secs(10) {
+            let mut x = 0u64;
+            for i in 0..1_000_000u64 {
+                x = x.wrapping_add(std::hint::black_box(i));
+            }
+            std::hint::black_box(x);
+            after = thread_run_delay_ns().unwrap();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for s in spinners {
+            s.join().unwrap();
+        }
+        assert!(after > before, "no run delay seen in 10 s of contention");
+    }
 
     #[test]
     fn xattr_round_trip_and_space() {

@@ -2,7 +2,7 @@
 # bench-nodes.sh - N simulated nodes of one job sharing one slow tier (issue #17).
 #
 #   tools/bench-nodes.sh [--nodes "1 2 4"] [--runs 3] [--steps 6] [--targets "direct tierfs solo"]
-#                        [--scenario busy|idle|writer] [--out DIR]
+#                        [--scenario busy|idle|writer|hogs] [--out DIR]
 #
 # Root; tierbed with --ram and --force ($TIERBED, else /work/shared/tierbed/tierbed.sh).
 # On one machine, as a job's nodes share a Lustre file system: node i has its own fast tier
@@ -24,6 +24,8 @@
 #            stated: one node probes it for the job
 #   solo     the same without the shared_* keys (what tierfs did before issue #17: each
 #            node probes the shared tier and follows its own estimates)
+#   before   the tierfs target with the binary in $BEFORE (a build to compare against,
+#            interleaved in the same run)
 #   private  each node with a slow tier of its own capped at SLOW/N (what a perfect split
 #            of the shared tier gives each node: the same floor, no coordination needed);
 #            the gap between it and the floor is the daemon's cost, not the sharing's
@@ -33,6 +35,9 @@
 #            tier should be its N = 1 share)
 #   writer   every node runs it while a foreign fio writer (O_DIRECT 1 MiB, 2 jobs x QD 8)
 #            writes to the shared tier outside the job
+#   hogs     every node runs it while $HOGS (default 4) processes spin on the CPU, as an
+#            optimizer takes the cores: the tiers' estimates must not read the machine's
+#            load as slow tiers
 # Replay per node: tierfs-replay DIR $REPLAY_ARGS --steps S (default: --ranks 1 --subgroups 8
 # --subgroup-bytes 32MiB --engine libaio). Per node and run: the median optimizer-step I/O
 # time, divided by the same node's direct time of that run. Printed per N: per node the
@@ -74,7 +79,11 @@ while [ $# -gt 0 ]; do
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
-case $SCEN in busy|idle|writer) ;; *) echo "--scenario: busy, idle or writer" >&2; exit 2 ;; esac
+if [[ " $TARGETS " == *" before "* ]] && [ ! -x "${BEFORE:-}" ]; then
+  echo "bench-nodes.sh: target 'before' needs BEFORE=<a tierfs binary>" >&2; exit 2
+fi
+case $SCEN in busy|idle|writer|hogs) ;; *) echo "--scenario: busy, idle, writer or hogs" >&2; exit 2 ;; esac
+HOGS=${HOGS:-4}
 [ "$(id -u)" = 0 ] || { echo "bench-nodes.sh needs root (tierbed)" >&2; exit 2; }
 [ -x "$TIERFS" ] && [ -x "$REPLAY" ] || (cd "$HERE" && cargo build --release)
 mkdir -p "$OUT"
@@ -85,6 +94,7 @@ cleanup() {
   set +e
   for m in "$OUT"/mnt/*; do mountpoint -q "$m" && "$TIERFS" unmount "$m" >/dev/null 2>&1; done
   [ -n "${FIO_PID:-}" ] && kill "$FIO_PID" 2>/dev/null
+  [ -n "${HOG_PIDS:-}" ] && kill $HOG_PIDS 2>/dev/null
   for t in "${UP[@]}"; do bash "$TB" down "$t" --purge >/dev/null 2>&1; done
 }
 trap cleanup EXIT
@@ -115,7 +125,7 @@ name = "pfs"
 path = "$slow"
 create = true
 EOT
-  if [ "$tg" = tierfs ]; then
+  if [ "$tg" = tierfs ] || [ "$tg" = before ]; then
     cat >>"$f" <<EOT
 shared_ledger = "$SLOWMNT/ledger"
 shared_job = "$JOB"
@@ -161,7 +171,8 @@ for n in $NODES; do
           rm -f "$OUT/logs/N$n-$tg-node$i.log"
           cfg=$(config "$n" "$i" "$tg")
           # All nodes mount at once, as a job's nodes do.
-          "$TIERFS" mount --config "$cfg" "$m" >"$OUT/logs/$tag-node$i.mount" 2>&1 &
+          bin=$TIERFS; [ "$tg" = before ] && bin=$BEFORE
+          "$bin" mount --config "$cfg" "$m" >"$OUT/logs/$tag-node$i.mount" 2>&1 &
           DIRS+=("$m/ds")
         fi
       done
@@ -181,6 +192,12 @@ for n in $NODES; do
         fio --name=foreign --directory="$SLOWMNT/foreign" --rw=write --bs=1M --direct=1 --size=256M \
           --numjobs=2 --iodepth=8 --ioengine=libaio --time_based --runtime=3600 --output=/dev/null >/dev/null 2>&1 &
         FIO_PID=$!
+      fi
+      HOG_PIDS=
+      if [ "$SCEN" = hogs ]; then
+        for _ in $(seq 1 "$HOGS"); do
+          python3 -c 'while True: pass' & HOG_PIDS+="$! "
+        done
       fi
       C0=(); for pid in "${PIDS[@]}"; do C0+=("$(cpu_of "$pid")"); done
       read -r B0 T0 < <(machine_busy)
@@ -205,6 +222,10 @@ for n in $NODES; do
         [ "$pid" = 0 ] && continue
         CPU+="$(( $(cpu_of "$pid") - ${C0[$k]} )) "
       done
+      if [ -n "$HOG_PIDS" ]; then
+        # shellcheck disable=SC2086
+        kill $HOG_PIDS 2>/dev/null || true; wait $HOG_PIDS 2>/dev/null || true; HOG_PIDS=
+      fi
       if [ -n "${FIO_PID:-}" ]; then kill "$FIO_PID" 2>/dev/null || true; wait "$FIO_PID" 2>/dev/null || true; FIO_PID=; rm -rf "$SLOWMNT/foreign"; fi
       for p in "${RECS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
       if [ "$tg" != direct ]; then

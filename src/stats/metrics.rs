@@ -136,6 +136,10 @@ pub const TIER_SATURATED: Metric = gauge(
     "tierfs_tier_saturated",
     "1 while the tier queues: its latency per byte rose to twice its best or more while its throughput did not grow.",
 );
+pub const TIER_CORE_WAIT: Metric = counter(
+    "tierfs_tier_core_wait_seconds_total",
+    "Seconds the daemon's threads waited for a core while their requests to the tier ran (CPU starvation; the bandwidth estimates leave it out of the tier's busy time).",
+);
 pub const TIER_SHARED_LIVE_NODES: Metric = gauge(
     "tierfs_tier_shared_live_nodes",
     "For a tier the job's nodes share (shared_ledger): the live nodes in its ledger, this one included; absent otherwise or while the ledger cannot be written.",
@@ -281,6 +285,7 @@ pub const ALL: &[Metric] = &[
     TIER_SHARE,
     TIER_PAUSED,
     TIER_SATURATED,
+    TIER_CORE_WAIT,
     TIER_SHARED_LIVE_NODES,
     TIER_SHARED_ALLOT_BANDWIDTH,
     TIER_HEALTHY,
@@ -435,6 +440,7 @@ pub fn render(s: &Snapshot) -> String {
             n if n == TIER_SHARE.name => per_tier(s, |t| Some(Float(t.share))),
             n if n == TIER_PAUSED.name => per_tier(s, |t| Some(flag(t.paused))),
             n if n == TIER_SATURATED.name => per_tier(s, |t| Some(flag(t.saturated))),
+            n if n == TIER_CORE_WAIT.name => per_tier(s, |t| Some(Float(t.core_wait_s))),
             n if n == TIER_SHARED_LIVE_NODES.name => per_tier(s, |t| {
                 let sh = t.shared.as_ref().filter(|x| x.coordinated)?;
                 Some(Int(sh.live_nodes as u64))

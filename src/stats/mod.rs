@@ -79,6 +79,10 @@ pub struct TierStats {
     /// ([`crate::tier::Queueing`]).
     #[serde(default)]
     pub saturated: bool,
+    /// Seconds the daemon's threads waited for a core while their requests to this tier
+    /// ran: CPU starvation, which the estimates leave out of the tier's busy time.
+    #[serde(default)]
+    pub core_wait_s: f64,
     /// A tier the job's nodes share (`shared_ledger`): this node's view of the ledger.
     #[serde(default)]
     pub shared: Option<SharedStats>,

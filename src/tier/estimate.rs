@@ -49,6 +49,55 @@ impl Busy {
     }
 }
 
+/// Busy time with the part its requests' threads spent waiting for a core taken out.
+///
+/// A request's wall time is the tier's work plus the time its thread, runnable, waited for
+/// a core (the I/O done, the completion not yet handled). On a node whose cores the
+/// optimizer or other daemons take, that wait is the machine's load, not the tier's: left
+/// in, every tier reads slower and queueing, and a shared tier's job capacity falls with
+/// the load, pausing the tier for nothing. Busy time is a union over concurrent requests,
+/// so the wait cannot be subtracted request by request; each period's busy time is scaled
+/// by the share of its completed requests' time that was not spent waiting.
+#[derive(Debug, Default)]
+pub struct NetBusy {
+    state: parking_lot::Mutex<NetState>,
+}
+
+#[derive(Debug, Default)]
+struct NetState {
+    /// The running totals at the last call: busy, net latency, core wait (ns).
+    busy: u64,
+    lat: u64,
+    wait: u64,
+    /// Net busy nanoseconds so far.
+    net: u64,
+}
+
+/// At most this share of a period's busy time is taken out: a tier whose requests did
+/// nothing but wait still moved its bytes in some time.
+pub const MAX_CORE_WAIT_SHARE: f64 = 0.9;
+
+impl NetBusy {
+    /// Advances from the running totals, `busy` (a [`Busy`] clock), `lat` (completed
+    /// requests' latency without core waits) and `wait` (their core waits), and returns the
+    /// net busy nanoseconds so far. Each instance keeps its own period, so each reader of
+    /// a tier's busy time has its own.
+    pub fn advance(&self, busy: u64, lat: u64, wait: u64) -> u64 {
+        let mut s = self.state.lock();
+        let db = busy.saturating_sub(s.busy);
+        let dl = lat.saturating_sub(s.lat);
+        let dw = wait.saturating_sub(s.wait);
+        let waited = if dl + dw == 0 {
+            0.0
+        } else {
+            (dw as f64 / (dl + dw) as f64).min(MAX_CORE_WAIT_SHARE)
+        };
+        s.net += (db as f64 * (1.0 - waited)) as u64;
+        (s.busy, s.lat, s.wait) = (busy, lat, wait);
+        s.net
+    }
+}
+
 /// The online bandwidth estimate of one direction: an exponentially weighted mean of
 /// bytes / busy time over sampling intervals that saw enough traffic to mean something.
 #[derive(Debug, Default)]
@@ -256,6 +305,54 @@ mod tests {
         // A stall: busy for 2 s with nothing completed still counts, and pulls it down.
         let stalled = e.sample(200_000_000, 2_300_000_000).unwrap();
         assert!(stalled < v * 0.75, "{stalled} vs {v}");
+    }
+
+    #[test]
+    fn net_busy_takes_the_core_wait_share_out_of_each_period() {
+        let n = NetBusy::default();
+        // 1 s busy, requests spent 3 s at the tier and 1 s waiting for a core: 0.75 s.
+        assert_eq!(
+            n.advance(1_000_000_000, 3_000_000_000, 1_000_000_000),
+            750_000_000
+        );
+        // A period with no wait counts whole.
+        assert_eq!(
+            n.advance(2_000_000_000, 4_000_000_000, 1_000_000_000),
+            1_750_000_000
+        );
+        // Busy with nothing completed (a stall): whole, a stalled tier must read slow.
+        assert_eq!(
+            n.advance(3_000_000_000, 4_000_000_000, 1_000_000_000),
+            2_750_000_000
+        );
+        // Nothing but waiting: at most MAX_CORE_WAIT_SHARE is taken out.
+        let got = n.advance(4_000_000_000, 4_000_000_000, 2_000_000_000);
+        assert_eq!(
+            got,
+            2_750_000_000 + ((1.0 - MAX_CORE_WAIT_SHARE) * 1e9) as u64
+        );
+        // Never backwards.
+        assert_eq!(n.advance(4_000_000_000, 4_000_000_000, 2_000_000_000), got);
+    }
+
+    #[test]
+    fn an_estimate_from_net_busy_time_does_not_read_core_waits_as_a_slow_tier() {
+        // A tier that moves 400 MB/s while busy; its requests' threads wait as long again
+        // for a core (wall busy time doubled by the load).
+        let (plain, net) = (Estimate::default(), Estimate::default());
+        let nb = NetBusy::default();
+        let (mut busy, mut lat, mut wait, mut bytes) = (0u64, 0u64, 0u64, 0u64);
+        for _ in 0..5 {
+            bytes += 400_000_000;
+            busy += 2_000_000_000;
+            lat += 4_000_000_000; // e.g. 4 requests in flight, 1 s each at the tier ...
+            wait += 4_000_000_000; // ... and 1 s each waiting for a core
+            plain.sample(bytes, busy);
+            net.sample(bytes, nb.advance(busy, lat, wait));
+        }
+        let (p, n) = (plain.get().unwrap(), net.get().unwrap());
+        assert!((p - 200e6).abs() < 1.0, "wall busy time halves it: {p}");
+        assert!((n - 400e6).abs() < 1.0, "net busy time keeps it: {n}");
     }
 
     #[test]

@@ -16,9 +16,9 @@ mod estimate;
 mod folder;
 use estimate::{epoch_ns, within};
 pub use estimate::{
-    judge_queueing, Busy, Estimate, Queueing, EWMA_ALPHA, EWMA_ALPHA_DOWN, MIN_SAMPLE_BUSY_NS,
-    MIN_SAMPLE_BYTES, QUEUE_LATENCY, QUEUE_MIN_BYTES, QUEUE_MIN_REQUESTS, QUEUE_THROUGHPUT,
-    STALL_BUSY_NS,
+    judge_queueing, Busy, Estimate, NetBusy, Queueing, EWMA_ALPHA, EWMA_ALPHA_DOWN,
+    MIN_SAMPLE_BUSY_NS, MIN_SAMPLE_BYTES, QUEUE_LATENCY, QUEUE_MIN_BYTES, QUEUE_MIN_REQUESTS,
+    QUEUE_THROUGHPUT, STALL_BUSY_NS,
 };
 pub use folder::{discard_contents, remove_folder};
 
@@ -69,9 +69,14 @@ pub struct TierCounters {
     /// Free space promised to cached data that is still only in memory (see
     /// [`Tier::try_reserve`]).
     pub reserved: AtomicU64,
-    /// Nanoseconds spent in backing reads and writes (busy time, for bandwidth).
+    /// Nanoseconds spent in completed backing reads and writes, less the time their
+    /// threads waited for a core (the queueing detector's latency) ...
     pub read_ns: AtomicU64,
     pub write_ns: AtomicU64,
+    /// ... and that wait ([`crate::sys::thread_run_delay_ns`]): the machine's load, which
+    /// the estimates take out of the busy time ([`NetBusy`]).
+    pub read_core_wait_ns: AtomicU64,
+    pub write_core_wait_ns: AtomicU64,
     /// Kernel passthrough handles open now, and opened since mount. Their I/O never reaches
     /// the daemon, so it shows in the device counters, not in the byte counters above.
     pub pt_open: AtomicU64,
@@ -138,6 +143,11 @@ pub struct Tier {
     pub est_write: Estimate,
     /// Whether the tier queues (latency per byte up, throughput not).
     pub queueing: Queueing,
+    /// Busy time net of core waits, one period each for its readers: the two estimates
+    /// and the shared-tier ledger ([`Tier::shared_busy_ns`]).
+    net_read: NetBusy,
+    net_write: NetBusy,
+    net_shared: NetBusy,
     /// Left out of a degraded mount (its folder was missing or unusable): nothing of it is
     /// opened, created or read.
     pub missing: bool,
@@ -220,6 +230,9 @@ impl Tier {
             est_read: Estimate::default(),
             est_write: Estimate::default(),
             queueing: Queueing::default(),
+            net_read: NetBusy::default(),
+            net_write: NetBusy::default(),
+            net_shared: NetBusy::default(),
             missing: false,
             last_sample_ns: AtomicU64::new(epoch_ns().max(1)),
             last_probe_ns: AtomicU64::new(0),
@@ -256,6 +269,9 @@ impl Tier {
             est_read: Estimate::default(),
             est_write: Estimate::default(),
             queueing: Queueing::default(),
+            net_read: NetBusy::default(),
+            net_write: NetBusy::default(),
+            net_shared: NetBusy::default(),
             missing: true,
             last_sample_ns: AtomicU64::new(0),
             last_probe_ns: AtomicU64::new(0),
@@ -333,13 +349,19 @@ impl Tier {
     /// either changed.
     pub fn sample_bandwidth(&self) -> bool {
         let c = &self.counters;
-        let r = self
-            .est_read
-            .sample(c.bytes_read.load(Ordering::Relaxed), c.read_busy.total_ns());
-        let w = self.est_write.sample(
-            c.bytes_written.load(Ordering::Relaxed),
-            c.write_busy.total_ns(),
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let read_busy = self.net_read.advance(
+            c.read_busy.total_ns(),
+            load(&c.read_ns),
+            load(&c.read_core_wait_ns),
         );
+        let write_busy = self.net_write.advance(
+            c.write_busy.total_ns(),
+            load(&c.write_ns),
+            load(&c.write_core_wait_ns),
+        );
+        let r = self.est_read.sample(load(&c.bytes_read), read_busy);
+        let w = self.est_write.sample(load(&c.bytes_written), write_busy);
         let was = self.queueing.saturated();
         let now = self.queueing.sample(
             c.read_ns.load(Ordering::Relaxed) + c.write_ns.load(Ordering::Relaxed),
@@ -350,7 +372,8 @@ impl Tier {
         if now != was {
             if now {
                 log::info!(
-                    "tier '{}' queues: its latency per byte rose to {QUEUE_LATENCY}x or more                      while its throughput did not; it is saturated",
+                    "tier '{}' queues: its latency per byte rose to {QUEUE_LATENCY}x or more \
+                     while its throughput did not; it is saturated",
                     self.name
                 );
             } else {
@@ -363,6 +386,27 @@ impl Tier {
         }
         let probed = self.probe_fresh.swap(false, Ordering::AcqRel);
         r.is_some() || w.is_some() || probed
+    }
+
+    /// Nanoseconds with any request in flight, net of core waits ([`NetBusy`]): the busy
+    /// time behind a shared tier's busy rate in the ledger. For one reader (the ledger's
+    /// tick): each call closes a period.
+    pub fn shared_busy_ns(&self) -> u64 {
+        let c = &self.counters;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        self.net_shared.advance(
+            c.io_busy.total_ns(),
+            load(&c.read_ns) + load(&c.write_ns),
+            load(&c.read_core_wait_ns) + load(&c.write_core_wait_ns),
+        )
+    }
+
+    /// Seconds completed requests' threads waited for a core, reads and writes.
+    pub fn core_wait_s(&self) -> f64 {
+        let c = &self.counters;
+        (c.read_core_wait_ns.load(Ordering::Relaxed) + c.write_core_wait_ns.load(Ordering::Relaxed))
+            as f64
+            / 1e9
     }
 
     /// Claims a recovery probe if one is due: the tier's share was cut (`cut`), its own

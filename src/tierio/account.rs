@@ -35,19 +35,23 @@ impl<'a> InFlight<'a> {
     }
 
     /// Records the outcome: `done` is the bytes moved, `None` for a failure (counted by
-    /// the caller with the tier's errors).
-    pub(super) fn finish(self, done: Option<u64>) {
+    /// the caller with the tier's errors); `core_wait_ns`, how long the submitting thread
+    /// waited for a core meanwhile, is split from the request's time.
+    pub(super) fn finish(self, done: Option<u64>, core_wait_ns: u64) {
         let Some(done) = done else { return };
         let c = &self.tier.counters;
         let ns = self.start.elapsed().as_nanos() as u64;
+        let wait = core_wait_ns.min(ns);
         if self.write {
             c.writes.fetch_add(1, Ordering::Relaxed);
             c.bytes_written.fetch_add(done, Ordering::Relaxed);
-            c.write_ns.fetch_add(ns, Ordering::Relaxed);
+            c.write_ns.fetch_add(ns - wait, Ordering::Relaxed);
+            c.write_core_wait_ns.fetch_add(wait, Ordering::Relaxed);
         } else {
             c.reads.fetch_add(1, Ordering::Relaxed);
             c.bytes_read.fetch_add(done, Ordering::Relaxed);
-            c.read_ns.fetch_add(ns, Ordering::Relaxed);
+            c.read_ns.fetch_add(ns - wait, Ordering::Relaxed);
+            c.read_core_wait_ns.fetch_add(wait, Ordering::Relaxed);
         }
     }
 }

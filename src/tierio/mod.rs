@@ -72,11 +72,18 @@ impl<'a> Io<'a> {
             .zip(ops.iter())
             .map(|(t, op)| InFlight::start(&self.tiers[*t], class, op.is_write()))
             .collect();
+        // The engine runs the whole batch on this thread: its wait for a core is every
+        // request's (none read for a probe, which counts nothing).
+        let counted = ios.iter().any(Option::is_some);
+        let delay0 = counted.then(crate::sys::thread_run_delay_ns).flatten();
         let results = self.engine.run(class, ops);
+        let core_wait = delay0
+            .and_then(|d0| Some(crate::sys::thread_run_delay_ns()?.saturating_sub(d0)))
+            .unwrap_or(0);
         for ((io, r), (t, op)) in ios.into_iter().zip(&results).zip(at.iter().zip(ops.iter())) {
             let done = r.as_ref().ok().map(|n| *n as u64);
             if let Some(io) = io {
-                io.finish(done);
+                io.finish(done, core_wait);
             }
             if let Err(e) = r {
                 self.failed(*t, class, op.is_write(), e);

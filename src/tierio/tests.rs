@@ -191,3 +191,66 @@ fn a_recovery_probe_arrives_as_a_probe_and_is_not_traffic() {
     );
     assert!(t.est_write.get().is_some());
 }
+
+/// Busy on the CPU for 20 ms before each batch, so a thread short of a core waits in it.
+#[derive(Debug)]
+struct Spinning;
+
+impl Engine for Spinning {
+    fn name(&self) -> &'static str {
+        "spinning"
+    }
+
+    fn run(&self, class: Class, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>> {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < std::time::Duration::from_millis(20) {
+            std::hint::spin_loop();
+        }
+        Psync.run(class, ops)
+    }
+}
+
+#[test]
+fn a_requests_wait_for_a_core_is_counted_apart_from_its_time() {
+    let d = tempfile::tempdir().unwrap();
+    let tiers = vec![tier(d.path(), 0)];
+    let piece = Piece::open_new(&tiers[0].data.join("f"), 0o600, false).unwrap();
+    let io = Io::new(&Spinning, &tiers);
+    // Twice as many spinning threads as cores: the submitting thread must wait for one.
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let spinners: Vec<_> = (0..cores * 2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let t0 = std::time::Instant::now();
+    let mut batches = 0u64;
+    while counter(&tiers[0], |c| &c.write_core_wait_ns) == 0
+        && t0.elapsed() < std::time::Duration::from_secs(20)
+    {
+        io.write(Class::DemandWrite, 0, &piece, b"0123", 0).unwrap();
+        batches += 1;
+    }
+    let wall = t0.elapsed().as_nanos() as u64;
+    stop.store(true, Ordering::Relaxed);
+    for s in spinners {
+        s.join().unwrap();
+    }
+    let wait = counter(&tiers[0], |c| &c.write_core_wait_ns);
+    let net = counter(&tiers[0], |c| &c.write_ns);
+    assert!(wait > 0, "no core wait counted in {batches} batches");
+    // Split, not lost: each request took at least its 20 ms, and its own part is there.
+    assert!(net > 0);
+    assert!(
+        net + wait >= batches * 20_000_000,
+        "{net} + {wait} ns over {batches} batches"
+    );
+    assert!(net + wait <= wall, "{net} + {wait} > {wall}");
+    assert!((tiers[0].core_wait_s() - wait as f64 / 1e9).abs() < 1e-9);
+}

@@ -203,6 +203,7 @@ fn tier_stats(fs: &TierFs, t: &Tier, shares: &[f64]) -> TierStats {
         est_read_bps: t.est_read.get(),
         est_write_bps: t.est_write.get(),
         saturated: t.queueing.saturated(),
+        core_wait_s: t.core_wait_s(),
         shared: fs.shared_tier(t.index).map(|sh| {
             let plan = sh.plan();
             let p = plan.unwrap_or_default();

@@ -386,6 +386,14 @@ fn per_tier(
         .collect()
 }
 
+/// A shared tier's view of the job's ledger, while the node is coordinated.
+fn shared(
+    s: &Snapshot,
+    f: impl Fn(&super::SharedStats) -> Value,
+) -> Vec<(Vec<(&str, String)>, Value)> {
+    per_tier(s, |t| t.shared.as_ref().filter(|x| x.coordinated).map(&f))
+}
+
 fn bandwidth(s: &Snapshot, f: impl Fn(&TierStats) -> f64) -> Vec<(Vec<(&str, String)>, Value)> {
     s.tiers
         .iter()
@@ -441,14 +449,8 @@ pub fn render(s: &Snapshot) -> String {
             n if n == TIER_PAUSED.name => per_tier(s, |t| Some(flag(t.paused))),
             n if n == TIER_SATURATED.name => per_tier(s, |t| Some(flag(t.saturated))),
             n if n == TIER_CORE_WAIT.name => per_tier(s, |t| Some(Float(t.core_wait_s))),
-            n if n == TIER_SHARED_LIVE_NODES.name => per_tier(s, |t| {
-                let sh = t.shared.as_ref().filter(|x| x.coordinated)?;
-                Some(Int(sh.live_nodes as u64))
-            }),
-            n if n == TIER_SHARED_ALLOT_BANDWIDTH.name => per_tier(s, |t| {
-                let sh = t.shared.as_ref().filter(|x| x.coordinated)?;
-                Some(Float(sh.allot_bps))
-            }),
+            n if n == TIER_SHARED_LIVE_NODES.name => shared(s, |sh| Int(sh.live_nodes as u64)),
+            n if n == TIER_SHARED_ALLOT_BANDWIDTH.name => shared(s, |sh| Float(sh.allot_bps)),
             n if n == TIER_HEALTHY.name => per_tier(s, |t| Some(flag(t.healthy))),
             n if n == TIER_DIRECT_IO.name => per_tier(s, |t| Some(flag(t.direct_io))),
             n if n == TIER_PASSTHROUGH_OPEN.name => per_tier(s, |t| Some(Int(t.passthrough_open))),

@@ -1326,6 +1326,7 @@ fn a_tier_refusing_links_still_moves_a_file_and_a_torn_move_then_fails_it() {
         if torn {
             tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EACCES);
         }
+        let before = layout(&fs);
         rewrite(&fs, ino, &new);
         for r in &roots {
             assert_eq!(
@@ -1344,6 +1345,9 @@ fn a_tier_refusing_links_still_moves_a_file_and_a_torn_move_then_fails_it() {
             );
         } else {
             assert!(!fs.is_failed(ino), "the inode failed");
+            // Moved at its close, not at the unmount's retry: the refused link did not
+            // stop the move.
+            assert_ne!(layout(&fs), before, "not moved");
             assert_eq!(one_name_reads(&fs, &old, &new, "moved"), "new");
             assert_eq!(fs.shutdown(), Vec::<String>::new(), "lost");
             drop(fs);

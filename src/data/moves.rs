@@ -455,7 +455,10 @@ fn keep_old(
         );
         let mut r = b.link(&entry, &keep);
         if matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists) {
-            // Left by a put-back that failed: that inode is failed, and this is a retry.
+            // Left by an earlier move's `drop_kept` that could not remove it (warned):
+            // a stale second name of an entry that move replaced. A failed inode, whose
+            // kept link may be its only old piece, never gets here (`relocate` and the
+            // commit at release refuse it).
             r = b.unlink(&keep).and_then(|()| b.link(&entry, &keep));
         }
         match r {
@@ -508,17 +511,26 @@ fn put_back(
             final_path(*t),
             tmp_path(fs, *t, ino, m.suffix),
         );
-        if let Err(e) = b.link(&entry, &tmp) {
-            // The move cannot be retried from this piece; the file is still put back.
-            log::warn!("cannot link the new piece back as {}: {e}", tmp.display());
-        }
         let r = match k {
-            Keep::Link(k) => b.rename(k, &entry, 0),
-            Keep::NoEntry => b.unlink(&entry),
-            Keep::Refused(e) => Err(std::io::Error::new(
-                e.kind(),
-                format!("its old piece was not kept: the tier refused a link ({e})"),
-            )),
+            Keep::Link(k) => {
+                // The new piece keeps a name (its temporary's, so the move can be tried
+                // again) while the old entry replaces it in one step.
+                if let Err(e) = b.link(&entry, &tmp) {
+                    // The retry will find no temporary and fail, reported at unmount.
+                    log::warn!("cannot link the new piece back as {}: {e}", tmp.display());
+                }
+                b.rename(k, &entry, 0)
+            }
+            // No old entry to put back: the new piece simply goes back to its temporary
+            // name (no second name needed, so a tier without hard links loses nothing).
+            Keep::NoEntry => b.rename(&entry, &tmp, 0),
+            Keep::Refused(e) => {
+                failed.push(format!(
+                    "{}: its old piece was not kept (the tier refused a link: {e})",
+                    entry.display()
+                ));
+                continue;
+            }
         };
         if let Err(e) = r {
             fs.tiers[*t].note_error(&e);

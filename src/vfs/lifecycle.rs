@@ -139,15 +139,17 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
     let tree = fs.tree.read();
     for (ino, n) in &tree.nodes {
         if contain::is_failed(fs, *ino) {
-            // Its state is not trusted: the next mount rebuilds it from the tiers, without
-            // a pending move's writes (a move torn between its pieces failed it).
+            // Its state is not trusted: the next mount rebuilds it from the tiers as they
+            // are, without a pending move's writes (its temporaries are in limbo).
             if let NodeData::File(f) = &n.data {
                 let st = f.state.read();
                 if st.migration.is_some() && !f.gone.load(Ordering::Relaxed) {
                     lost.push(format!(
-                        "{}: the writes since it was opened were being moved to a new \
-                         layout, which stopped between its pieces and failed the inode \
-                         (see the log); the next mount rebuilds it from the tiers without them",
+                        "{}: failed while the writes since it was opened were being moved \
+                         to a new layout (see the log): those writes are lost, and its \
+                         pieces on the tiers may no longer be of one layout (the next mount \
+                         may serve old and new stripes mixed, or zeros); restore it from a \
+                         copy",
                         namespace::describe_in(&tree, *ino)
                     ));
                 }

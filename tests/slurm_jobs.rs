@@ -254,10 +254,20 @@ impl Site {
     }
 
     fn wait_ended(&self, j: &Job, secs: u64) -> String {
+        // Slurm's passing states too: SIGNALING while a time limit's signals are delivered
+        // (seen in CI, between RUNNING and TIMEOUT/FAILED), STAGE_OUT, RESIZING.
         self.wait_state(j, secs, |s| {
             !matches!(
                 s,
-                "PENDING" | "RUNNING" | "CONFIGURING" | "COMPLETING" | "SUSPENDED" | ""
+                "PENDING"
+                    | "RUNNING"
+                    | "CONFIGURING"
+                    | "COMPLETING"
+                    | "SUSPENDED"
+                    | "SIGNALING"
+                    | "STAGE_OUT"
+                    | "RESIZING"
+                    | ""
             )
         })
     }

@@ -33,6 +33,15 @@
 //!   mount's other rules, with a warning. So is a journal whose other names are no longer
 //!   where it says, once the rest is done.
 //!
+//! A file with one name uses the same journal for a move with more than one rename
+//! (`crate::data::moves`): before the first rename, each entry a rename will replace is
+//! linked under one temporary name beside the primary (a *keep*, in the data folder, which
+//! the mount settles journals in before it removes temporaries), and the journal, with
+//! `keeps` set, names that as its one name. Keeps are never re-linked: the rule above
+//! undoes a torn move from them (they hold every old piece the primary lost), and on every
+//! verdict they are removed last ([`Step::Unlink`]). A journal without the `keeps` line
+//! (written before it existed) reads as one of other names.
+//!
 //! A journal that cannot be carried out at a mount that goes on (a tier left out of a
 //! degraded mount, an I/O error) is set aside too: once a name is served on its own, a
 //! later replay would throw away what was written to it. `tierfs export` only reads, so it

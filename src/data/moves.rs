@@ -2,7 +2,11 @@
 //! drifted from the shares, planning the new layout, making the new pieces as temporaries
 //! in limbo, copying bytes into them (each block from where it is), and switching over:
 //! the new pieces put in place of the file's, the old ones removed last, so a failure at
-//! any point leaves the file as it was.
+//! any point leaves the file as it was. The renames over the file's entries go tier by
+//! tier; what a rename replaces is kept until the last one (a file with other names: by
+//! those names, `crate::data::linked`; one with one name: a second link of each, a keep,
+//! `keep_old`) under a journal ([`crate::relink`]) written before the first, so a
+//! failure between them is undone at once and a crash between them by the next mount.
 
 use crate::config::Layout;
 use crate::data::cached;

@@ -1275,7 +1275,9 @@ fn root_names(fs: &TierFs) -> Vec<String> {
 /// tier's rename fails and putting the first tier's old piece back fails too, which
 /// leaves the tiers as a crash between the renames does (the first tier's new piece in
 /// place, the second's old one) with the keep journal written, and the process ends
-/// without an unmount. The next mount, after `fsck --repair` or not, undoes the move by
+/// without an unmount (or with one, which reports the file's rewrite LOST and leaves the
+/// tiers as they are; or killed before the put-back, every old entry still kept, that
+/// state made by hand). The next mount, after `fsck --repair` or not, undoes the move by
 /// the journal from the old entries the move kept: the file reads all of its old bytes
 /// from its old pieces, the listing shows no keep, nothing of the move is left and fsck
 /// finds nothing.
@@ -1284,8 +1286,14 @@ fn root_names(fs: &TierFs) -> Vec<String> {
 /// the remount read the first tier's new stripes with the second tier's old ones.
 #[test]
 fn a_files_move_cut_short_between_its_own_pieces_is_undone_by_the_next_mount() {
-    for repair in [false, true] {
-        let what = format!("fsck --repair {repair}");
+    for (then, repair) in [
+        ("crash", false),
+        ("crash", true),
+        ("kill", false),
+        ("kill", true),
+        ("unmount", false),
+    ] {
+        let what = format!("{then}, fsck --repair {repair}");
         let d = tempfile::tempdir().unwrap();
         let (old, new) = (pattern(SIZE, 27), pattern(SIZE, 28));
         let (fs, ino) = setup(d.path(), &old);
@@ -1304,8 +1312,25 @@ fn a_files_move_cut_short_between_its_own_pieces_is_undone_by_the_next_mount() {
             "{what}: not torn: {before:?} -> {torn:?}"
         );
         assert_eq!(one_name_reads(&fs, &old, &new, &what), "EIO", "{what}");
-        // The crash: no unmount.
+        if then == "unmount" {
+            let lost = fs.shutdown();
+            assert!(
+                lost.len() == 1 && lost[0].starts_with("/f.swp: "),
+                "{what}: not reported: {lost:?}"
+            );
+        }
         drop(fs);
+        if then == "kill" {
+            // Killed right after the first rename, before any put-back: the second tier's
+            // old entry is still kept too.
+            let (_, j) = tierfs::relink::list(&d.path().join("a/.tierfs-meta"))
+                .pop()
+                .unwrap();
+            let j = j.expect("the journal parses");
+            assert!(j.keeps, "{what}: not a keep journal");
+            let data = d.path().join("b/data");
+            std::fs::hard_link(data.join("f.swp"), data.join(&j.names[0])).unwrap();
+        }
         if repair {
             let (rep, text) = fsck(d.path(), true);
             assert!(

@@ -479,7 +479,8 @@ fn keep_old(
         let mut r = b.link(&entry, &keep);
         if matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists) {
             // Left by an earlier move's `drop_kept` that could not remove it (warned):
-            // a stale second name of an entry that move replaced. A failed inode, whose
+            // a stale second name of an entry that move replaced (in limbo; beside the
+            // name, a temporary of an earlier process with this one's id). A failed inode, whose
             // kept link may be its only old piece, never gets here (`relocate` and the
             // commit at release refuse it).
             r = b.unlink(&keep).and_then(|()| b.link(&entry, &keep));

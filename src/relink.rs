@@ -33,6 +33,15 @@
 //!   mount's other rules, with a warning. So is a journal whose other names are no longer
 //!   where it says, once the rest is done.
 //!
+//! A file with one name uses the same journal for a move with more than one rename
+//! (`crate::data::moves`): before the first rename, each entry a rename will replace is
+//! linked under one temporary name beside the primary (a *keep*, in the data folder, which
+//! the mount settles journals in before it removes temporaries), and the journal, with
+//! `keeps` set, names that as its one name. Keeps are never re-linked: the rule above
+//! undoes a torn move from them (they hold every old piece the primary lost), and on every
+//! verdict they are removed last ([`Step::Unlink`]). A journal without the `keeps` line
+//! (written before it existed) reads as one of other names.
+//!
 //! A journal that cannot be carried out at a mount that goes on (a tier left out of a
 //! degraded mount, an I/O error) is set aside too: once a name is served on its own, a
 //! later replay would throw away what was written to it. `tierfs export` only reads, so it
@@ -61,6 +70,10 @@ pub struct Journal {
     pub new: Vec<(usize, u64)>,
     /// (tier, backing inode) of each old piece.
     pub old: Vec<(usize, u64)>,
+    /// `names` are not the user's but the move's keeps: second names (temporaries beside
+    /// the primary) of the old entries its renames replace, for a file with one name. On
+    /// every verdict they are removed, never re-linked; a torn move is undone from them.
+    pub keeps: bool,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -85,6 +98,9 @@ impl Journal {
             "{MAGIC}\nprimary {}\n",
             hex(self.primary.as_os_str().as_bytes())
         );
+        if self.keeps {
+            s += "keeps\n";
+        }
         for n in &self.names {
             s += &format!("name {}\n", hex(n.as_os_str().as_bytes()));
         }
@@ -106,10 +122,12 @@ impl Journal {
         }
         let path = |v: &str| Some(PathBuf::from(OsString::from_vec(unhex(v)?)));
         let (mut primary, mut names, mut new, mut old) = (None, vec![], vec![], vec![]);
+        let mut keeps = false;
         for l in lines {
             let mut w = l.split(' ');
             match (w.next()?, w.next(), w.next()) {
                 ("primary", Some(v), None) => primary = Some(path(v)?),
+                ("keeps", None, None) => keeps = true,
                 ("name", Some(v), None) => names.push(path(v)?),
                 ("new", Some(t), Some(i)) => new.push((t.parse().ok()?, i.parse().ok()?)),
                 ("old", Some(t), Some(i)) => old.push((t.parse().ok()?, i.parse().ok()?)),
@@ -119,6 +137,7 @@ impl Journal {
                         names,
                         new,
                         old,
+                        keeps,
                     })
                 }
                 _ => return None,
@@ -190,7 +209,8 @@ pub enum Step {
     /// Make `names[name]`'s entry on `tier` a link of the primary's (replacing an old
     /// piece, or where it has none).
     Link { name: usize, tier: usize },
-    /// Remove `names[name]`'s old piece on `tier`, which the new layout left.
+    /// Remove `names[name]`'s old piece on `tier`: one the new layout left, or a keep
+    /// (a keep journal's, on every verdict).
     Unlink { name: usize, tier: usize },
     /// Remove the primary name's entry on `tier`: an old piece the new layout left, or,
     /// undoing a torn move, a new piece on a tier the old layout did not use.
@@ -216,8 +236,9 @@ pub struct Plan {
 pub enum Verdict {
     /// It took effect: these steps finish it.
     Finish(Plan),
-    /// It never took effect (the primary holds every old piece): nothing to do.
-    NotStarted,
+    /// It never took effect (the primary holds every old piece): nothing to do but remove
+    /// a keep journal's keeps (the steps).
+    NotStarted(Plan),
     /// It stopped between the primary's own pieces while the other names held every old
     /// piece it lost: these steps put the file back as it was before the move.
     RollBack(Plan),
@@ -238,9 +259,24 @@ pub fn plan(j: &Journal, ino: impl Fn(Option<usize>, usize) -> Option<u64>) -> V
     if switched < j.new.len() {
         let unmoved = j.old.iter().all(|(t, old)| ino(None, *t) == Some(*old));
         if switched == 0 && unmoved {
-            return Verdict::NotStarted;
+            return Verdict::NotStarted(Plan {
+                steps: drop_keeps(j, &ino),
+                ..Plan::default()
+            });
         }
-        return roll_back(j, &ino).map_or(Verdict::Unsettled, Verdict::RollBack);
+        return roll_back(j, &ino).map_or(Verdict::Unsettled, |mut p| {
+            p.steps.extend(drop_keeps(j, &ino));
+            Verdict::RollBack(p)
+        });
+    }
+    if j.keeps {
+        // No user name to re-link: the primary's old pieces the move left, then the keeps.
+        let mut steps = unlink_left(j, &ino);
+        steps.extend(drop_keeps(j, &ino));
+        return Verdict::Finish(Plan {
+            steps,
+            ..Plan::default()
+        });
     }
     let ours = |t: usize, i: u64| Some(i) == j.old_ino(t) || Some(i) == j.new_ino(t);
     let mut steps = Vec::new();
@@ -269,16 +305,40 @@ pub fn plan(j: &Journal, ino: impl Fn(Option<usize>, usize) -> Option<u64>) -> V
             }
         }
     }
-    for &(t, old) in &j.old {
-        if j.new_ino(t).is_none() && ino(None, t) == Some(old) {
-            steps.push(Step::UnlinkPrimary { tier: t });
-        }
-    }
+    steps.extend(unlink_left(j, &ino));
     Verdict::Finish(Plan {
         steps,
         foreign,
         missing,
     })
+}
+
+/// The primary's old pieces on tiers the new layout left, to remove once it holds every
+/// new piece.
+fn unlink_left(j: &Journal, ino: &impl Fn(Option<usize>, usize) -> Option<u64>) -> Vec<Step> {
+    j.old
+        .iter()
+        .filter(|&&(t, old)| j.new_ino(t).is_none() && ino(None, t) == Some(old))
+        .map(|&(t, _)| Step::UnlinkPrimary { tier: t })
+        .collect()
+}
+
+/// A keep journal's keeps that still hold an old piece, to remove last (after a
+/// `RestorePrimary` made the primary's entry a link of one). Nothing for other journals;
+/// an entry under a keep's name that is not an old piece is not the move's and stays.
+fn drop_keeps(j: &Journal, ino: &impl Fn(Option<usize>, usize) -> Option<u64>) -> Vec<Step> {
+    if !j.keeps {
+        return Vec::new();
+    }
+    let mut steps = Vec::new();
+    for name in 0..j.names.len() {
+        for &(tier, old) in &j.old {
+            if ino(Some(name), tier) == Some(old) {
+                steps.push(Step::Unlink { name, tier });
+            }
+        }
+    }
+    steps
 }
 
 /// The steps that undo a move torn between the primary's own pieces (module docs): each
@@ -349,7 +409,7 @@ pub fn carry_out<'a>(
         on(t).0.stat(&entry(name, t)).ok().map(|m| m.ino())
     };
     let v = plan(j, ino);
-    let (Verdict::Finish(p) | Verdict::RollBack(p)) = &v else {
+    let (Verdict::Finish(p) | Verdict::RollBack(p) | Verdict::NotStarted(p)) = &v else {
         return Ok(v);
     };
     // Replaces an entry in one step: the name is never without one.
@@ -425,77 +485,102 @@ pub fn finish<'a>(
             &format!("tier {t} of the move is not here"),
         ));
     }
+    let done = outcome(&j, carry_out(&j, |t| on(t).expect("checked above")))
+        .map_err(|why| set_aside(path, &why))?;
+    std::fs::remove_file(path).map_err(|e| format!("{done}, but the journal stays: {e}"))?;
+    sync_folder(path.parent());
+    Ok(done)
+}
+
+/// What [`finish`] says a carried-out journal came to: `Ok` what was done, `Err` why it
+/// is set aside.
+fn outcome(j: &Journal, r: io::Result<Verdict>) -> Result<String, String> {
+    if j.keeps {
+        return keeps_outcome(j, r);
+    }
+    let primary = j.primary.display();
     let names = j
         .names
         .iter()
         .map(|n| format!("/{}", n.display()))
         .collect::<Vec<_>>()
         .join(", ");
-    let done = match carry_out(&j, |t| on(t).expect("checked above")) {
-        Ok(Verdict::Finish(p)) if !p.missing.is_empty() => {
+    let v = r.map_err(|e| {
+        format!(
+            "re-linking /{primary}'s other names ({names}) failed ({e}); they may keep the \
+             bytes from before its last move"
+        )
+    })?;
+    match v {
+        Verdict::Finish(p) if !p.missing.is_empty() => {
             let lost: Vec<String> = p
                 .missing
                 .iter()
                 .map(|n| format!("/{}", j.names[*n].display()))
                 .collect();
-            return Err(set_aside(
-                path,
-                &format!(
-                    "re-linked /{}'s other names, but {} are no longer where the journal \
-                     says (a folder above them renamed since?): under their new paths they may \
-                     keep the bytes from before the move",
-                    j.primary.display(),
-                    lost.join(", ")
-                ),
-            ));
+            Err(format!(
+                "re-linked /{primary}'s other names, but {} are no longer where the journal \
+                 says (a folder above them renamed since?): under their new paths they may \
+                 keep the bytes from before the move",
+                lost.join(", ")
+            ))
         }
-        Ok(Verdict::Finish(p)) => format!(
-            "finished the re-linking of /{}'s other names ({names}) after a move a crash cut \
-             short: {} entries changed{}",
-            j.primary.display(),
+        Verdict::Finish(p) => Ok(format!(
+            "finished the re-linking of /{primary}'s other names ({names}) after a move a \
+             crash cut short: {} entries changed{}",
             p.steps.len(),
             if p.foreign.is_empty() {
                 String::new()
             } else {
                 format!("; {} entries not the file's left alone", p.foreign.len())
             }
-        ),
-        Ok(Verdict::NotStarted) => format!(
-            "a move of /{} never took effect; its names keep their pieces",
-            j.primary.display()
-        ),
-        Ok(Verdict::RollBack(p)) => format!(
-            "a move of /{} stopped between its own pieces: undone ({} entries changed, its \
-             old pieces back from its other names {names}); every name reads the bytes from \
-             before the move",
-            j.primary.display(),
+        )),
+        Verdict::NotStarted(_) => Ok(format!(
+            "a move of /{primary} never took effect; its names keep their pieces"
+        )),
+        Verdict::RollBack(p) => Ok(format!(
+            "a move of /{primary} stopped between its own pieces: undone ({} entries changed, \
+             its old pieces back from its other names {names}); every name reads the bytes \
+             from before the move",
             p.steps.len()
-        ),
-        Ok(Verdict::Unsettled) => {
-            return Err(set_aside(
-                path,
-                &format!(
-                    "the move of /{} stopped between its own pieces with an old piece no \
-                     name holds, or the name was moved since; its other names ({names}) may \
-                     keep the bytes from before the move",
-                    j.primary.display()
-                ),
-            ))
-        }
-        Err(e) => {
-            return Err(set_aside(
-                path,
-                &format!(
-                    "re-linking /{}'s other names ({names}) failed ({e}); they may keep the \
-                     bytes from before its last move",
-                    j.primary.display()
-                ),
-            ))
-        }
-    };
-    std::fs::remove_file(path).map_err(|e| format!("{done}, but the journal stays: {e}"))?;
-    sync_folder(path.parent());
-    Ok(done)
+        )),
+        Verdict::Unsettled => Err(format!(
+            "the move of /{primary} stopped between its own pieces with an old piece no name \
+             holds, or the name was moved since; its other names ({names}) may keep the bytes \
+             from before the move"
+        )),
+    }
+}
+
+/// [`outcome`] for a keep journal (a file with one name): its keeps are not names to
+/// speak of.
+fn keeps_outcome(j: &Journal, r: io::Result<Verdict>) -> Result<String, String> {
+    let primary = j.primary.display();
+    match r {
+        Ok(Verdict::Finish(p)) => Ok(format!(
+            "finished a move of /{primary} a crash cut short after its last rename: {} \
+             entries removed",
+            p.steps.len()
+        )),
+        Ok(Verdict::NotStarted(_)) => Ok(format!(
+            "a move of /{primary} never took effect; the file keeps its pieces"
+        )),
+        Ok(Verdict::RollBack(p)) => Ok(format!(
+            "a move of /{primary} stopped between its own pieces: undone ({} entries changed, \
+             its old pieces back from the links the move kept); it reads the bytes from \
+             before the move",
+            p.steps.len()
+        )),
+        Ok(Verdict::Unsettled) => Err(format!(
+            "the move of /{primary} stopped between its own pieces with an old piece not kept \
+             (a tier that refused the link), or the file was moved since; the mount serves its \
+             pieces as they are"
+        )),
+        Err(e) => Err(format!(
+            "undoing or finishing the move of /{primary} a crash cut short failed ({e}); the \
+             mount serves its pieces as they are"
+        )),
+    }
 }
 
 /// Renames a journal that will not be replayed to `*.unfinished`; returns `why` and where
@@ -530,6 +615,7 @@ mod tests {
             ],
             new: vec![(1, 21), (2, 22)],
             old: vec![(0, 10), (1, 11)],
+            keeps: false,
         }
     }
 
@@ -587,7 +673,7 @@ mod tests {
         let j = journal();
         // The primary holds its old pieces: the move never took effect.
         let state: State = [((None, 0), 10), ((None, 1), 11), ((Some(0), 1), 11)].into();
-        assert_eq!(plan_of(&j, &state), Verdict::NotStarted);
+        assert_eq!(plan_of(&j, &state), Verdict::NotStarted(Plan::default()));
         // Neither old nor new pieces (the primary moved since): cannot be settled.
         let state: State = [((None, 1), 31), ((None, 2), 32)].into();
         assert_eq!(plan_of(&j, &state), Verdict::Unsettled);
@@ -632,6 +718,83 @@ mod tests {
             .into_iter()
             .chain([((None, 0), 77), ((None, 1), 21)])
             .collect();
+        assert_eq!(plan_of(&j, &state), Verdict::Unsettled);
+    }
+
+    /// A file with one name, `d/a`, moving from tiers 0 and 1 (old pieces 10, 11) to
+    /// tiers 1 and 2 (new 21, 22): the move kept its old entry on tier 1 (the only one a
+    /// rename replaces) as `d/.tierfs-tmp-1`.
+    fn keep_journal() -> Journal {
+        Journal {
+            primary: "d/a".into(),
+            names: vec![format!("d/{TMP_PREFIX}1").into()],
+            keeps: true,
+            ..journal()
+        }
+    }
+
+    #[test]
+    fn a_keep_journal_round_trips_and_an_old_one_still_parses() {
+        let j = keep_journal();
+        assert_eq!(Journal::decode(&j.encode()), Some(j));
+        // As the version before keeps wrote it.
+        let old = format!(
+            "{MAGIC}\nprimary {}\nname 62\nnew 1 21\nold 0 10\nend\n",
+            hex(b"d/a")
+        );
+        let j = Journal::decode(&old).expect("an old journal parses");
+        assert!(!j.keeps && j.names == [PathBuf::from("b")]);
+    }
+
+    /// Each state a crash can leave a keep journal's move in: the keeps never become
+    /// names, and go on every verdict.
+    #[test]
+    fn a_keep_journal_undoes_or_finishes_the_move_and_removes_its_keeps() {
+        let j = keep_journal();
+        let keep = ((Some(0), 1), 11);
+        let drop_keep = Step::Unlink { name: 0, tier: 1 };
+        // Before the first rename: nothing to do but remove the keep.
+        let state: State = [((None, 0), 10), ((None, 1), 11), keep].into();
+        let want = Plan {
+            steps: vec![drop_keep.clone()],
+            ..Plan::default()
+        };
+        assert_eq!(plan_of(&j, &state), Verdict::NotStarted(want));
+        // Torn after tier 1's rename: its old entry back from the keep, then the keep goes.
+        let state: State = [((None, 0), 10), ((None, 1), 21), keep].into();
+        let Verdict::RollBack(p) = plan_of(&j, &state) else {
+            panic!("not undone")
+        };
+        assert_eq!(
+            p.steps,
+            vec![Step::RestorePrimary { name: 0, tier: 1 }, drop_keep.clone()]
+        );
+        // Torn after tier 2's rename, where the file had no entry: that new piece goes.
+        let state: State = [((None, 0), 10), ((None, 1), 11), ((None, 2), 22), keep].into();
+        let Verdict::RollBack(p) = plan_of(&j, &state) else {
+            panic!("not undone")
+        };
+        assert_eq!(
+            p.steps,
+            vec![Step::UnlinkPrimary { tier: 2 }, drop_keep.clone()]
+        );
+        // Every rename done: the old piece on the tier left, and the keep, go; nothing is
+        // linked under the keep's name.
+        let done = [((None, 0), 10), ((None, 1), 21), ((None, 2), 22)];
+        let state: State = done.into_iter().chain([keep]).collect();
+        let Verdict::Finish(p) = plan_of(&j, &state) else {
+            panic!("not finished")
+        };
+        assert_eq!(p.steps, vec![Step::UnlinkPrimary { tier: 0 }, drop_keep]);
+        assert!(p.missing.is_empty() && p.foreign.is_empty());
+        // The keep removed already (a crash after the move's own removal of it).
+        let state: State = done.into();
+        let Verdict::Finish(p) = plan_of(&j, &state) else {
+            panic!("not finished")
+        };
+        assert_eq!(p.steps, vec![Step::UnlinkPrimary { tier: 0 }]);
+        // Torn, and the keep lost (or never made): neither finished nor undone.
+        let state: State = [((None, 0), 10), ((None, 1), 21)].into();
         assert_eq!(plan_of(&j, &state), Verdict::Unsettled);
     }
 
@@ -688,6 +851,7 @@ mod tests {
             names: vec!["b".into()],
             new: vec![(0, 12345678), (1, ino(1, "a"))],
             old,
+            keeps: false,
         };
         let meta = d.path().join("meta");
         std::fs::create_dir(&meta).unwrap();

@@ -705,6 +705,7 @@ fn a_move_cut_short_before_the_other_names_is_finished_by_fsck_or_the_mount() {
             names: vec!["g.swp".into()],
             new: vec![(0, ino_on(d.path(), "a", "f.swp").unwrap())],
             old: old_inos,
+            keeps: false,
         };
         tierfs::relink::write(&d.path().join("a/.tierfs-meta"), "crash", &j).unwrap();
         if by == "fsck" {
@@ -1234,8 +1235,8 @@ fn a_files_move_failing_between_its_own_pieces_puts_the_old_ones_back() {
 
 /// The same, and putting the first tier's old piece back fails too (a second fault): the
 /// first tier keeps the new piece, the second the old one. The inode fails at once (EIO,
-/// never a mix), and the unmount reports the file LOST: the old piece kept in limbo goes
-/// with limbo at the next mount.
+/// never a mix), and the unmount reports the file LOST (its rewrite, in the move, is);
+/// the next mount puts its old pieces back (the crash test below).
 #[test]
 fn a_files_move_whose_old_pieces_cannot_be_put_back_fails_it() {
     let d = tempfile::tempdir().unwrap();
@@ -1256,6 +1257,105 @@ fn a_files_move_whose_old_pieces_cannot_be_put_back_fails_it() {
         lost.len() == 1 && lost[0].starts_with("/f.swp: "),
         "not reported: {lost:?}"
     );
+}
+
+/// The names the root folder lists, the stats folder left out.
+fn root_names(fs: &TierFs) -> Vec<String> {
+    let dh = fs.opendir(ROOT_INO).unwrap();
+    let entries = fs.readdir(dh, 0).unwrap();
+    fs.releasedir(dh);
+    entries
+        .iter()
+        .map(|e| e.name.to_string_lossy().into_owned())
+        .filter(|n| n != "." && n != ".." && *n != fs.stats_dir_name().to_string_lossy())
+        .collect()
+}
+
+/// A crash between a file's own renames (one name, striped over both tiers): the second
+/// tier's rename fails and putting the first tier's old piece back fails too, which
+/// leaves the tiers as a crash between the renames does (the first tier's new piece in
+/// place, the second's old one) with the keep journal written, and the process ends
+/// without an unmount (or with one, which reports the file's rewrite LOST and leaves the
+/// tiers as they are; or killed before the put-back, every old entry still kept, that
+/// state made by hand). The next mount, after `fsck --repair` or not, undoes the move by
+/// the journal from the old entries the move kept: the file reads all of its old bytes
+/// from its old pieces, the listing shows no keep, nothing of the move is left and fsck
+/// finds nothing.
+///
+/// Found: the kept old entries were in limbo, which every mount empties before its scan;
+/// the remount read the first tier's new stripes with the second tier's old ones.
+#[test]
+fn a_files_move_cut_short_between_its_own_pieces_is_undone_by_the_next_mount() {
+    for (then, repair) in [
+        ("crash", false),
+        ("crash", true),
+        ("kill", false),
+        ("kill", true),
+        ("unmount", false),
+    ] {
+        let what = format!("{then}, fsck --repair {repair}");
+        let d = tempfile::tempdir().unwrap();
+        let (old, new) = (pattern(SIZE, 27), pattern(SIZE, 28));
+        let (fs, ino) = setup(d.path(), &old);
+        let before = ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp"));
+        let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
+        // The first tier's renames: 1, the move's; 2, the put-back.
+        tierfs::beneath::fail_nth(&roots[0], tierfs::beneath::Fault::Rename, 2, libc::EIO);
+        tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EACCES);
+        rewrite(&fs, ino, &new);
+        for r in &roots {
+            assert_eq!(tierfs::beneath::faults_pending(r), 0, "{what}: not reached");
+        }
+        let torn = ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp"));
+        assert!(
+            torn[0] != before[0] && torn[1] == before[1],
+            "{what}: not torn: {before:?} -> {torn:?}"
+        );
+        assert_eq!(one_name_reads(&fs, &old, &new, &what), "EIO", "{what}");
+        if then == "unmount" {
+            let lost = fs.shutdown();
+            assert!(
+                lost.len() == 1 && lost[0].starts_with("/f.swp: "),
+                "{what}: not reported: {lost:?}"
+            );
+        }
+        drop(fs);
+        if then == "kill" {
+            // Killed right after the first rename, before any put-back: the second tier's
+            // old entry is still kept too.
+            let (_, j) = tierfs::relink::list(&d.path().join("a/.tierfs-meta"))
+                .pop()
+                .unwrap();
+            let j = j.expect("the journal parses");
+            assert!(j.keeps, "{what}: not a keep journal");
+            let data = d.path().join("b/data");
+            std::fs::hard_link(data.join("f.swp"), data.join(&j.names[0])).unwrap();
+        }
+        if repair {
+            let (rep, text) = fsck(d.path(), true);
+            assert!(
+                rep.issues.iter().any(|(i, _)| matches!(
+                    i.action,
+                    Some(tierfs::ondisk::Action::FinishRelink { .. })
+                )),
+                "{what}: fsck did not report the journal:\n{text}"
+            );
+            assert_eq!(rep.repaired(), rep.problems(), "{what}: fsck left\n{text}");
+        }
+        let (fs, _) = remount(d.path());
+        assert_eq!(one_name_reads(&fs, &old, &new, &what), "old", "{what}");
+        assert_eq!(root_names(&fs), ["f.swp"], "{what}: listing");
+        drop(fs);
+        assert_eq!(
+            ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp")),
+            before,
+            "{what}: not the old pieces"
+        );
+        assert!(journals(d.path()).is_empty(), "{what}: journal left");
+        assert_eq!(move_leftovers(d.path()), Vec::<String>::new(), "{what}");
+        let (rep, text) = fsck(d.path(), false);
+        assert_eq!(rep.problems(), 0, "{what}: fsck finds\n{text}");
+    }
 }
 
 /// A file whole on the second tier spreads over both (its shares change), and the

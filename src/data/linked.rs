@@ -80,6 +80,7 @@ pub(crate) fn stage(
             names: names.clone(),
             new: new_inos,
             old: old_inos,
+            keeps: false,
         })
     })();
     let written = r.and_then(|journal| {

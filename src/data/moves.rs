@@ -2,7 +2,11 @@
 //! drifted from the shares, planning the new layout, making the new pieces as temporaries
 //! in limbo, copying bytes into them (each block from where it is), and switching over:
 //! the new pieces put in place of the file's, the old ones removed last, so a failure at
-//! any point leaves the file as it was.
+//! any point leaves the file as it was. The renames over the file's entries go tier by
+//! tier; what a rename replaces is kept until the last one (a file with other names: by
+//! those names, `crate::data::linked`; one with one name: a second link of each, a keep,
+//! `keep_old`) under a journal ([`crate::relink`]) written before the first, so a
+//! failure between them is undone at once and a crash between them by the next mount.
 
 use crate::config::Layout;
 use crate::data::cached;
@@ -337,21 +341,20 @@ pub(crate) fn switch_to(
         SetTime::At(sys::time_of(meta.atime(), meta.atime_nsec())),
         SetTime::At(mtime),
     );
-    // A file with other names: the journal that lets a crash finish their re-linking.
-    // A file with other names: their links and the journal, before anything is renamed.
+    // A file with other names: their links and the journal that lets a crash finish
+    // their re-linking (or undo a torn move), before anything is renamed.
     let staged = match &rel {
         Some(r) => linked::stage(fs, tree, ino, r, &st.layout, layout, |t| {
             tmp_path(fs, t, ino, m.suffix)
         })?,
         None => None,
     };
-    // A file with one name: the entries the renames replace, kept until the last one, so
-    // a failed rename can be undone in process. Not a crash between the renames: the
-    // kept links are in limbo, which the next mount empties before its scan, and the file
-    // is left with some pieces old and some new (only a journal would close that).
+    // A file with one name: the entries the renames replace, kept until the last one
+    // (and a journal naming them), so a failed rename is undone in process, and a crash
+    // between the renames by the next mount.
     let kept = match &staged {
-        Some(_) => Vec::new(),
-        None => keep_old(fs, ino, m, &final_path)?,
+        Some(_) => Keeps::default(),
+        None => keep_old(fs, ino, m, rel.as_deref(), &st.layout, &final_path)?,
     };
     for (i, t) in layout.tiers().into_iter().enumerate() {
         let (from, to) = (tmp_path(fs, t, ino, m.suffix), final_path(t));
@@ -359,13 +362,15 @@ pub(crate) fn switch_to(
             match staged {
                 Some(s) if i == 0 => linked::abandon(fs, s),
                 Some(s) => linked::torn(fs, ino, s),
-                None => put_back(fs, ino, m, &kept, i, &final_path),
+                None => put_back(fs, ino, m, kept, i, &final_path),
             }
             return Err(backing::tier_err(fs, t, "rename", &to, e));
         }
     }
-    drop_kept(fs, &kept);
-    let journal = staged.and_then(|s| linked::install(fs, ino, s));
+    drop_kept(fs, &kept.kept);
+    let journal = staged
+        .and_then(|s| linked::install(fs, ino, s))
+        .or(kept.journal);
     retire_old(fs, node, &st.layout, layout, size, final_path);
     // Last: a crash before this finds the primary's old pieces still to remove.
     if let Some(path) = journal {
@@ -400,8 +405,8 @@ pub(crate) fn switch_to(
     Ok(())
 }
 
-/// Where a move keeps the entry its rename on tier `t` replaces (limbo, which every mount
-/// empties, beside the move's temporary).
+/// Where the move of an unlinked file keeps the entry its rename on tier `t` replaces
+/// (limbo, beside the move's temporary: a crash loses such a file anyway).
 fn kept_path(fs: &TierFs, t: usize, ino: u64, suffix: &str) -> PathBuf {
     fs.tiers[t]
         .limbo
@@ -423,6 +428,15 @@ enum Keep {
 /// (tier, what was kept) for each tier of a move's layout, in the order of the renames.
 type Kept = Vec<(usize, Keep)>;
 
+/// What [`keep_old`] made for a move.
+#[derive(Default)]
+struct Keeps {
+    kept: Kept,
+    /// The keep journal ([`crate::relink`]: `keeps` set) of a named file's move with more
+    /// than one rename, every old entry it replaces kept; removed after the move.
+    journal: Option<PathBuf>,
+}
+
 /// A link refusal that says the tier cannot keep a second name (rather than a failing
 /// tier): the move must not depend on it.
 fn link_unsupported(e: &std::io::Error) -> bool {
@@ -432,31 +446,41 @@ fn link_unsupported(e: &std::io::Error) -> bool {
     )
 }
 
-/// Before the renames of a file with one name: links each entry a rename will replace
-/// (an old piece, on a tier both layouts use) under a second name in limbo, so that a
-/// rename failing after the first can put the old pieces back ([`put_back`]): a file
-/// with other names has them for that ([`linked::torn`]). One link per piece, on the
-/// tier's own filesystem (limbo is in the tier folder), and no sync: a crash before the
-/// last rename still leaves the file torn, as the mount empties limbo before its scan;
-/// only a journal (as [`crate::relink`]'s) would close that window. On failure the links
-/// made are removed and the file is as it was.
+/// Before the renames of a file with one name, when there is more than one (a single
+/// rename that fails leaves the file as it was): links each entry a rename will replace
+/// (an old piece, on a tier both layouts use) under a second name, so that a rename
+/// failing after the first can put the old pieces back ([`put_back`]): a file with other
+/// names has them for that ([`linked::torn`]). One link per piece, on the tier's own
+/// filesystem. For a named file the links are one temporary name beside the primary (in
+/// the data folder, which the mount settles journals in before it removes temporaries),
+/// and a keep journal naming them is written and synced last ([`crate::relink`]): a crash
+/// between the renames is undone (or finished) by the next mount or `fsck --repair`. An
+/// unlinked file's links are in limbo, with no journal. On failure the links made are
+/// removed and the file is as it was.
 fn keep_old(
     fs: &TierFs,
     ino: u64,
     m: &Migration,
+    rel: Option<&Path>,
+    old: &FileLayout,
     final_path: &impl Fn(usize) -> PathBuf,
-) -> Result<Kept> {
+) -> Result<Keeps> {
+    if m.layout.tiers().len() < 2 {
+        return Ok(Keeps::default());
+    }
+    let keep_rel = rel.map(|r| crate::relink::temp_name(r.parent().unwrap_or(Path::new(""))));
     let mut kept: Kept = Vec::new();
     for t in m.layout.tiers() {
-        let (b, entry, keep) = (
-            fs.tiers[t].fs(),
-            final_path(t),
-            kept_path(fs, t, ino, m.suffix),
-        );
+        let (b, entry) = (fs.tiers[t].fs(), final_path(t));
+        let keep = match &keep_rel {
+            Some(k) => fs.tiers[t].path(k),
+            None => kept_path(fs, t, ino, m.suffix),
+        };
         let mut r = b.link(&entry, &keep);
         if matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists) {
             // Left by an earlier move's `drop_kept` that could not remove it (warned):
-            // a stale second name of an entry that move replaced. A failed inode, whose
+            // a stale second name of an entry that move replaced (in limbo; beside the
+            // name, a temporary of an earlier process with this one's id). A failed inode, whose
             // kept link may be its only old piece, never gets here (`relocate` and the
             // commit at release refuse it).
             r = b.unlink(&keep).and_then(|()| b.link(&entry, &keep));
@@ -476,7 +500,67 @@ fn keep_old(
             }
         }
     }
-    Ok(kept)
+    // A tier that refused its link: the journal could not undo a tear there either.
+    let journal = match (rel, &keep_rel) {
+        (Some(r), Some(k)) if !kept.iter().any(|(_, k)| matches!(k, Keep::Refused(_))) => {
+            match write_keep_journal(fs, ino, m, r, k, old, final_path) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    drop_kept(fs, &kept);
+                    return Err(e);
+                }
+            }
+        }
+        _ => None,
+    };
+    Ok(Keeps { kept, journal })
+}
+
+/// Writes (synced) the keep journal of a named file's move, on its new primary tier:
+/// primary `rel`, the keeps' name `keep`, the new pieces' and the old entries' backing
+/// inodes. An old entry on a tier the move leaves that cannot be read is left out (a move
+/// off a failing tier must not depend on it): the renames never touch it.
+fn write_keep_journal(
+    fs: &TierFs,
+    ino: u64,
+    m: &Migration,
+    rel: &Path,
+    keep: &Path,
+    old: &FileLayout,
+    final_path: &impl Fn(usize) -> PathBuf,
+) -> Result<PathBuf> {
+    let new_tiers = m.layout.tiers();
+    let mut new = Vec::new();
+    for &t in &new_tiers {
+        let piece = m.pieces[t].as_ref().expect("made by begin_move");
+        let p = tmp_path(fs, t, ino, m.suffix);
+        let meta = piece
+            .file()
+            .metadata()
+            .map_err(|e| backing::tier_err(fs, t, "fstat", &p, e))?;
+        new.push((t, meta.ino()));
+    }
+    let mut olds = Vec::new();
+    for t in old.tiers() {
+        let p = final_path(t);
+        match fs.tiers[t].fs().stat(&p) {
+            Ok(meta) => olds.push((t, meta.ino())),
+            Err(_) if !new_tiers.contains(&t) => {}
+            Err(e) => return Err(backing::tier_err(fs, t, "stat", &p, e)),
+        }
+    }
+    let journal = crate::relink::Journal {
+        primary: rel.to_path_buf(),
+        names: vec![keep.to_path_buf()],
+        new,
+        old: olds,
+        keeps: true,
+    };
+    let t = m.layout.primary();
+    let meta = fs.tiers[t].root.join(crate::tier::META_DIR);
+    let stamp = format!("{ino}-{:016x}", crate::layout::new_file_id());
+    crate::relink::write(&meta, &stamp, &journal)
+        .map_err(|e| backing::tier_err(fs, t, "write a re-link journal in", &meta, e))
 }
 
 /// Removes [`keep_old`]'s links (after the last rename, or when none was made).
@@ -493,17 +577,18 @@ fn drop_kept(fs: &TierFs, kept: &[(usize, Keep)]) {
 /// The rename on the `done`-th tier of `kept` failed (a file with one name): each tier
 /// renamed before it gets its new piece back under its temporary name (the move stays
 /// whole, to be tried again) and its old entry back in place, the file is as it was,
-/// and the other kept links go. Should that fail, the inode fails (EIO, never a mix of
-/// old and new pieces) until the next mount, and the old piece kept in limbo is lost
-/// with limbo.
+/// and the other kept links and the journal go. Should that fail, the inode fails (EIO,
+/// never a mix of old and new pieces) until the next mount, which puts the old pieces
+/// back by the keep journal (an unlinked file's, kept in limbo, are lost with limbo).
 fn put_back(
     fs: &TierFs,
     ino: u64,
     m: &Migration,
-    kept: &[(usize, Keep)],
+    keeps: Keeps,
     done: usize,
     final_path: &impl Fn(usize) -> PathBuf,
 ) {
+    let kept = &keeps.kept;
     let mut failed = Vec::new();
     for (t, k) in &kept[..done] {
         let (b, entry, tmp) = (
@@ -538,16 +623,26 @@ fn put_back(
         }
     }
     drop_kept(fs, &kept[done..]);
-    if !failed.is_empty() {
-        crate::vfs::contain::mark_failed(
+    match (failed.is_empty(), keeps.journal) {
+        (true, Some(j)) => {
+            if let Err(e) = std::fs::remove_file(&j) {
+                log::warn!("cannot remove the re-link journal {}: {e}", j.display());
+            }
+        }
+        (true, None) => {}
+        (false, j) => crate::vfs::contain::mark_failed(
             fs,
             ino,
             &format!(
                 "its move stopped between its own pieces and its old pieces could not all be \
-                 put back ({})",
-                failed.join("; ")
+                 put back ({}){}",
+                failed.join("; "),
+                j.map_or(String::new(), |j| format!(
+                    "; the next mount puts them back by the journal {}",
+                    j.display()
+                ))
             ),
-        );
+        ),
     }
 }
 

@@ -171,20 +171,24 @@ impl Check<'_> {
             let meta = tier.root.join(META_DIR);
             for (path, j) in crate::relink::list(&meta) {
                 let issue = match j {
-                    Some(j) => Issue::repair(
-                        &j.primary,
-                        t,
-                        format!(
-                            "a move of this file with {} other names was cut short (journal {})",
-                            j.names.len(),
-                            path.display()
-                        ),
-                        Action::FinishRelink {
-                            tier: t,
-                            journal: path,
-                            names: j.names.len(),
-                        },
-                    ),
+                    Some(j) => {
+                        // A keep journal's names are the move's, not the user's.
+                        let names = if j.keeps { 0 } else { j.names.len() };
+                        Issue::repair(
+                            &j.primary,
+                            t,
+                            format!(
+                                "a move of this file with {names} other names was cut short \
+                                 (journal {})",
+                                path.display()
+                            ),
+                            Action::FinishRelink {
+                                tier: t,
+                                journal: path,
+                                names,
+                            },
+                        )
+                    }
                     None => Issue::manual(
                         Path::new(""),
                         Some(t),

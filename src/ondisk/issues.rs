@@ -48,6 +48,7 @@ pub enum Action {
     FinishRelink {
         tier: usize,
         journal: PathBuf,
+        /// The file's other names; 0 for a file with one name (a keep journal).
         names: usize,
     },
 }
@@ -97,6 +98,9 @@ impl Action {
             Action::RemoveLinkTrace { of, .. } => {
                 format!("remove this name (its bytes stay under /{})", of.display())
             }
+            Action::FinishRelink { names: 0, .. } => "finish the move if all its new \
+                pieces are in place, else put back its old pieces from the links it kept"
+                .into(),
             Action::FinishRelink { names, .. } => format!(
                 "make its {names} other names links of its new pieces, as the move meant to"
             ),

@@ -146,10 +146,11 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
                 if st.migration.is_some() && !f.gone.load(Ordering::Relaxed) {
                     lost.push(format!(
                         "{}: failed while the writes since it was opened were being moved \
-                         to a new layout (see the log): those writes are lost, and its \
-                         pieces on the tiers may no longer be of one layout (the next mount \
-                         may serve old and new stripes mixed, or zeros); restore it from a \
-                         copy",
+                         to a new layout (see the log): those writes are lost; the next \
+                         mount puts its old pieces back by the move's journal where the log \
+                         names one, else its pieces on the tiers may no longer be of one \
+                         layout (served as old and new stripes mixed, or zeros): restore it \
+                         from a copy",
                         namespace::describe_in(&tree, *ino)
                     ));
                 }

@@ -12,6 +12,7 @@ use crate::config::Layout;
 use crate::data::cached;
 use crate::data::file::{FileNode, FileState, Migration};
 use crate::data::io;
+use crate::data::keep;
 use crate::data::linked;
 use crate::error::Result;
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
@@ -306,6 +307,7 @@ pub(crate) fn switch_to(
         Some(r) => fs.tiers[t].path(r),
         None => fs.tiers[t].limbo_path(ino),
     };
+    let tmp = |t: usize| tmp_path(fs, t, ino, m.suffix);
     let layout = &m.layout;
     let size = node.size();
     let primary = st.layout.primary();
@@ -344,33 +346,31 @@ pub(crate) fn switch_to(
     // A file with other names: their links and the journal that lets a crash finish
     // their re-linking (or undo a torn move), before anything is renamed.
     let staged = match &rel {
-        Some(r) => linked::stage(fs, tree, ino, r, &st.layout, layout, |t| {
-            tmp_path(fs, t, ino, m.suffix)
-        })?,
+        Some(r) => linked::stage(fs, tree, ino, r, &st.layout, layout, tmp)?,
         None => None,
     };
     // A file with one name: the entries the renames replace, kept until the last one
     // (and a journal naming them), so a failed rename is undone in process, and a crash
     // between the renames by the next mount.
     let kept = match &staged {
-        Some(_) => Keeps::default(),
-        None => keep_old(fs, ino, m, rel.as_deref(), &st.layout, &final_path)?,
+        Some(_) => keep::Keeps::default(),
+        None => keep::keep_old(fs, ino, m, rel.as_deref(), &st.layout, &final_path)?,
     };
     for (i, t) in layout.tiers().into_iter().enumerate() {
-        let (from, to) = (tmp_path(fs, t, ino, m.suffix), final_path(t));
+        let (from, to) = (tmp(t), final_path(t));
         if let Err(e) = fs.tiers[t].fs().rename(&from, &to, 0) {
             match staged {
                 Some(s) if i == 0 => linked::abandon(fs, s),
                 Some(s) => linked::torn(fs, ino, s),
-                None => put_back(fs, ino, m, kept, i, &final_path),
+                None => keep::put_back(fs, ino, kept, i, &final_path, &tmp),
             }
             return Err(backing::tier_err(fs, t, "rename", &to, e));
         }
     }
-    drop_kept(fs, &kept.kept);
+    let kept_journal = keep::after_renames(fs, ino, kept, layout.tiers(), &final_path);
     let journal = staged
         .and_then(|s| linked::install(fs, ino, s))
-        .or(kept.journal);
+        .or(kept_journal);
     retire_old(fs, node, &st.layout, layout, size, final_path);
     // Last: a crash before this finds the primary's old pieces still to remove.
     if let Some(path) = journal {
@@ -403,247 +403,6 @@ pub(crate) fn switch_to(
     node.primary.store(layout.primary(), Ordering::Release);
     st.layout = layout.clone();
     Ok(())
-}
-
-/// Where the move of an unlinked file keeps the entry its rename on tier `t` replaces
-/// (limbo, beside the move's temporary: a crash loses such a file anyway).
-fn kept_path(fs: &TierFs, t: usize, ino: u64, suffix: &str) -> PathBuf {
-    fs.tiers[t]
-        .limbo
-        .join(format!("{TMP_PREFIX}{ino}{suffix}.old"))
-}
-
-/// What [`keep_old`] kept on one tier of a move's layout.
-enum Keep {
-    /// The link of the entry the rename replaces.
-    Link(PathBuf),
-    /// The file has no entry there: putting back removes the new one.
-    NoEntry,
-    /// The tier refused the link (a filesystem without hard links, or at its link
-    /// limit): the move goes on as before keeping existed, and a rename failing after
-    /// this tier's fails the inode rather than leave it mixed.
-    Refused(std::io::Error),
-}
-
-/// (tier, what was kept) for each tier of a move's layout, in the order of the renames.
-type Kept = Vec<(usize, Keep)>;
-
-/// What [`keep_old`] made for a move.
-#[derive(Default)]
-struct Keeps {
-    kept: Kept,
-    /// The keep journal ([`crate::relink`]: `keeps` set) of a named file's move with more
-    /// than one rename, every old entry it replaces kept; removed after the move.
-    journal: Option<PathBuf>,
-}
-
-/// A link refusal that says the tier cannot keep a second name (rather than a failing
-/// tier): the move must not depend on it.
-fn link_unsupported(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::EPERM) | Some(libc::EOPNOTSUPP) | Some(libc::EMLINK) | Some(libc::ENOSYS)
-    )
-}
-
-/// Before the renames of a file with one name, when there is more than one (a single
-/// rename that fails leaves the file as it was): links each entry a rename will replace
-/// (an old piece, on a tier both layouts use) under a second name, so that a rename
-/// failing after the first can put the old pieces back ([`put_back`]): a file with other
-/// names has them for that ([`linked::torn`]). One link per piece, on the tier's own
-/// filesystem. For a named file the links are one temporary name beside the primary (in
-/// the data folder, which the mount settles journals in before it removes temporaries),
-/// and a keep journal naming them is written and synced last ([`crate::relink`]): a crash
-/// between the renames is undone (or finished) by the next mount or `fsck --repair`. An
-/// unlinked file's links are in limbo, with no journal. On failure the links made are
-/// removed and the file is as it was.
-fn keep_old(
-    fs: &TierFs,
-    ino: u64,
-    m: &Migration,
-    rel: Option<&Path>,
-    old: &FileLayout,
-    final_path: &impl Fn(usize) -> PathBuf,
-) -> Result<Keeps> {
-    if m.layout.tiers().len() < 2 {
-        return Ok(Keeps::default());
-    }
-    let keep_rel = rel.map(|r| crate::relink::temp_name(r.parent().unwrap_or(Path::new(""))));
-    let mut kept: Kept = Vec::new();
-    for t in m.layout.tiers() {
-        let (b, entry) = (fs.tiers[t].fs(), final_path(t));
-        let keep = match &keep_rel {
-            Some(k) => fs.tiers[t].path(k),
-            None => kept_path(fs, t, ino, m.suffix),
-        };
-        let mut r = b.link(&entry, &keep);
-        if matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists) {
-            // Left by an earlier move's `drop_kept` that could not remove it (warned):
-            // a stale second name of an entry that move replaced (in limbo; beside the
-            // name, a temporary of an earlier process with this one's id). A failed inode, whose
-            // kept link may be its only old piece, never gets here (`relocate` and the
-            // commit at release refuse it).
-            r = b.unlink(&keep).and_then(|()| b.link(&entry, &keep));
-        }
-        match r {
-            Ok(()) => kept.push((t, Keep::Link(keep))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !b.exists(&entry) => {
-                kept.push((t, Keep::NoEntry))
-            }
-            Err(e) if link_unsupported(&e) => {
-                log::debug!("tier '{}' keeps no second name ({e})", fs.tiers[t].name);
-                kept.push((t, Keep::Refused(e)))
-            }
-            Err(e) => {
-                drop_kept(fs, &kept);
-                return Err(backing::tier_err(fs, t, "link", &entry, e));
-            }
-        }
-    }
-    // A tier that refused its link: the journal could not undo a tear there either.
-    let journal = match (rel, &keep_rel) {
-        (Some(r), Some(k)) if !kept.iter().any(|(_, k)| matches!(k, Keep::Refused(_))) => {
-            match write_keep_journal(fs, ino, m, r, k, old, final_path) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    drop_kept(fs, &kept);
-                    return Err(e);
-                }
-            }
-        }
-        _ => None,
-    };
-    Ok(Keeps { kept, journal })
-}
-
-/// Writes (synced) the keep journal of a named file's move, on its new primary tier:
-/// primary `rel`, the keeps' name `keep`, the new pieces' and the old entries' backing
-/// inodes. An old entry on a tier the move leaves that cannot be read is left out (a move
-/// off a failing tier must not depend on it): the renames never touch it.
-fn write_keep_journal(
-    fs: &TierFs,
-    ino: u64,
-    m: &Migration,
-    rel: &Path,
-    keep: &Path,
-    old: &FileLayout,
-    final_path: &impl Fn(usize) -> PathBuf,
-) -> Result<PathBuf> {
-    let new_tiers = m.layout.tiers();
-    let mut new = Vec::new();
-    for &t in &new_tiers {
-        let piece = m.pieces[t].as_ref().expect("made by begin_move");
-        let p = tmp_path(fs, t, ino, m.suffix);
-        let meta = piece
-            .file()
-            .metadata()
-            .map_err(|e| backing::tier_err(fs, t, "fstat", &p, e))?;
-        new.push((t, meta.ino()));
-    }
-    let mut olds = Vec::new();
-    for t in old.tiers() {
-        let p = final_path(t);
-        match fs.tiers[t].fs().stat(&p) {
-            Ok(meta) => olds.push((t, meta.ino())),
-            Err(_) if !new_tiers.contains(&t) => {}
-            Err(e) => return Err(backing::tier_err(fs, t, "stat", &p, e)),
-        }
-    }
-    let journal = crate::relink::Journal {
-        primary: rel.to_path_buf(),
-        names: vec![keep.to_path_buf()],
-        new,
-        old: olds,
-        keeps: true,
-    };
-    let t = m.layout.primary();
-    let meta = fs.tiers[t].root.join(crate::tier::META_DIR);
-    let stamp = format!("{ino}-{:016x}", crate::layout::new_file_id());
-    crate::relink::write(&meta, &stamp, &journal)
-        .map_err(|e| backing::tier_err(fs, t, "write a re-link journal in", &meta, e))
-}
-
-/// Removes [`keep_old`]'s links (after the last rename, or when none was made).
-fn drop_kept(fs: &TierFs, kept: &[(usize, Keep)]) {
-    for (t, k) in kept {
-        if let Keep::Link(k) = k {
-            if let Err(e) = fs.tiers[*t].fs().unlink(k) {
-                log::warn!("cannot remove {}: {e}", k.display());
-            }
-        }
-    }
-}
-
-/// The rename on the `done`-th tier of `kept` failed (a file with one name): each tier
-/// renamed before it gets its new piece back under its temporary name (the move stays
-/// whole, to be tried again) and its old entry back in place, the file is as it was,
-/// and the other kept links and the journal go. Should that fail, the inode fails (EIO,
-/// never a mix of old and new pieces) until the next mount, which puts the old pieces
-/// back by the keep journal (an unlinked file's, kept in limbo, are lost with limbo).
-fn put_back(
-    fs: &TierFs,
-    ino: u64,
-    m: &Migration,
-    keeps: Keeps,
-    done: usize,
-    final_path: &impl Fn(usize) -> PathBuf,
-) {
-    let kept = &keeps.kept;
-    let mut failed = Vec::new();
-    for (t, k) in &kept[..done] {
-        let (b, entry, tmp) = (
-            fs.tiers[*t].fs(),
-            final_path(*t),
-            tmp_path(fs, *t, ino, m.suffix),
-        );
-        let r = match k {
-            Keep::Link(k) => {
-                // The new piece keeps a name (its temporary's, so the move can be tried
-                // again) while the old entry replaces it in one step.
-                if let Err(e) = b.link(&entry, &tmp) {
-                    // The retry will find no temporary and fail, reported at unmount.
-                    log::warn!("cannot link the new piece back as {}: {e}", tmp.display());
-                }
-                b.rename(k, &entry, 0)
-            }
-            // No old entry to put back: the new piece simply goes back to its temporary
-            // name (no second name needed, so a tier without hard links loses nothing).
-            Keep::NoEntry => b.rename(&entry, &tmp, 0),
-            Keep::Refused(e) => {
-                failed.push(format!(
-                    "{}: its old piece was not kept (the tier refused a link: {e})",
-                    entry.display()
-                ));
-                continue;
-            }
-        };
-        if let Err(e) = r {
-            fs.tiers[*t].note_error(&e);
-            failed.push(format!("{}: {e}", entry.display()));
-        }
-    }
-    drop_kept(fs, &kept[done..]);
-    match (failed.is_empty(), keeps.journal) {
-        (true, Some(j)) => {
-            if let Err(e) = std::fs::remove_file(&j) {
-                log::warn!("cannot remove the re-link journal {}: {e}", j.display());
-            }
-        }
-        (true, None) => {}
-        (false, j) => crate::vfs::contain::mark_failed(
-            fs,
-            ino,
-            &format!(
-                "its move stopped between its own pieces and its old pieces could not all be \
-                 put back ({}){}",
-                failed.join("; "),
-                j.map_or(String::new(), |j| format!(
-                    "; the next mount puts them back by the journal {}",
-                    j.display()
-                ))
-            ),
-        ),
-    }
 }
 
 /// Readies a move's temporaries to stand for the file: length, mode, the layout xattr

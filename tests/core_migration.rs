@@ -1252,6 +1252,12 @@ fn a_files_move_whose_old_pieces_cannot_be_put_back_fails_it() {
     }
     assert!(fs.is_failed(ino), "the inode is served");
     assert_eq!(one_name_reads(&fs, &old, &new, "after the fault"), "EIO");
+    // Its journal is pending: removed now, its backing inodes could go to a new file at
+    // the name before the next mount settles the journal against them.
+    let unlinked = fs
+        .unlink(ROOT_INO, OsStr::new("f.swp"))
+        .map_err(|e| e.errno());
+    assert_eq!(unlinked, Err(libc::EIO), "a failed file was unlinked");
     let lost = fs.shutdown();
     assert!(
         lost.len() == 1 && lost[0].starts_with("/f.swp: "),

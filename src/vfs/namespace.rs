@@ -381,6 +381,10 @@ pub(crate) fn unlink(fs: &TierFs, parent: u64, name: &OsStr) -> Result<()> {
     if tree.get(ino)?.names() > 1 {
         return links::remove_name(fs, &mut tree, ino, parent, name);
     }
+    // A failed file may have a move's journal pending: removed now, its backing inodes
+    // could be reused by a new file at the name before the next mount settles the
+    // journal against them.
+    crate::vfs::contain::check_failed(fs, ino)?;
     detach(fs, &mut tree, parent, name, ino, true)
 }
 
@@ -430,6 +434,10 @@ pub(crate) fn rename(
     if target == Some(ino) {
         // Two names of one file: rename(2) does nothing.
         return Ok(());
+    }
+    if let Some(t) = target {
+        // Replacing a failed file removes it: refused as its unlink is.
+        crate::vfs::contain::check_failed(fs, t)?;
     }
     check_rename(fs, &tree, ino, kind, newparent, target, flags)?;
     // The name renamed, which for a file with several names need not be its primary one.

@@ -174,14 +174,15 @@ impl Check<'_> {
                     Some(j) => {
                         // A keep journal's names are the move's, not the user's.
                         let names = if j.keeps { 0 } else { j.names.len() };
+                        let whose = if j.keeps {
+                            "a move of this file (its old pieces kept beside it)".to_string()
+                        } else {
+                            format!("a move of this file with {names} other names")
+                        };
                         Issue::repair(
                             &j.primary,
                             t,
-                            format!(
-                                "a move of this file with {names} other names was cut short \
-                                 (journal {})",
-                                path.display()
-                            ),
+                            format!("{whose} was cut short (journal {})", path.display()),
                             Action::FinishRelink {
                                 tier: t,
                                 journal: path,
@@ -404,7 +405,10 @@ fn temp_issue(child: &Path, t: usize, name: &OsString, kind: EntKind) -> Issue {
         Issue::repair(
             child,
             t,
-            "leftover temporary of an interrupted move (the file's own copy is intact)".into(),
+            "leftover temporary of an interrupted move (the file's own copy is intact, \
+             unless a cut-short move's journal reported above names it: --repair settles \
+             that first)"
+                .into(),
             Action::RemoveTemp { tier: t },
         )
     } else {

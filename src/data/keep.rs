@@ -28,7 +28,8 @@ fn kept_path(fs: &TierFs, t: usize, ino: u64, suffix: &str) -> PathBuf {
 enum Keep {
     /// The link of the entry the rename replaces.
     Link(PathBuf),
-    /// The file has no entry there: putting back removes the new one.
+    /// The file has no entry there: putting back renames the new one back to its
+    /// temporary name.
     NoEntry,
     /// The tier refused the link (a filesystem without hard links, or at its link
     /// limit): the move goes on as before keeping existed, and a rename failing after
@@ -61,7 +62,7 @@ fn link_unsupported(e: &std::io::Error) -> bool {
 /// rename that fails leaves the file as it was): links each entry a rename will replace
 /// (an old piece, on a tier both layouts use) under a second name, so that a rename
 /// failing after the first can put the old pieces back ([`put_back`]): a file with other
-/// names has them for that ([`linked::torn`]). One link per piece, on the tier's own
+/// names has them for that ([`crate::data::linked::torn`]). One link per piece, on the tier's own
 /// filesystem. For a named file the links are one temporary name beside the primary (in
 /// the data folder, which the mount settles journals in before it removes temporaries),
 /// and a keep journal naming them is written and synced last ([`crate::relink`]): a crash

@@ -62,8 +62,8 @@ fn link_unsupported(e: &std::io::Error) -> bool {
 /// rename that fails leaves the file as it was): links each entry a rename will replace
 /// (an old piece, on a tier both layouts use) under a second name, so that a rename
 /// failing after the first can put the old pieces back ([`put_back`]): a file with other
-/// names has them for that ([`crate::data::linked::torn`]). One link per piece, on the tier's own
-/// filesystem. For a named file the links are one temporary name beside the primary (in
+/// names has them for that ([`crate::data::linked::torn`]). One link per piece, on the
+/// tier's own filesystem. For a named file the links are one temporary name beside the primary (in
 /// the data folder, which the mount settles journals in before it removes temporaries),
 /// and a keep journal naming them is written and synced last ([`crate::relink`]): a crash
 /// between the renames is undone (or finished) by the next mount or `fsck --repair`. An

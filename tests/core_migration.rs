@@ -1463,3 +1463,100 @@ fn a_tier_refusing_links_still_moves_a_file_and_a_torn_move_then_fails_it() {
         }
     }
 }
+
+/// The temporaries in each tier's data folder (a keep journal's keeps among them).
+fn temporaries(d: &Path) -> Vec<String> {
+    move_leftovers(d)
+        .into_iter()
+        .filter(|l| !l.contains(".tierfs-meta"))
+        .collect()
+}
+
+/// A crash between a file's own renames (as above), and the next mount cannot undo the
+/// move: linking the first tier's old piece back fails (EIO). The journal is held, not
+/// set aside: that mount lists the file but answers EIO for it (read, unlink, rename),
+/// leaves its kept old entries in place, and fsck neither offers to remove them nor
+/// touches the file's pieces; a later mount that can undo it does, and the file reads its
+/// old bytes.
+///
+/// Found: the journal was set aside as `*.unfinished`, the walk removed the keeps as
+/// leftover temporaries, and the mount served a mix of new and old stripes without an
+/// error, at that mount and every later one.
+#[test]
+fn a_torn_move_the_next_mount_cannot_settle_is_held_until_one_can() {
+    let d = tempfile::tempdir().unwrap();
+    let (old, new) = (pattern(SIZE, 29), pattern(SIZE, 30));
+    let (fs, ino) = setup(d.path(), &old);
+    let before = ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp"));
+    let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
+    tierfs::beneath::fail_nth(&roots[0], tierfs::beneath::Fault::Rename, 2, libc::EIO);
+    tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EACCES);
+    rewrite(&fs, ino, &new);
+    drop(fs);
+    let kept = temporaries(d.path());
+    assert_eq!(kept.len(), 1, "not one keep: {kept:?}");
+    // The next mount's undoing links the first tier's old piece back: that link fails.
+    tierfs::beneath::fail_nth(&roots[0], tierfs::beneath::Fault::Link, 1, libc::EIO);
+    let (fs, ino) = remount(d.path());
+    assert_eq!(tierfs::beneath::faults_pending(&roots[0]), 0, "not reached");
+    assert!(fs.is_failed(ino), "the torn file is served");
+    assert_eq!(one_name_reads(&fs, &old, &new, "held"), "EIO");
+    assert_eq!(root_names(&fs), ["f.swp"], "the held file is not listed");
+    let name = OsStr::new("f.swp");
+    let gone = fs.unlink(ROOT_INO, name).map_err(|e| e.errno());
+    assert_eq!(gone, Err(libc::EIO), "a held file was unlinked");
+    let moved = fs.rename(ROOT_INO, name, ROOT_INO, OsStr::new("g"), 0);
+    assert_eq!(moved.map_err(|e| e.errno()), Err(libc::EIO), "renamed");
+    drop(fs);
+    assert_eq!(journals(d.path()).len(), 1, "the journal is not held");
+    assert_eq!(temporaries(d.path()), kept, "the keep was removed");
+    // fsck reports the journal and leaves the keep and the file's pieces alone.
+    let torn = ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp"));
+    let (rep, text) = fsck(d.path(), false);
+    assert_eq!(rep.problems(), 1, "not the journal alone:\n{text}");
+    assert!(text.contains("cut short"), "{text}");
+    assert_eq!(["a", "b"].map(|t| ino_on(d.path(), t, "f.swp")), torn);
+    // A mount that can undo it: the old bytes, nothing of the move left.
+    let (fs, _) = remount(d.path());
+    assert_eq!(one_name_reads(&fs, &old, &new, "settled"), "old");
+    drop(fs);
+    assert_eq!(["a", "b"].map(|t| ino_on(d.path(), t, "f.swp")), before);
+    assert!(journals(d.path()).is_empty(), "journal left");
+    assert_eq!(move_leftovers(d.path()), Vec::<String>::new());
+}
+
+/// A journal naming a tier the mount does not have holds its file: the mount answers EIO
+/// for it, and a folder above it is not renamed (the journal names the file by its path;
+/// under a new one the next mount would not find it). Other folders rename as ever.
+#[test]
+fn a_folder_above_a_held_file_is_not_renamed() {
+    let d = tempfile::tempdir().unwrap();
+    let (fs, _) = setup(d.path(), &pattern(MIB, 31));
+    let ctx = Ctx { uid: 0, gid: 0 };
+    let dir = fs.mkdir(ROOT_INO, OsStr::new("d"), 0o755, ctx).unwrap();
+    fs.mkdir(ROOT_INO, OsStr::new("e"), 0o755, ctx).unwrap();
+    let (_, fh, _) = fs
+        .create(dir.ino, OsStr::new("x"), 0o600, libc::O_WRONLY, ctx)
+        .unwrap();
+    fs.write(fh, 0, b"bytes").unwrap();
+    fs.release(fh).unwrap();
+    drop(fs);
+    let j = tierfs::relink::Journal {
+        primary: "d/x".into(),
+        names: vec![],
+        new: vec![(7, 1)],
+        old: vec![(0, 2)],
+        keeps: true,
+    };
+    tierfs::relink::write(&d.path().join("a/.tierfs-meta"), "byhand", &j).unwrap();
+    let (fs, _) = remount(d.path());
+    let dir = fs.lookup(ROOT_INO, OsStr::new("d")).unwrap().ino;
+    let x = fs.lookup(dir, OsStr::new("x")).unwrap().ino;
+    assert!(fs.is_failed(x), "the held file is served");
+    let r = fs.rename(ROOT_INO, OsStr::new("d"), ROOT_INO, OsStr::new("d2"), 0);
+    assert_eq!(r.map_err(|e| e.errno()), Err(libc::EIO), "renamed above it");
+    let r = fs.rename(ROOT_INO, OsStr::new("e"), ROOT_INO, OsStr::new("e2"), 0);
+    assert!(r.is_ok(), "another folder: {r:?}");
+    drop(fs);
+    assert_eq!(journals(d.path()).len(), 1, "the journal is not held");
+}

@@ -1560,3 +1560,30 @@ fn a_folder_above_a_held_file_is_not_renamed() {
     drop(fs);
     assert_eq!(journals(d.path()).len(), 1, "the journal is not held");
 }
+
+/// A mount without one of the tiers (`--degraded`) removes no temporary: the journal
+/// naming one as the keep of a cut-short move may sit on the tier left out, and the next
+/// full mount needs the keep to undo the move. That mount removes it.
+#[test]
+fn a_degraded_mount_removes_no_temporary() {
+    let d = tempfile::tempdir().unwrap();
+    let (fs, _) = setup(d.path(), &pattern(MIB, 32));
+    drop(fs);
+    let keep = d.path().join("b/data/.tierfs-tmp-123400000001");
+    std::fs::hard_link(d.path().join("b/data/f.swp"), &keep).unwrap();
+    let text = format!(
+        "[[tier]]\nname = \"fast\"\npath = \"{0}/a\"\nwrite_bandwidth = \"1GB/s\"\n\
+         [[tier]]\nname = \"slow\"\npath = \"{0}/b\"\nwrite_bandwidth = \"1GB/s\"\n",
+        d.path().display()
+    );
+    let config = MountConfig::parse(&text, Path::new("degraded.toml")).unwrap();
+    let lock = tierfs::tier::LockRequest::default();
+    let gone = [(0, "left out".to_string())];
+    let tiers = tierfs::daemon::open_tiers_degraded(&config, false, &gone, &lock, |_| {});
+    let fs = TierFs::new(&config, tiers.unwrap()).unwrap();
+    assert_eq!(root_names(&fs), ["f.swp"]);
+    drop(fs);
+    assert!(keep.exists(), "a degraded mount removed a temporary");
+    drop(remount(d.path()));
+    assert!(!keep.exists(), "a full mount left a temporary");
+}

@@ -142,8 +142,9 @@ fn place_held(
 }
 
 /// Lists folder `rel` (inode `ino`) on every tier of this mount: makes it where it is
-/// missing, removes our leftover temporaries (but the `keeps` of held journals, which it
-/// leaves out too), and leaves out what hides the stats folder.
+/// missing, removes our leftover temporaries (not the `keeps` of held journals, nor any
+/// at a degraded mount; those it leaves out too), and leaves out what hides the stats
+/// folder.
 pub(crate) fn list_folder(
     fs: &TierFs,
     ino: u64,
@@ -151,6 +152,7 @@ pub(crate) fn list_folder(
     keeps: &std::collections::BTreeSet<PathBuf>,
 ) -> Result<Entries> {
     let mut found = Entries::new();
+    let degraded = fs.tiers.iter().any(|t| t.missing);
     // A tier left out of a degraded mount is neither read nor mirrored to.
     for t in fs.tiers.iter().filter(|t| !t.missing) {
         let dir = t.path(rel);
@@ -168,7 +170,9 @@ pub(crate) fn list_folder(
         for (name, ft) in rd {
             let path = dir.join(&name);
             if name.as_bytes().starts_with(TMP_PREFIX.as_bytes()) {
-                if keeps.contains(&rel.join(&name)) {
+                // A degraded mount removes none: the journal naming a keep may sit on
+                // the tier left out.
+                if degraded || keeps.contains(&rel.join(&name)) {
                     continue;
                 }
                 log::info!("removing leftover temporary {}", path.display());

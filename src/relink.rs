@@ -29,9 +29,8 @@
 //!   did not use removed, and the file reads as before the move under every name. Left
 //!   to the mount's other rules, the primary would be a mix of new and old stripes;
 //! - anything else (neither old nor new: the name moved since; an old piece no name
-//!   holds): the journal is set aside as `*.unfinished` and the names are left to the
-//!   mount's other rules, with a warning. So is a journal whose other names are no longer
-//!   where it says, once the rest is done.
+//!   holds): the journal is held (below). A journal whose other names are no longer where
+//!   it says, once the rest is done, is set aside as `*.unfinished` with a warning.
 //!
 //! A file with one name uses the same journal for a move with more than one rename
 //! (`crate::data::moves`): before the first rename, each entry a rename will replace is
@@ -186,8 +185,8 @@ pub fn write(meta: &Path, name: &str, j: &Journal) -> io::Result<PathBuf> {
 
 /// Removes the temporaries of journal writes a crash cut short in `meta` (see [`write`]):
 /// a move does nothing on the tiers before its journal is in place, so such a file
-/// describes nothing that happened. Only for a mount or `fsck --repair`, while no move
-/// runs. Returns the paths removed.
+/// describes nothing that happened. Only for a mount's scan, while no move runs. Returns
+/// the paths removed.
 pub fn remove_torn_writes(meta: &Path) -> Vec<PathBuf> {
     let Ok(rd) = std::fs::read_dir(meta) else {
         return Vec::new();
@@ -248,8 +247,8 @@ pub enum Step {
 pub struct Plan {
     pub steps: Vec<Step>,
     pub foreign: Vec<(usize, usize)>,
-    /// Names with no entry of the file anywhere: only a rename of a folder above them,
-    /// while the file's inode was failed, leaves that; they are left as they are.
+    /// Names with no entry of the file anywhere: a folder above them renamed by hand on
+    /// the tiers (the mount refuses it while the file is failed); left as they are.
     pub missing: Vec<usize>,
 }
 
@@ -394,12 +393,18 @@ fn roll_back(j: &Journal, ino: &impl Fn(Option<usize>, usize) -> Option<u64>) ->
 }
 
 /// A fresh temporary name in `dir`: the prefix the scan and `fsck` know as ours, then
-/// digits only, unique in this process and across processes in practice.
+/// digits only: the process id, a random number drawn once per process and a counter.
+/// A held journal's keep outlives its process, and a daemon may well get the same pid at
+/// every start (pid 1 in a container): the random part keeps a later move's temporary
+/// from landing on it.
 pub fn temp_name(dir: &Path) -> PathBuf {
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
     static NEXT: AtomicU64 = AtomicU64::new(0);
+    static DRAWN: OnceLock<u64> = OnceLock::new();
+    let r = DRAWN.get_or_init(crate::layout::new_file_id);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    dir.join(format!("{TMP_PREFIX}{}{n:08}", std::process::id()))
+    dir.join(format!("{TMP_PREFIX}{}{r:020}{n:08}", std::process::id()))
 }
 
 /// Links `from` under a temporary name in the folder of `name` (made if missing: a

@@ -44,7 +44,9 @@ pub(super) fn issues(tiers: &[TierDir]) -> Vec<Issue> {
                         "{} is not a re-link journal this tierfs reads",
                         path.display()
                     ),
-                    "mount once (the scan sets it aside as *.unfinished) or remove it".into(),
+                    "mount once (the scan sets it aside as *.unfinished and removes no \
+                     temporary) or remove it"
+                        .into(),
                 ),
             });
         }

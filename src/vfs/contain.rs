@@ -78,10 +78,18 @@ pub(crate) fn check_none_failed_below(
         return Ok(());
     }
     let failed = fs.contain.failed.read();
-    match failed
-        .iter()
-        .find(|i| tree.rel(**i).is_some_and(|r| r.starts_with(dir)))
-    {
+    // Any of its names: the journal names each of them.
+    let below = |ino: u64| {
+        let others = tree
+            .get(ino)
+            .map(|n| n.links.as_slice())
+            .unwrap_or_default();
+        tree.rel(ino)
+            .into_iter()
+            .chain(others.iter().filter_map(|(p, n)| tree.name_rel(*p, n)))
+            .any(|r| r.starts_with(dir))
+    };
+    match failed.iter().find(|i| below(**i)) {
         Some(ino) => Err(Error::Failed { ino: *ino }),
         None => Ok(()),
     }

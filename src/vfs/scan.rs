@@ -15,7 +15,6 @@
 use crate::data::file::FileNode;
 use crate::error::{Error, Result};
 use crate::layout::{FileLayout, Part, StripeMap, LAYOUT_XATTR};
-use crate::relink::Held;
 use crate::resolve::{
     backing_ids, files_equal, plan_file, plan_links, plan_name, read_piece, BackingId, Class,
     FilePlan, Found, Step, Winner,
@@ -63,7 +62,7 @@ pub(crate) fn class_of(k: Kind) -> Class {
 }
 
 pub(crate) fn scan(fs: &TierFs) -> Result<()> {
-    let held = finish_relinks(fs);
+    let (held, cautious) = crate::vfs::held::finish_relinks(fs);
     let mut tree = fs.tree.write();
     let mut stack = vec![(ROOT_INO, PathBuf::new())];
     // Striped files with an id or a missing piece, settled once the whole tree is known.
@@ -71,15 +70,13 @@ pub(crate) fn scan(fs: &TierFs) -> Result<()> {
     while let Some((ino, rel)) = stack.pop() {
         // Entries set aside during this pass (conflict copies) are listed too, so they
         // are visible at once rather than after the next mount.
-        let mut entries: VecDeque<_> = list_folder(fs, ino, &rel, &held.keeps)?
+        let mut entries: VecDeque<_> = list_folder(fs, ino, &rel, &held.keeps, cautious)?
             .into_iter()
             .collect();
         while let Some((name, on)) = entries.pop_front() {
             let child_rel = rel.join(&name);
-            let file = on.iter().all(|(_, k)| *k == Kind::File);
-            if let Some(j) = held.names.get(&child_rel).filter(|_| file) {
-                let why = format!("its move is not settled (journal {})", j.display());
-                place_held(fs, &mut tree, ino, &name, &on, &why);
+            if let Some(why) = crate::vfs::held::why_held(fs, &held, cautious, &child_rel, &on) {
+                crate::vfs::held::place_held(fs, &mut tree, ino, &name, &on, &why);
                 continue;
             }
             match place(fs, &mut tree, ino, &name, &child_rel, &on) {
@@ -94,65 +91,18 @@ pub(crate) fn scan(fs: &TierFs) -> Result<()> {
     Ok(())
 }
 
-/// Settles the re-link journals of moves a crash cut short ([`crate::relink`]) before any
-/// folder is read, so the walk finds every name on the pieces it should hold, and removes
-/// the temporaries of journal writes a crash cut short. One that cannot be settled yet (a
-/// tier left out of this mount, an I/O error, a tear beyond undoing) is held: returned,
-/// so that the walk neither serves nor changes its names, nor removes its keeps.
-fn finish_relinks(fs: &TierFs) -> Held {
-    let mut held = Held::default();
-    for t in fs.tiers.iter().filter(|t| !t.missing) {
-        let meta = t.root.join(crate::tier::META_DIR);
-        for p in crate::relink::remove_torn_writes(&meta) {
-            log::info!("removed {}, a journal write a crash cut short", p.display());
-        }
-        for (path, _) in crate::relink::list(&meta) {
-            let on = |u: usize| {
-                let x = fs.tiers.get(u).filter(|x| !x.missing)?;
-                Some((x.fs(), x.data.clone()))
-            };
-            match crate::relink::finish(&path, on) {
-                Ok(done) => log::warn!("{done}"),
-                Err(not) => {
-                    log::error!("re-link journal {}: {not}", path.display());
-                    if let Some(j) = not.held {
-                        held.hold(*j, &path);
-                    }
-                }
-            }
-        }
-    }
-    held
-}
-
-/// Puts a name a held journal names in the tree as it is on the tiers, unresolved and
-/// failed (EIO): resolving it would rename or remove the pieces the journal needs.
-fn place_held(
-    fs: &TierFs,
-    tree: &mut Tree,
-    ino: u64,
-    name: &OsStr,
-    on: &[(usize, Kind)],
-    why: &str,
-) {
-    let t = on.first().map_or(0, |(t, _)| *t);
-    let node = FileNode::new(FileLayout::Whole { tier: t }, 0, fs.tiers.len());
-    let c = tree.insert(ino, name, NodeData::File(Arc::new(node)));
-    crate::vfs::contain::mark_failed(fs, c, why);
-}
-
 /// Lists folder `rel` (inode `ino`) on every tier of this mount: makes it where it is
 /// missing, removes our leftover temporaries (not the `keeps` of held journals, nor any
-/// at a degraded mount; those it leaves out too), and leaves out what hides the stats
-/// folder.
+/// when `cautious`: a journal may be unseen; those it leaves out too), and leaves out what
+/// hides the stats folder.
 pub(crate) fn list_folder(
     fs: &TierFs,
     ino: u64,
     rel: &Path,
     keeps: &std::collections::BTreeSet<PathBuf>,
+    cautious: bool,
 ) -> Result<Entries> {
     let mut found = Entries::new();
-    let degraded = fs.tiers.iter().any(|t| t.missing);
     // A tier left out of a degraded mount is neither read nor mirrored to.
     for t in fs.tiers.iter().filter(|t| !t.missing) {
         let dir = t.path(rel);
@@ -170,9 +120,7 @@ pub(crate) fn list_folder(
         for (name, ft) in rd {
             let path = dir.join(&name);
             if name.as_bytes().starts_with(TMP_PREFIX.as_bytes()) {
-                // A degraded mount removes none: the journal naming a keep may sit on
-                // the tier left out.
-                if degraded || keeps.contains(&rel.join(&name)) {
+                if cautious || keeps.contains(&rel.join(&name)) {
                     continue;
                 }
                 log::info!("removing leftover temporary {}", path.display());
@@ -343,6 +291,10 @@ pub(crate) fn settle_links(
 ) {
     let mut cands: Vec<(PathBuf, u64, Vec<BackingId>)> = Vec::new();
     for (&ino, n) in &tree.nodes {
+        // A held name (`vfs::held`) is left as it is: a later mount settles it.
+        if crate::vfs::contain::is_failed(fs, ino) {
+            continue;
+        }
         let tiers = match &n.data {
             NodeData::Dir { .. } => continue,
             NodeData::File(f) => f.layout().tiers(),

@@ -29,9 +29,8 @@
 //!   did not use removed, and the file reads as before the move under every name. Left
 //!   to the mount's other rules, the primary would be a mix of new and old stripes;
 //! - anything else (neither old nor new: the name moved since; an old piece no name
-//!   holds): the journal is set aside as `*.unfinished` and the names are left to the
-//!   mount's other rules, with a warning. So is a journal whose other names are no longer
-//!   where it says, once the rest is done.
+//!   holds): the journal is held (below). A journal whose other names are no longer where
+//!   it says, once the rest is done, is set aside as `*.unfinished` with a warning.
 //!
 //! A file with one name uses the same journal for a move with more than one rename
 //! (`crate::data::moves`): before the first rename, each entry a rename will replace is
@@ -42,10 +41,15 @@
 //! verdict they are removed last ([`Step::Unlink`]). A journal without the `keeps` line
 //! (written before it existed) reads as one of other names.
 //!
-//! A journal that cannot be carried out at a mount that goes on (a tier left out of a
-//! degraded mount, an I/O error) is set aside too: once a name is served on its own, a
-//! later replay would throw away what was written to it. `tierfs export` only reads, so it
-//! refuses to copy while a journal is pending.
+//! A journal that cannot be carried out (a tier left out of a degraded mount, an I/O
+//! error, or neither finished nor undone by the rule) is *held*: it stays in place for the
+//! next mount or `fsck --repair`, and its names may be a mix of old and new pieces, so the
+//! mount serves none of them (EIO, the scan leaves their entries and keeps untouched) until
+//! it is settled or a person removes it ([`NotSettled::held`]). Served on their own, a later
+//! replay would throw away what was written to them; set aside, the mix would be served
+//! as a file. Only a journal whose primary is whole is set aside as `*.unfinished` (its
+//! other names no longer where it says), and one that does not parse. `tierfs export`
+//! only reads, so it refuses to copy while a journal is pending.
 
 use crate::beneath::Beneath;
 use crate::vfs::types::TMP_PREFIX;
@@ -179,6 +183,23 @@ pub fn write(meta: &Path, name: &str, j: &Journal) -> io::Result<PathBuf> {
     Ok(p)
 }
 
+/// Removes the temporaries of journal writes a crash cut short in `meta` (see [`write`]):
+/// a move does nothing on the tiers before its journal is in place, so such a file
+/// describes nothing that happened. Only for a mount's scan, while no move runs. Returns
+/// the paths removed.
+pub fn remove_torn_writes(meta: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir(meta) else {
+        return Vec::new();
+    };
+    let torn =
+        |n: &[u8]| n.starts_with(format!(".{JOURNAL_PREFIX}").as_bytes()) && n.ends_with(b".tmp");
+    rd.flatten()
+        .filter(|e| torn(e.file_name().as_bytes()))
+        .map(|e| e.path())
+        .filter(|p| std::fs::remove_file(p).is_ok())
+        .collect()
+}
+
 /// The journals in `meta` (a tier's `.tierfs-meta/`): (path, journal, or `None` when
 /// it does not parse).
 pub fn list(meta: &Path) -> Vec<(PathBuf, Option<Journal>)> {
@@ -226,8 +247,8 @@ pub enum Step {
 pub struct Plan {
     pub steps: Vec<Step>,
     pub foreign: Vec<(usize, usize)>,
-    /// Names with no entry of the file anywhere: only a rename of a folder above them,
-    /// while the file's inode was failed, leaves that; they are left as they are.
+    /// Names with no entry of the file anywhere: a folder above them renamed by hand on
+    /// the tiers (the mount refuses it while the file is failed); left as they are.
     pub missing: Vec<usize>,
 }
 
@@ -372,12 +393,18 @@ fn roll_back(j: &Journal, ino: &impl Fn(Option<usize>, usize) -> Option<u64>) ->
 }
 
 /// A fresh temporary name in `dir`: the prefix the scan and `fsck` know as ours, then
-/// digits only, unique in this process and across processes in practice.
+/// digits only: the process id, a random number drawn once per process and a counter.
+/// A held journal's keep outlives its process, and a daemon may well get the same pid at
+/// every start (pid 1 in a container): the random part keeps a later move's temporary
+/// from landing on it.
 pub fn temp_name(dir: &Path) -> PathBuf {
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::OnceLock;
     static NEXT: AtomicU64 = AtomicU64::new(0);
+    static DRAWN: OnceLock<u64> = OnceLock::new();
+    let r = DRAWN.get_or_init(crate::layout::new_file_id);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    dir.join(format!("{TMP_PREFIX}{}{n:08}", std::process::id()))
+    dir.join(format!("{TMP_PREFIX}{}{r:020}{n:08}", std::process::id()))
 }
 
 /// Links `from` under a temporary name in the folder of `name` (made if missing: a
@@ -467,33 +494,106 @@ fn sync_folder(meta: Option<&Path>) {
     }
 }
 
+/// Why [`finish`] did not settle a journal.
+#[derive(Debug)]
+pub struct NotSettled {
+    /// What was found, what was done and what a person may do, for the log.
+    pub why: String,
+    /// The journal when it stays in place: its names may be a mix of old and new pieces
+    /// and must not be served, nor their entries and keeps changed, until it is settled.
+    /// `None` when it was set aside (its primary is whole) or could not be read.
+    pub held: Option<Box<Journal>>,
+}
+
+impl std::fmt::Display for NotSettled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
+/// What held journals ([`NotSettled::held`]) keep from the mount's and `fsck`'s walks.
+#[derive(Debug, Default)]
+pub struct Held {
+    /// Names that may be a mix of old and new pieces, with the journal that holds them:
+    /// neither served nor resolved.
+    pub names: std::collections::BTreeMap<PathBuf, PathBuf>,
+    /// Keeps (temporary names holding old pieces): not removed.
+    pub keeps: std::collections::BTreeSet<PathBuf>,
+}
+
+impl Held {
+    /// Holds the names of `j`, the journal at `path`.
+    pub fn hold(&mut self, j: Journal, path: &Path) {
+        if j.keeps {
+            self.keeps.extend(j.names);
+        } else {
+            for n in j.names {
+                self.names.insert(n, path.to_path_buf());
+            }
+        }
+        self.names.insert(j.primary, path.to_path_buf());
+    }
+}
+
+/// What a held journal's names answer, and how a person ends it.
+const HELD: &str = "the journal stays, and the mount answers EIO for its names until a \
+                    mount or `tierfs fsck --repair` settles it; to serve the pieces as the \
+                    tiers hold them instead (they may mix bytes from before and after the \
+                    move), remove the journal";
+
 /// Settles the journal at `path` for the mount's scan and `fsck --repair` alike, on the
 /// tiers `on(t)` gives (`None` for a tier that is not there): carried out and removed, or
-/// removed when its move never took effect, or set aside as `*.unfinished` when it cannot
-/// be finished. `Ok` says what was done; `Err` what was set aside and why.
+/// removed when its move never took effect. One that cannot be settled is held (stays in
+/// place: a tier missing, an I/O error, neither finished nor undone) or, when its primary
+/// is whole and only other names are in doubt, set aside as `*.unfinished`. `Ok` says
+/// what was done.
 pub fn finish<'a>(
     path: &Path,
     on: impl Fn(usize) -> Option<(Beneath<'a>, PathBuf)>,
-) -> Result<String, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+) -> Result<String, NotSettled> {
+    let text = std::fs::read_to_string(path).map_err(|e| NotSettled {
+        why: format!("cannot read it: {e}"),
+        held: None,
+    })?;
     let Some(j) = Journal::decode(&text) else {
-        return Err(set_aside(path, "it does not parse"));
+        return Err(NotSettled {
+            why: set_aside(path, "it does not parse"),
+            held: None,
+        });
+    };
+    let hold = |why: String| NotSettled {
+        why: format!("{why}; {HELD}"),
+        held: Some(Box::new(j.clone())),
     };
     if let Some(t) = j.tiers().into_iter().find(|t| on(*t).is_none()) {
-        return Err(set_aside(
-            path,
-            &format!("tier {t} of the move is not here"),
-        ));
+        return Err(hold(format!(
+            "a move of /{} names tier {t}, which is not here",
+            j.primary.display()
+        )));
     }
-    let done = outcome(&j, carry_out(&j, |t| on(t).expect("checked above")))
-        .map_err(|why| set_aside(path, &why))?;
-    std::fs::remove_file(path).map_err(|e| format!("{done}, but the journal stays: {e}"))?;
+    let r = carry_out(&j, |t| on(t).expect("checked above"));
+    // Only a finished move leaves the primary whole; anything else may be torn.
+    let whole = matches!(r, Ok(Verdict::Finish(_)));
+    let done = match outcome(&j, r) {
+        Ok(done) => done,
+        Err(why) if whole => {
+            return Err(NotSettled {
+                why: set_aside(path, &why),
+                held: None,
+            })
+        }
+        Err(why) => return Err(hold(why)),
+    };
+    std::fs::remove_file(path).map_err(|e| NotSettled {
+        why: format!("{done}, but the journal stays: {e}"),
+        held: None,
+    })?;
     sync_folder(path.parent());
     Ok(done)
 }
 
 /// What [`finish`] says a carried-out journal came to: `Ok` what was done, `Err` why it
-/// is set aside.
+/// is not settled.
 fn outcome(j: &Journal, r: io::Result<Verdict>) -> Result<String, String> {
     if j.keeps {
         return keeps_outcome(j, r);
@@ -506,10 +606,7 @@ fn outcome(j: &Journal, r: io::Result<Verdict>) -> Result<String, String> {
         .collect::<Vec<_>>()
         .join(", ");
     let v = r.map_err(|e| {
-        format!(
-            "re-linking /{primary}'s other names ({names}) failed ({e}); they may keep the \
-             bytes from before its last move"
-        )
+        format!("settling the move of /{primary} and its other names ({names}) failed ({e})")
     })?;
     match v {
         Verdict::Finish(p) if !p.missing.is_empty() => {
@@ -546,8 +643,8 @@ fn outcome(j: &Journal, r: io::Result<Verdict>) -> Result<String, String> {
         )),
         Verdict::Unsettled => Err(format!(
             "the move of /{primary} stopped between its own pieces with an old piece no name \
-             holds, or the name was moved since; its other names ({names}) may keep the bytes \
-             from before the move"
+             holds, or the name was moved since, so it can be neither finished nor undone \
+             (other names: {names})"
         )),
     }
 }
@@ -572,13 +669,11 @@ fn keeps_outcome(j: &Journal, r: io::Result<Verdict>) -> Result<String, String> 
             p.steps.len()
         )),
         Ok(Verdict::Unsettled) => Err(format!(
-            "the move of /{primary} stopped between its own pieces with an old piece not kept \
-             (a tier that refused the link), or the file was moved since; the mount serves its \
-             pieces as they are"
+            "the move of /{primary} stopped between its own pieces with an old piece not kept, \
+             or the file was moved since, so it can be neither finished nor undone"
         )),
         Err(e) => Err(format!(
-            "undoing or finishing the move of /{primary} a crash cut short failed ({e}); the \
-             mount serves its pieces as they are"
+            "undoing or finishing the move of /{primary} a crash cut short failed ({e})"
         )),
     }
 }
@@ -821,10 +916,25 @@ mod tests {
         assert_eq!(p.missing, vec![1]);
     }
 
+    #[test]
+    fn torn_journal_writes_are_removed_and_nothing_else() {
+        let d = tempfile::tempdir().unwrap();
+        let j = journal();
+        let p = write(d.path(), "kept", &j).unwrap();
+        let torn = d.path().join(format!(".{JOURNAL_PREFIX}cut.tmp"));
+        std::fs::write(&torn, "tierfs-relink v1\nprim").unwrap();
+        let other = d.path().join(".other.tmp");
+        std::fs::write(&other, "").unwrap();
+        assert_eq!(remove_torn_writes(d.path()), vec![torn.clone()]);
+        assert!(p.exists() && other.exists() && !torn.exists());
+        assert!(remove_torn_writes(&d.path().join("none")).is_empty());
+    }
+
     /// `finish` on real folders: a torn move is undone from the other name and its journal
-    /// removed; a finished one is removed; one naming a tier that is not there is set
-    /// aside and never listed again; one whose primary has its old pieces still (never
-    /// took effect) is removed.
+    /// removed; a finished one is removed; one naming a tier that is not there, or torn
+    /// beyond undoing, is held in place; one that does not parse is set aside and never
+    /// listed again; one whose primary has its old pieces still (never took effect) is
+    /// removed.
     #[test]
     fn finish_removes_or_sets_aside_the_journal() {
         let d = tempfile::tempdir().unwrap();
@@ -884,10 +994,33 @@ mod tests {
             ..j
         };
         let p = write(&meta, "missing", &j).unwrap();
-        let why = finish(&p, on).unwrap_err();
+        let not = finish(&p, on).unwrap_err();
         assert!(
-            why.contains("tier 5") && why.contains("unfinished"),
-            "{why}"
+            not.why.contains("tier 5") && not.why.contains("EIO"),
+            "{not}"
+        );
+        assert_eq!(not.held.as_deref(), Some(&j), "not held");
+        assert_eq!(list(&meta).len(), 1, "a held journal is not kept for later");
+        std::fs::remove_file(&p).unwrap();
+        // Its primary torn with an old piece no name holds: held too, never set aside.
+        std::fs::write(roots[0].join("data/c"), b"x").unwrap();
+        let j = Journal {
+            primary: "c".into(),
+            new: vec![(0, 12345678), (1, 23456789)],
+            old: vec![(0, 34567890)],
+            ..j
+        };
+        let p = write(&meta, "torn-alone", &j).unwrap();
+        let not = finish(&p, on).unwrap_err();
+        assert!(not.held.is_some() && p.exists(), "{not}");
+        std::fs::remove_file(&p).unwrap();
+        // A journal that does not parse is set aside and never listed again.
+        let p = meta.join(format!("{JOURNAL_PREFIX}garbage"));
+        std::fs::write(&p, "not a journal").unwrap();
+        let not = finish(&p, on).unwrap_err();
+        assert!(
+            not.held.is_none() && not.why.contains("unfinished"),
+            "{not}"
         );
         assert!(
             list(&meta).is_empty(),
@@ -895,6 +1028,7 @@ mod tests {
         );
         // The primary holds its (now) only piece, the old one of a move not begun.
         let j = Journal {
+            primary: "a".into(),
             new: vec![(0, 12345678)],
             old: vec![(1, ino(1, "a"))],
             ..j

@@ -89,12 +89,15 @@ pub(crate) fn keep_old(
             None => kept_path(fs, t, ino, m.suffix),
         };
         let mut r = b.link(&entry, &keep);
-        if matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists) {
-            // Left by an earlier move's `drop_kept` that could not remove it (warned):
-            // a stale second name of an entry that move replaced (in limbo; beside the
-            // name, a temporary of an earlier process with this one's id). A failed inode, whose
-            // kept link may be its only old piece, never gets here (`relocate` and the
-            // commit at release refuse it).
+        if keep_rel.is_none()
+            && matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists)
+        {
+            // In limbo, named by the inode: left by an earlier move of this file whose
+            // `drop_kept` could not remove it (warned), a stale second name of an entry
+            // that move replaced. A failed inode, whose kept link may be its only old
+            // piece, never gets here (`relocate` and the commit at release refuse it).
+            // Beside the name, a keep's name is never taken again (`relink::temp_name`):
+            // one that exists may be a held journal's only old piece, and the move fails.
             r = b.unlink(&keep).and_then(|()| b.link(&entry, &keep));
         }
         match r {

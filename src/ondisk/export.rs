@@ -489,7 +489,8 @@ pub fn run_export(config: &Path, dest: &Path, force: bool) -> Result<(), Failure
         {
             return Err(Failure::runtime(format!(
                 "tier '{}' holds the re-link journal {} of a move a crash cut short; run \
-                 `tierfs fsck --repair` (or mount once) to finish it, then export",
+                 `tierfs fsck --repair` on the unmounted tiers (or mount once) to settle \
+                 it, then export",
                 t.name,
                 path.display()
             )));

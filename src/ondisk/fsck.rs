@@ -112,6 +112,10 @@ struct Check<'a> {
     incomplete: Vec<(PathBuf, FileView)>,
     /// Names whose entries have other links, for [`link_issues`].
     linked: Vec<Linked>,
+    /// What the journals still pending after [`Check::relink_journals`] hold: their
+    /// names are not resolved (a fix could destroy the pieces a later settle needs), and
+    /// their keeps are not temporaries to remove.
+    held: crate::relink::Held,
 }
 
 /// Checks the tiers of `cfg` (which the caller has locked with [`lock_tiers`]); with
@@ -131,6 +135,7 @@ pub fn fsck(
         deferred: Vec::new(),
         incomplete: Vec::new(),
         linked: Vec::new(),
+        held: Default::default(),
     };
     c.data_dirs()?;
     c.relink_journals()?;
@@ -162,62 +167,14 @@ pub fn fsck(
 }
 
 impl Check<'_> {
-    /// Moves of files with several names that a crash cut short ([`crate::relink`]): one
-    /// problem per journal, repaired (as the mount's scan would) before the walk, so the
-    /// walk sees the names settled.
+    /// Moves a crash cut short ([`crate::relink`]): one problem per journal, repaired (as
+    /// the mount's scan would) before the walk, so the walk sees the names settled; what
+    /// stays pending is held from the walk.
     fn relink_journals(&mut self) -> io::Result<()> {
-        let tiers = self.tiers;
-        for (t, tier) in tiers.iter().enumerate() {
-            let meta = tier.root.join(META_DIR);
-            for (path, j) in crate::relink::list(&meta) {
-                let issue = match j {
-                    Some(j) => {
-                        // A keep journal's names are the move's, not the user's.
-                        let names = if j.keeps { 0 } else { j.names.len() };
-                        let whose = if j.keeps {
-                            "a move of this file (its old pieces kept beside it)".to_string()
-                        } else {
-                            format!("a move of this file with {names} other names")
-                        };
-                        Issue::repair(
-                            &j.primary,
-                            t,
-                            format!("{whose} was cut short (journal {})", path.display()),
-                            Action::FinishRelink {
-                                tier: t,
-                                journal: path,
-                                names,
-                            },
-                        )
-                    }
-                    None => Issue::manual(
-                        Path::new(""),
-                        Some(t),
-                        format!(
-                            "{} is not a re-link journal this tierfs reads",
-                            path.display()
-                        ),
-                        "mount once (the scan sets it aside as *.unfinished) or remove it".into(),
-                    ),
-                };
-                self.record(issue)?;
-            }
-            for path in unfinished_journals(&meta) {
-                let issue = Issue::manual(
-                    Path::new(""),
-                    Some(t),
-                    format!(
-                        "{} is a re-link journal that could not be finished: the other names \
-                         of the file it lists may hold the bytes from before its last move",
-                        path.display()
-                    ),
-                    "compare those names with the file's primary name, keep the right \
-                     bytes, then remove the journal"
-                        .into(),
-                );
-                self.record(issue)?;
-            }
+        for issue in super::journals::issues(self.tiers) {
+            self.record(issue)?;
         }
+        self.held = super::journals::held(self.tiers);
         Ok(())
     }
 
@@ -263,10 +220,15 @@ impl Check<'_> {
             self.record(issue)?;
         }
         for (t, name, kind) in &l.temps {
-            self.record(temp_issue(&rel.join(name), *t, name, *kind))?;
+            if !self.held.keeps.contains(&rel.join(name)) {
+                self.record(temp_issue(&rel.join(name), *t, name, *kind))?;
+            }
         }
         for (name, on) in &l.entries {
             let child = rel.join(name);
+            if self.held.names.contains_key(&child) {
+                continue;
+            }
             if rel.as_os_str().is_empty() && name.as_os_str() == self.cfg.mount.stats_dir.as_str() {
                 let issue = Issue::manual(
                     &child,
@@ -370,27 +332,6 @@ impl Check<'_> {
         self.rep.issues.push((issue, outcome));
         Ok(())
     }
-}
-
-/// Journals set aside as `*.unfinished` in a tier's `.tierfs-meta/`.
-fn unfinished_journals(meta: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = fs::read_dir(meta)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            let n = p.file_name().unwrap_or_default().as_bytes();
-            n.starts_with(crate::relink::JOURNAL_PREFIX.as_bytes()) && n.ends_with(b".unfinished")
-        })
-        .collect();
-    v.sort();
-    v
-}
-
-/// Settles a re-link journal by the mount's rule ([`crate::relink::finish`]).
-fn finish_relink(tiers: &[TierDir], journal: &Path) -> Result<String, String> {
-    crate::relink::finish(journal, |t| tiers.get(t).map(|d| (d.fs(), d.data.clone())))
 }
 
 /// A `.tierfs-tmp-*` name on tier `t`: ours (a plain file, digits after the prefix) is
@@ -663,7 +604,7 @@ fn apply(tiers: &[TierDir], rel: &Path, a: &Action) -> Result<String, String> {
                 other.display()
             ))
         }
-        Action::FinishRelink { journal, .. } => finish_relink(tiers, journal),
+        Action::FinishRelink { journal, .. } => super::journals::finish(tiers, journal),
     }
 }
 

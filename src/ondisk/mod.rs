@@ -20,6 +20,7 @@
 mod export;
 mod fsck;
 mod issues;
+mod journals;
 
 pub use self::export::{export, run_export, ExportReport};
 pub use self::fsck::{fsck, lock_tiers, run_fsck, FsckReport, TierLocks};

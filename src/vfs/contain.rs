@@ -8,8 +8,9 @@
 //! half-changed (a layout, a size, a piece table) would otherwise be served as if it were
 //! sound; a failed inode instead answers EIO to every request until the next mount, which
 //! rebuilds it from the tiers. Its data on the tiers is left as it was: at unmount its
-//! re-layout is not committed. Requests on its folder that name it (unlink, rename) still
-//! run, so the file can be removed or moved aside without a remount.
+//! re-layout is not committed. Its unlink, a rename of it or onto it, and a rename of a
+//! folder above it answer EIO too: a failed file may have a move's journal pending, which
+//! names it by path and its pieces by backing inode (see `crate::relink`).
 //!
 //! Debug builds accept a control command `debug-panic PATH` (see [`crate::control`]) that
 //! makes the next request on PATH's inode panic, so the tests can show all of this through
@@ -64,6 +65,34 @@ pub(crate) fn check_failed(fs: &TierFs, ino: u64) -> Result<()> {
 
 pub(crate) fn is_failed(fs: &TierFs, ino: u64) -> bool {
     fs.contain.any_failed.load(Ordering::Acquire) && fs.contain.failed.read().contains(&ino)
+}
+
+/// A folder above a failed file is not renamed (EIO): a pending move's journal names the
+/// file by its path, and under a new one it would no longer find it.
+pub(crate) fn check_none_failed_below(
+    fs: &TierFs,
+    tree: &crate::vfs::tree::Tree,
+    dir: &std::path::Path,
+) -> Result<()> {
+    if !fs.contain.any_failed.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let failed = fs.contain.failed.read();
+    // Any of its names: the journal names each of them.
+    let below = |ino: u64| {
+        let others = tree
+            .get(ino)
+            .map(|n| n.links.as_slice())
+            .unwrap_or_default();
+        tree.rel(ino)
+            .into_iter()
+            .chain(others.iter().filter_map(|(p, n)| tree.name_rel(*p, n)))
+            .any(|r| r.starts_with(dir))
+    };
+    match failed.iter().find(|i| below(**i)) {
+        Some(ino) => Err(Error::Failed { ino: *ino }),
+        None => Ok(()),
+    }
 }
 
 pub(crate) fn mark_failed(fs: &TierFs, ino: u64, why: &str) {

@@ -34,6 +34,7 @@ pub mod contain;
 pub mod dirs;
 pub mod files;
 pub mod handles;
+pub mod held;
 pub mod lifecycle;
 pub mod links;
 pub mod namespace;

@@ -442,6 +442,9 @@ pub(crate) fn rename(
     check_rename(fs, &tree, ino, kind, newparent, target, flags)?;
     // The name renamed, which for a file with several names need not be its primary one.
     let from_rel = tree.name_rel(parent, name).ok_or(Error::NotFound)?;
+    if kind == Kind::Dir {
+        crate::vfs::contain::check_none_failed_below(fs, &tree, &from_rel)?;
+    }
     let to_rel = tree.name_rel(newparent, newname).ok_or(Error::NotFound)?;
     let src: Vec<usize> = backing::backing_paths(fs, &tree, ino)?
         .into_iter()

@@ -62,7 +62,7 @@ pub(crate) fn class_of(k: Kind) -> Class {
 }
 
 pub(crate) fn scan(fs: &TierFs) -> Result<()> {
-    finish_relinks(fs);
+    let (held, cautious) = crate::vfs::held::finish_relinks(fs);
     let mut tree = fs.tree.write();
     let mut stack = vec![(ROOT_INO, PathBuf::new())];
     // Striped files with an id or a missing piece, settled once the whole tree is known.
@@ -70,9 +70,15 @@ pub(crate) fn scan(fs: &TierFs) -> Result<()> {
     while let Some((ino, rel)) = stack.pop() {
         // Entries set aside during this pass (conflict copies) are listed too, so they
         // are visible at once rather than after the next mount.
-        let mut entries: VecDeque<_> = list_folder(fs, ino, &rel)?.into_iter().collect();
+        let mut entries: VecDeque<_> = list_folder(fs, ino, &rel, &held.keeps, cautious)?
+            .into_iter()
+            .collect();
         while let Some((name, on)) = entries.pop_front() {
             let child_rel = rel.join(&name);
+            if let Some(why) = crate::vfs::held::why_held(fs, &held, cautious, &child_rel, &on) {
+                crate::vfs::held::place_held(fs, &mut tree, ino, &name, &on, &why);
+                continue;
+            }
             match place(fs, &mut tree, ino, &name, &child_rel, &on) {
                 Placed::Nothing => {}
                 Placed::Dir(c) => stack.push((c, child_rel)),
@@ -85,30 +91,17 @@ pub(crate) fn scan(fs: &TierFs) -> Result<()> {
     Ok(())
 }
 
-/// Settles the re-link journals of moves of files with several names that a crash cut
-/// short ([`crate::relink`]) before any folder is read, so the walk finds every name on
-/// the pieces it should hold. One that cannot be finished (a tier left out of this
-/// mount, an I/O error) is set aside with a warning: the mount then serves the names as
-/// the tiers hold them, and a later replay would undo what is written to them.
-fn finish_relinks(fs: &TierFs) {
-    for t in fs.tiers.iter().filter(|t| !t.missing) {
-        let meta = t.root.join(crate::tier::META_DIR);
-        for (path, _) in crate::relink::list(&meta) {
-            let on = |u: usize| {
-                let x = fs.tiers.get(u).filter(|x| !x.missing)?;
-                Some((x.fs(), x.data.clone()))
-            };
-            match crate::relink::finish(&path, on) {
-                Ok(done) => log::warn!("{done}"),
-                Err(why) => log::warn!("re-link journal {}: {why}", path.display()),
-            }
-        }
-    }
-}
-
 /// Lists folder `rel` (inode `ino`) on every tier of this mount: makes it where it is
-/// missing, removes our leftover temporaries, and leaves out what hides the stats folder.
-pub(crate) fn list_folder(fs: &TierFs, ino: u64, rel: &Path) -> Result<Entries> {
+/// missing, removes our leftover temporaries (not the `keeps` of held journals, nor any
+/// when `cautious`: a journal may be unseen; those it leaves out too), and leaves out what
+/// hides the stats folder.
+pub(crate) fn list_folder(
+    fs: &TierFs,
+    ino: u64,
+    rel: &Path,
+    keeps: &std::collections::BTreeSet<PathBuf>,
+    cautious: bool,
+) -> Result<Entries> {
     let mut found = Entries::new();
     // A tier left out of a degraded mount is neither read nor mirrored to.
     for t in fs.tiers.iter().filter(|t| !t.missing) {
@@ -127,6 +120,9 @@ pub(crate) fn list_folder(fs: &TierFs, ino: u64, rel: &Path) -> Result<Entries> 
         for (name, ft) in rd {
             let path = dir.join(&name);
             if name.as_bytes().starts_with(TMP_PREFIX.as_bytes()) {
+                if cautious || keeps.contains(&rel.join(&name)) {
+                    continue;
+                }
                 log::info!("removing leftover temporary {}", path.display());
                 let _ = tfs.unlink(&path);
                 continue;
@@ -295,6 +291,10 @@ pub(crate) fn settle_links(
 ) {
     let mut cands: Vec<(PathBuf, u64, Vec<BackingId>)> = Vec::new();
     for (&ino, n) in &tree.nodes {
+        // A held name (`vfs::held`) is left as it is: a later mount settles it.
+        if crate::vfs::contain::is_failed(fs, ino) {
+            continue;
+        }
         let tiers = match &n.data {
             NodeData::Dir { .. } => continue,
             NodeData::File(f) => f.layout().tiers(),

@@ -1,0 +1,127 @@
+//! What the mount's scan holds back from its walk so that no move a crash cut short is
+//! resolved into a mix of old and new pieces, or loses the old pieces that would undo it.
+//!
+//! Before any folder is read, the re-link journals ([`crate::relink`]) are settled. One
+//! that cannot be (a tier left out, an I/O error, a tear beyond undoing) is *held*: its
+//! names are put in the tree unresolved and failed (EIO), and its keeps are not removed.
+//! When a journal may be unseen (a degraded mount, whose missing tier may hold one, or a
+//! journal or `.tierfs-meta/` that cannot be read) the scan is *cautious*: it removes no
+//! temporary, and a file whose present pieces disagree (belong to different layouts, or
+//! one is missing on a tier that is here) is held the same way rather than resolved,
+//! until a mount that sees every journal.
+
+use crate::data::file::FileNode;
+use crate::layout::FileLayout;
+use crate::relink::Held;
+use crate::resolve::{plan_file, read_piece, Found, Step};
+use crate::vfs::state::TierFs;
+use crate::vfs::tree::{NodeData, Tree};
+use crate::vfs::types::Kind;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Settles the journals on every tier of the mount and removes the temporaries of journal
+/// writes a crash cut short. Returns what the unsettled ones hold, and whether the walk
+/// must be cautious (a tier left out, or a journal that could not be read).
+pub(crate) fn finish_relinks(fs: &TierFs) -> (Held, bool) {
+    let mut held = Held::default();
+    let mut cautious = fs.tiers.iter().any(|t| t.missing);
+    for t in fs.tiers.iter().filter(|t| !t.missing) {
+        let meta = t.root.join(crate::tier::META_DIR);
+        if let Err(e) = std::fs::read_dir(&meta) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                log::error!(
+                    "cannot list {} ({e}): a move's journal there would go unseen, so this \
+                     mount removes no temporary and holds files whose pieces disagree",
+                    meta.display()
+                );
+                cautious = true;
+            }
+        }
+        for p in crate::relink::remove_torn_writes(&meta) {
+            log::info!("removed {}, a journal write a crash cut short", p.display());
+        }
+        for (path, _) in crate::relink::list(&meta) {
+            let on = |u: usize| {
+                let x = fs.tiers.get(u).filter(|x| !x.missing)?;
+                Some((x.fs(), x.data.clone()))
+            };
+            match crate::relink::finish(&path, on) {
+                Ok(done) => log::warn!("{done}"),
+                Err(not) => {
+                    log::error!("re-link journal {}: {not}", path.display());
+                    match not.held {
+                        Some(j) => held.hold(*j, &path),
+                        // Unread: whatever it holds is unknown.
+                        None if path.exists() => cautious = true,
+                        None => {}
+                    }
+                }
+            }
+        }
+    }
+    (held, cautious)
+}
+
+/// Why the name at `rel`, found on the `on` tiers, is held (placed unresolved and
+/// failed), if it is: a held journal names it, or, when `cautious`, its pieces disagree.
+pub(crate) fn why_held(
+    fs: &TierFs,
+    held: &Held,
+    cautious: bool,
+    rel: &Path,
+    on: &[(usize, Kind)],
+) -> Option<String> {
+    if !on.iter().any(|(_, k)| *k == Kind::File) {
+        return None;
+    }
+    if let Some(j) = held.names.get(rel) {
+        return Some(format!("its move is not settled (journal {})", j.display()));
+    }
+    (cautious && pieces_disagree(fs, rel, on)).then(|| {
+        "its pieces disagree while a move's journal may be unseen (a tier left out, or a \
+         journal that cannot be read): left as they are for a mount that sees every journal"
+            .to_string()
+    })
+}
+
+/// Whether resolving the file would change its pieces: entries of other kinds beside it,
+/// pieces of different layouts or copies, or a piece missing on a tier that is here.
+fn pieces_disagree(fs: &TierFs, rel: &Path, on: &[(usize, Kind)]) -> bool {
+    if on.iter().any(|(_, k)| *k != Kind::File) {
+        return true;
+    }
+    let found: Vec<Found> = on
+        .iter()
+        .map(|&(t, _)| read_piece(fs.tiers[t].fs(), &fs.tiers[t].path(rel), t))
+        .collect();
+    let Some(plan) = plan_file(&found, fs.tiers.len(), |_, _| false) else {
+        return false;
+    };
+    plan.steps.iter().any(|s| match s {
+        Step::SetAside { .. } | Step::RemoveCopy { .. } => true,
+        Step::Missing { tier } => !fs.tiers[*tier].missing,
+        _ => false,
+    })
+}
+
+/// Puts a held name in the tree as it is on the tiers, unresolved and failed (EIO): its
+/// pieces are neither read nor changed, nor counted, until a later mount settles them.
+pub(crate) fn place_held(
+    fs: &TierFs,
+    tree: &mut Tree,
+    ino: u64,
+    name: &OsStr,
+    on: &[(usize, Kind)],
+    why: &str,
+) {
+    let t = on.first().map_or(0, |(t, _)| *t);
+    let node = FileNode::new(FileLayout::Whole { tier: t }, 0, fs.tiers.len());
+    let c = tree.insert(ino, name, NodeData::File(Arc::new(node)));
+    log::error!(
+        "/{}: held, answers EIO: {why}",
+        tree.rel(c).unwrap_or_default().display()
+    );
+    crate::vfs::contain::mark_failed(fs, c, why);
+}

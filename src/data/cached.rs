@@ -452,7 +452,7 @@ pub(crate) fn cached_write(
 /// Writes a cached file's dirty blocks to its tiers, all of them or (with `batches`)
 /// that many engine batches of them; the state lock held, for reading or writing, then
 /// the entry's write-back lock (always in that order). Returns whether any dirty block
-/// is left.
+/// is left; a failed inode's are never written ([`Error::Failed`]).
 pub(crate) fn write_back_locked(
     fs: &TierFs,
     c: &Cache,
@@ -463,6 +463,13 @@ pub(crate) fn write_back_locked(
 ) -> Result<bool> {
     if e.dirty_blocks() == 0 {
         return Ok(false);
+    }
+    // A failed inode's state is not trusted (a panic may have left it half-changed) and
+    // its pieces may be torn by a move the next mount settles from its journal: written
+    // over them, its blocks could leave a mix of both. Its data on the tiers stays as it
+    // is; the unmount reports its bytes in memory lost.
+    if crate::vfs::contain::is_failed(fs, e.ino) {
+        return Err(Error::Failed { ino: e.ino });
     }
     let mut budget = batches.unwrap_or(usize::MAX);
     for t in st.layout.tiers() {

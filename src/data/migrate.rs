@@ -166,7 +166,7 @@ fn relocate_once(
             },
         };
         if let Err(e) = moves::switch_to(fs, tree, ino, node, &mut st, &m) {
-            moves::drop_move(fs, ino, m);
+            drop_cached_move(fs, ino, &st, m);
             return Err(e);
         }
         drop(st);
@@ -198,6 +198,21 @@ fn relocate_once(
         .fetch_add(size, Ordering::Relaxed);
     log_moved(fs, ino, size, bad, &node.state.read().layout.encode());
     Ok(true)
+}
+
+/// Drops a cached file's move whose switch failed. If that failed the inode, its copy
+/// held the only bytes on a tier of what was dirty in memory, and it is gone (here, or
+/// undone by the next mount from its journal); a failed inode is never written back
+/// (`cached::write_back_locked`), so those bytes are lost: said now, and by the unmount.
+fn drop_cached_move(fs: &TierFs, ino: u64, st: &FileState, m: Migration) {
+    moves::drop_move(fs, ino, m);
+    if crate::vfs::contain::is_failed(fs, ino) {
+        log::error!(
+            "inode {ino} failed in its move, whose copy is dropped or undone: its {} dirty \
+             blocks in memory are never written back (reported LOST at unmount)",
+            st.cache.as_ref().map_or(0, |c| c.dirty_blocks())
+        );
+    }
 }
 
 fn log_moved(fs: &TierFs, ino: u64, size: u64, bad: Option<usize>, now: &str) {

@@ -202,7 +202,7 @@ impl Check<'_> {
                 };
                 self.record(issue)?;
             }
-            for path in unfinished_journals(&meta) {
+            for (path, _) in crate::relink::list_set_aside(&meta) {
                 let issue = Issue::manual(
                     Path::new(""),
                     Some(t),
@@ -370,22 +370,6 @@ impl Check<'_> {
         self.rep.issues.push((issue, outcome));
         Ok(())
     }
-}
-
-/// Journals set aside as `*.unfinished` in a tier's `.tierfs-meta/`.
-fn unfinished_journals(meta: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = fs::read_dir(meta)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            let n = p.file_name().unwrap_or_default().as_bytes();
-            n.starts_with(crate::relink::JOURNAL_PREFIX.as_bytes()) && n.ends_with(b".unfinished")
-        })
-        .collect();
-    v.sort();
-    v
 }
 
 /// Settles a re-link journal by the mount's rule ([`crate::relink::finish`]).

@@ -8,8 +8,12 @@
 //! half-changed (a layout, a size, a piece table) would otherwise be served as if it were
 //! sound; a failed inode instead answers EIO to every request until the next mount, which
 //! rebuilds it from the tiers. Its data on the tiers is left as it was: at unmount its
-//! re-layout is not committed. Requests on its folder that name it (unlink, rename) still
-//! run, so the file can be removed or moved aside without a remount.
+//! re-layout is not committed, and its dirty blocks in the host-memory cache are never
+//! written back (`crate::data::cached::write_back_locked`; the unmount reports them lost).
+//! A move torn on the tiers fails the inode the same way (`crate::data::moves`). Requests
+//! on its folder still run, but none removes, renames or replaces it (its move's journal
+//! may be pending, and the next mount settles that against its names and backing inodes:
+//! `crate::vfs::namespace`, `crate::vfs::links`).
 //!
 //! Debug builds accept a control command `debug-panic PATH` (see [`crate::control`]) that
 //! makes the next request on PATH's inode panic, so the tests can show all of this through

@@ -1,8 +1,8 @@
-//! A failed inode (`vfs::contain`: a panic in a request, or a move torn on the tiers) with
-//! dirty blocks in the host-memory cache, on the core without a mount: its blocks are never
-//! written back over its pieces (which a torn move's journal settles at the next mount, and
-//! which a half-done change in memory must not reach), and the unmount reports them LOST
-//! instead of dropping them silently.
+//! A failed inode (`vfs::contain`) with dirty blocks in the host-memory cache, on the core
+//! without a mount: after a panic its blocks are never written over its pieces (a half-done
+//! change in memory must not reach them) and the unmount reports them LOST instead of
+//! dropping them silently; after a move torn on the tiers they are written back through
+//! the old pieces, which the next mount keeps or puts back.
 use std::ffi::OsStr;
 use std::path::Path;
 use tierfs::config::MountConfig;
@@ -100,30 +100,49 @@ fn a_failed_inodes_dirty_blocks_are_reported_lost_not_written_back() {
     assert!(remounted(d.path(), old.len()) == old, "written back");
 }
 
-/// A cached file with other names, its rewrite only in memory, moved to follow the shares
-/// (at its next open for writing): the move copies memory's bytes, and the second tier's
-/// rename fails after the first's, which tears the file and fails the inode. The move's
-/// copy goes; the unmount reports the rewrite LOST and writes none of it; the next mount
-/// undoes the torn move by its journal, and the file reads its old bytes whole.
+/// A cached file, its rewrite only in memory, moved to follow the shares (at its next
+/// open for writing): the move copies memory's bytes, and a rename fails after the first
+/// tier's, which tears the file on the tiers and fails the inode. Its state in memory is
+/// sound: the unmount writes the rewrite back through the old pieces it still holds and
+/// reports nothing lost, and the next mount, which settles the torn move by its journal,
+/// reads the rewrite whole. With other names (their old entries undo the move), and with
+/// one name whose old pieces cannot be put back (the move's keeps undo it).
+///
+/// Found by review: a first fix refused to write back any failed inode, and lost the
+/// rewrite here, which the code before wrote back.
 #[test]
-fn a_cached_files_torn_move_reports_its_memory_lost() {
-    let d = tempfile::tempdir().unwrap();
-    let (old, new) = (pattern(12 * MIB, 3), pattern(12 * MIB, 4));
-    let fs = mount(d.path());
-    let ino = dirty_file(&fs, &old, &new);
-    fs.link(ino, ROOT_INO, OsStr::new("g.swp")).unwrap();
-    fs.placer().set_shares(vec![10.0 / 11.0, 1.0 / 11.0]);
-    let root = fs.tiers()[1].root.clone();
-    tierfs::beneath::fail_nth(&root, tierfs::beneath::Fault::Rename, 1, libc::EACCES);
-    let (fh, _) = fs.open(ino, libc::O_WRONLY).unwrap();
-    fs.release(fh).unwrap();
-    assert_eq!(tierfs::beneath::faults_pending(&root), 0, "not reached");
-    assert!(fs.is_failed(ino), "the move did not fail the inode");
-    let lost = fs.shutdown();
-    assert!(
-        lost.len() == 1 && lost[0].starts_with("/f.swp: failed"),
-        "not reported: {lost:?}"
-    );
-    drop(fs);
-    assert!(remounted(d.path(), old.len()) == old, "not the old bytes");
+fn a_cached_files_torn_move_writes_its_memory_back() {
+    for linked in [true, false] {
+        let d = tempfile::tempdir().unwrap();
+        let (old, new) = (pattern(12 * MIB, 3), pattern(12 * MIB, 4));
+        let fs = mount(d.path());
+        let ino = dirty_file(&fs, &old, &new);
+        let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
+        use tierfs::beneath::{fail_nth, faults_pending, Fault};
+        if linked {
+            fs.link(ino, ROOT_INO, OsStr::new("g.swp")).unwrap();
+            fail_nth(&roots[1], Fault::Rename, 1, libc::EACCES);
+        } else {
+            // The second tier's rename, then putting the first's old piece back, fail.
+            fail_nth(&roots[0], Fault::Rename, 2, libc::EIO);
+            fail_nth(&roots[1], Fault::Rename, 1, libc::EACCES);
+        }
+        fs.placer().set_shares(vec![10.0 / 11.0, 1.0 / 11.0]);
+        let (fh, _) = fs.open(ino, libc::O_WRONLY).unwrap();
+        fs.release(fh).unwrap();
+        for r in &roots {
+            assert_eq!(faults_pending(r), 0, "linked {linked}: not reached");
+        }
+        assert!(
+            fs.is_failed(ino),
+            "linked {linked}: the move did not fail it"
+        );
+        let lost = fs.shutdown();
+        assert!(lost.is_empty(), "linked {linked}: reported lost: {lost:?}");
+        drop(fs);
+        assert!(
+            remounted(d.path(), new.len()) == new,
+            "linked {linked}: not the rewrite"
+        );
+    }
 }

@@ -452,7 +452,7 @@ pub(crate) fn cached_write(
 /// Writes a cached file's dirty blocks to its tiers, all of them or (with `batches`)
 /// that many engine batches of them; the state lock held, for reading or writing, then
 /// the entry's write-back lock (always in that order). Returns whether any dirty block
-/// is left; a failed inode's are never written ([`Error::Failed`]).
+/// is left; those of an inode failed by a panic are never written ([`Error::Failed`]).
 pub(crate) fn write_back_locked(
     fs: &TierFs,
     c: &Cache,
@@ -464,11 +464,10 @@ pub(crate) fn write_back_locked(
     if e.dirty_blocks() == 0 {
         return Ok(false);
     }
-    // A failed inode's state is not trusted (a panic may have left it half-changed) and
-    // its pieces may be torn by a move the next mount settles from its journal: written
-    // over them, its blocks could leave a mix of both. Its data on the tiers stays as it
-    // is; the unmount reports its bytes in memory lost.
-    if crate::vfs::contain::is_failed(fs, e.ino) {
+    // After a panic the inode's state is not trusted (its layout and open pieces may be
+    // out of step): its data on the tiers stays as it is, and the unmount reports its
+    // bytes in memory lost. A torn move's inode is written back (`contain::writes_back`).
+    if !crate::vfs::contain::writes_back(fs, e.ino) {
         return Err(Error::Failed { ino: e.ino });
     }
     let mut budget = batches.unwrap_or(usize::MAX);

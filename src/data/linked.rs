@@ -197,5 +197,5 @@ fn drop_links(fs: &TierFs, links: &[(usize, PathBuf, PathBuf)]) {
 /// and the inode fails until the next mount settles its journal (`why` says which step).
 fn drop_links_and_fail(fs: &TierFs, ino: u64, links: &[(usize, PathBuf, PathBuf)], why: &str) {
     drop_links(fs, links);
-    crate::vfs::contain::mark_failed(fs, ino, why);
+    crate::vfs::contain::mark_torn(fs, ino, why);
 }

@@ -200,13 +200,13 @@ fn relocate_once(
     Ok(true)
 }
 
-/// Drops a cached file's move whose switch failed. If that failed the inode, its copy
-/// held the only bytes on a tier of what was dirty in memory, and it is gone (here, or
-/// undone by the next mount from its journal); a failed inode is never written back
-/// (`cached::write_back_locked`), so those bytes are lost: said now, and by the unmount.
+/// Drops a cached file's move whose switch failed. Its dirty blocks stay in memory and
+/// are written back through the old pieces, even when the switch tore the file and
+/// failed the inode (`contain::writes_back`); should the inode be one that is never
+/// written back, those bytes are lost: said now, and by the unmount.
 fn drop_cached_move(fs: &TierFs, ino: u64, st: &FileState, m: Migration) {
     moves::drop_move(fs, ino, m);
-    if crate::vfs::contain::is_failed(fs, ino) {
+    if !crate::vfs::contain::writes_back(fs, ino) {
         log::error!(
             "inode {ino} failed in its move, whose copy is dropped or undone: its {} dirty \
              blocks in memory are never written back (reported LOST at unmount)",

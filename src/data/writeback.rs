@@ -80,7 +80,7 @@ pub(crate) fn write_back_batches(
 }
 
 /// Writes every dirty cached file back; the ones that could not be: (inode, dirty
-/// bytes, why). A failed inode is among them, with [`Error::Failed`]: no write-back
+/// bytes, why). An inode failed by a panic is among them, with [`Error::Failed`]: no write-back
 /// writes one (`cached::write_back_locked`), so its bytes in memory are lost and the
 /// caller must say so.
 pub(crate) fn write_back_all(fs: &TierFs) -> Vec<(u64, u64, Error)> {
@@ -130,10 +130,10 @@ pub(crate) fn shrink_cache(fs: &TierFs, target: u64) {
                     break;
                 }
                 if e.dirty_blocks() > 0 {
-                    // A failed inode is never written back, so never evicted either.
+                    // An inode failed by a panic is never written back, so never evicted.
                     if !write_back
                         || node.gone.load(Ordering::Relaxed)
-                        || crate::vfs::contain::is_failed(fs, e.ino)
+                        || !crate::vfs::contain::writes_back(fs, e.ino)
                     {
                         continue;
                     }

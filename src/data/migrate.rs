@@ -107,6 +107,11 @@ fn relocate_once(
         // switch fails, this move takes it over like any migration (its moved blocks are
         // read from its pieces below, then it is dropped).
         if let Err(e) = commit_locked(fs, tree.as_ref().expect("held"), ino, node, &mut st) {
+            // A switch torn on the tiers failed the inode: its journal and old pieces
+            // wait for the next mount, which another move would leave unmatched.
+            if crate::vfs::contain::is_failed(fs, ino) {
+                return Err(e);
+            }
             log::warn!("inode {ino}: a pending move could not switch over ({e}); moving again");
         }
     }

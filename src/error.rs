@@ -56,8 +56,12 @@ pub enum Error {
         got: usize,
         want: usize,
     },
-    /// A request on this inode panicked earlier (see `vfs::contain`): EIO until remount.
-    #[error("inode {ino} failed after a panic in a request; EIO until the next mount")]
+    /// The inode failed earlier (see `vfs::contain`: a request panicked, or a move was torn
+    /// on the tiers): EIO until remount.
+    #[error(
+        "inode {ino} failed (a panic in a request, or a move torn on the tiers: see the log); \
+         EIO until the next mount"
+    )]
     Failed { ino: u64 },
     #[error("{0}")]
     Io(#[from] io::Error),

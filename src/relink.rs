@@ -49,7 +49,8 @@
 //! replay would throw away what was written to them; set aside, the mix would be served
 //! as a file. Only a journal whose primary is whole is set aside as `*.unfinished` (its
 //! other names no longer where it says), and one that does not parse. `tierfs export`
-//! only reads, so it refuses to copy while a journal is pending.
+//! only reads, so it refuses to copy while a journal is pending; past one set aside it
+//! copies, and warns that the file it names may be mixed.
 
 use crate::beneath::Beneath;
 use crate::vfs::types::TMP_PREFIX;
@@ -203,6 +204,16 @@ pub fn remove_torn_writes(meta: &Path) -> Vec<PathBuf> {
 /// The journals in `meta` (a tier's `.tierfs-meta/`): (path, journal, or `None` when
 /// it does not parse).
 pub fn list(meta: &Path) -> Vec<(PathBuf, Option<Journal>)> {
+    read_journals(meta, false)
+}
+
+/// The journals in `meta` set aside as `*.unfinished` ([`set_aside`]), never to be
+/// replayed: each names a file whose bytes may be mixed from before and after its move.
+pub fn list_set_aside(meta: &Path) -> Vec<(PathBuf, Option<Journal>)> {
+    read_journals(meta, true)
+}
+
+fn read_journals(meta: &Path, set_aside: bool) -> Vec<(PathBuf, Option<Journal>)> {
     let Ok(rd) = std::fs::read_dir(meta) else {
         return Vec::new();
     };
@@ -211,7 +222,7 @@ pub fn list(meta: &Path) -> Vec<(PathBuf, Option<Journal>)> {
         .filter(|e| {
             let n = e.file_name();
             let n = n.as_bytes();
-            n.starts_with(JOURNAL_PREFIX.as_bytes()) && !n.ends_with(b".unfinished")
+            n.starts_with(JOURNAL_PREFIX.as_bytes()) && n.ends_with(b".unfinished") == set_aside
         })
         .map(|e| {
             let j = std::fs::read_to_string(e.path())

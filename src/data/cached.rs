@@ -452,7 +452,7 @@ pub(crate) fn cached_write(
 /// Writes a cached file's dirty blocks to its tiers, all of them or (with `batches`)
 /// that many engine batches of them; the state lock held, for reading or writing, then
 /// the entry's write-back lock (always in that order). Returns whether any dirty block
-/// is left.
+/// is left; those of an inode failed by a panic are never written ([`Error::Failed`]).
 pub(crate) fn write_back_locked(
     fs: &TierFs,
     c: &Cache,
@@ -463,6 +463,12 @@ pub(crate) fn write_back_locked(
 ) -> Result<bool> {
     if e.dirty_blocks() == 0 {
         return Ok(false);
+    }
+    // After a panic the inode's state is not trusted (its layout and open pieces may be
+    // out of step): its data on the tiers stays as it is, and the unmount reports its
+    // bytes in memory lost. A torn move's inode is written back (`contain::writes_back`).
+    if !crate::vfs::contain::writes_back(fs, e.ino) {
+        return Err(Error::Failed { ino: e.ino });
     }
     let mut budget = batches.unwrap_or(usize::MAX);
     for t in st.layout.tiers() {

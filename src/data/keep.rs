@@ -250,7 +250,7 @@ pub(crate) fn put_back(
             }
         }
         (true, None) => {}
-        (false, j) => crate::vfs::contain::mark_failed(
+        (false, j) => crate::vfs::contain::mark_torn(
             fs,
             ino,
             &format!(

@@ -98,9 +98,7 @@ pub(crate) fn stage(
             links,
         })),
         Err(e) => {
-            for (t, tmp, _) in &links {
-                let _ = fs.tiers[*t].fs().unlink(tmp);
-            }
+            drop_links(fs, &links);
             Err(e)
         }
     }
@@ -109,9 +107,7 @@ pub(crate) fn stage(
 /// Undoes [`stage`] when the move stops before any of the primary name's pieces was
 /// renamed: the staged links and the journal go, and the file is as it was.
 pub(crate) fn abandon(fs: &TierFs, s: Staged) {
-    for (t, tmp, _) in &s.links {
-        let _ = fs.tiers[*t].fs().unlink(tmp);
-    }
+    drop_links(fs, &s.links);
     if let Err(e) = std::fs::remove_file(&s.path) {
         log::warn!(
             "cannot remove the re-link journal {}: {e}",
@@ -125,18 +121,12 @@ pub(crate) fn abandon(fs: &TierFs, s: Staged) {
 /// mount, whose scan undoes the move by the journal: the other names, which no step had
 /// touched yet, give the primary its old pieces back ([`crate::relink`]).
 pub(crate) fn torn(fs: &TierFs, ino: u64, s: Staged) {
-    for (t, tmp, _) in &s.links {
-        let _ = fs.tiers[*t].fs().unlink(tmp);
-    }
-    crate::vfs::contain::mark_failed(
-        fs,
-        ino,
-        &format!(
-            "its move stopped between its own pieces; the journal {} is settled at the \
-             next mount",
-            s.path.display()
-        ),
+    let why = format!(
+        "its move stopped between its own pieces; the journal {} is settled at the next \
+         mount",
+        s.path.display()
     );
+    drop_links_and_fail(fs, ino, &s.links, &why);
 }
 
 /// After the primary name's pieces are renamed in: each staged link renamed over its
@@ -184,19 +174,28 @@ pub(crate) fn install(fs: &TierFs, ino: u64, s: Staged) -> Option<PathBuf> {
     match r {
         Ok(()) => Some(s.path),
         Err(e) => {
-            for (t, tmp, _) in &s.links {
-                let _ = fs.tiers[*t].fs().unlink(tmp);
-            }
-            crate::vfs::contain::mark_failed(
-                fs,
-                ino,
-                &format!(
-                    "re-linking its other names after a move failed: {e}; the journal {} is \
-                     finished at the next mount",
-                    s.path.display()
-                ),
+            let why = format!(
+                "re-linking its other names after a move failed: {e}; the journal {} is \
+                 finished at the next mount",
+                s.path.display()
             );
+            drop_links_and_fail(fs, ino, &s.links, &why);
             None
         }
     }
+}
+
+/// Removes a move's staged links that will not be renamed over their names (what was
+/// renamed already is gone from the temporary name, and the unlink finds nothing).
+fn drop_links(fs: &TierFs, links: &[(usize, PathBuf, PathBuf)]) {
+    for (t, tmp, _) in links {
+        let _ = fs.tiers[*t].fs().unlink(tmp);
+    }
+}
+
+/// A move stopped once the tiers may disagree about the file's names: its staged links go
+/// and the inode fails until the next mount settles its journal (`why` says which step).
+fn drop_links_and_fail(fs: &TierFs, ino: u64, links: &[(usize, PathBuf, PathBuf)], why: &str) {
+    drop_links(fs, links);
+    crate::vfs::contain::mark_torn(fs, ino, why);
 }

@@ -107,6 +107,11 @@ fn relocate_once(
         // switch fails, this move takes it over like any migration (its moved blocks are
         // read from its pieces below, then it is dropped).
         if let Err(e) = commit_locked(fs, tree.as_ref().expect("held"), ino, node, &mut st) {
+            // A switch torn on the tiers failed the inode: its journal and old pieces
+            // wait for the next mount, which another move would leave unmatched.
+            if crate::vfs::contain::is_failed(fs, ino) {
+                return Err(e);
+            }
             log::warn!("inode {ino}: a pending move could not switch over ({e}); moving again");
         }
     }
@@ -166,7 +171,7 @@ fn relocate_once(
             },
         };
         if let Err(e) = moves::switch_to(fs, tree, ino, node, &mut st, &m) {
-            moves::drop_move(fs, ino, m);
+            drop_cached_move(fs, ino, &st, m);
             return Err(e);
         }
         drop(st);
@@ -198,6 +203,21 @@ fn relocate_once(
         .fetch_add(size, Ordering::Relaxed);
     log_moved(fs, ino, size, bad, &node.state.read().layout.encode());
     Ok(true)
+}
+
+/// Drops a cached file's move whose switch failed. Its dirty blocks stay in memory and
+/// are written back through the old pieces, even when the switch tore the file and
+/// failed the inode (`contain::writes_back`); should the inode be one that is never
+/// written back, those bytes are lost: said now, and by the unmount.
+fn drop_cached_move(fs: &TierFs, ino: u64, st: &FileState, m: Migration) {
+    moves::drop_move(fs, ino, m);
+    if !crate::vfs::contain::writes_back(fs, ino) {
+        log::error!(
+            "inode {ino} failed in its move, whose copy is dropped or undone: its {} dirty \
+             blocks in memory are never written back (reported LOST at unmount)",
+            st.cache.as_ref().map_or(0, |c| c.dirty_blocks())
+        );
+    }
 }
 
 fn log_moved(fs: &TierFs, ino: u64, size: u64, bad: Option<usize>, now: &str) {

@@ -34,7 +34,13 @@ pub(crate) fn writeback_loop(fs: &TierFs) {
         let mut work: Vec<(u64, Arc<FileNode>, Arc<Entry>)> = c
             .residents()
             .into_iter()
-            .filter(|(n, e)| e.dirty_blocks() > 0 && !n.gone.load(Ordering::Relaxed))
+            // An inode failed by a panic is never written back (the unmount reports its
+            // bytes lost): tried, it would log its refusal every round.
+            .filter(|(n, e)| {
+                e.dirty_blocks() > 0
+                    && !n.gone.load(Ordering::Relaxed)
+                    && crate::vfs::contain::writes_back(fs, e.ino)
+            })
             .filter_map(|(n, e)| {
                 let rank = c.rank_of_entry(&e);
                 let old = !e.gradient && e.dirty_age().is_some_and(|a| a >= delay);

@@ -80,7 +80,9 @@ pub(crate) fn write_back_batches(
 }
 
 /// Writes every dirty cached file back; the ones that could not be: (inode, dirty
-/// bytes, why).
+/// bytes, why). An inode failed by a panic is among them, with [`Error::Failed`]: no write-back
+/// writes one (`cached::write_back_locked`), so its bytes in memory are lost and the
+/// caller must say so.
 pub(crate) fn write_back_all(fs: &TierFs) -> Vec<(u64, u64, Error)> {
     let Some(c) = &fs.cache else {
         return Vec::new();
@@ -92,17 +94,20 @@ pub(crate) fn write_back_all(fs: &TierFs) -> Vec<(u64, u64, Error)> {
         }
         if let Err(err) = self::write_back(fs, &n, &e, e.ino) {
             log::error!("write-back of inode {} failed: {err}", e.ino);
-            let dirty: u64 = e
-                .all_slots()
-                .iter()
-                .map(|s| s.lock())
-                .filter(|s| s.dirty)
-                .map(|s| s.len() as u64)
-                .sum();
-            failed.push((e.ino, dirty, err));
+            failed.push((e.ino, dirty_bytes(&e), err));
         }
     }
     failed
+}
+
+/// The bytes of a cached file's dirty blocks.
+fn dirty_bytes(e: &Entry) -> u64 {
+    e.all_slots()
+        .iter()
+        .map(|s| s.lock())
+        .filter(|s| s.dirty)
+        .map(|s| s.len() as u64)
+        .sum()
 }
 
 pub(crate) fn flush_cache(fs: &TierFs) -> Result<()> {
@@ -125,7 +130,11 @@ pub(crate) fn shrink_cache(fs: &TierFs, target: u64) {
                     break;
                 }
                 if e.dirty_blocks() > 0 {
-                    if !write_back || node.gone.load(Ordering::Relaxed) {
+                    // An inode failed by a panic is never written back, so never evicted.
+                    if !write_back
+                        || node.gone.load(Ordering::Relaxed)
+                        || !crate::vfs::contain::writes_back(fs, e.ino)
+                    {
                         continue;
                     }
                     if let Err(err) = self::write_back(fs, &node, &e, e.ino) {

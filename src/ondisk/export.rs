@@ -2,7 +2,10 @@
 //! would show it (striped files reassembled, conflict copies under the names a mount gives
 //! them), reading only, so it works while mounted. A file with several names (hard links)
 //! is copied once and linked under its other names; a partial name an interrupted link
-//! left is not exported, as the mount removes it ([`crate::resolve::plan_links`]).
+//! left is not exported, as the mount removes it ([`crate::resolve::plan_links`]). A
+//! pending re-link journal stops it (its move is settled by a mount or `fsck --repair`);
+//! one set aside as never to be replayed does not, but the file it names is reported as
+//! possibly mixed from before and after its move.
 
 use super::issues::{resolve, Action, FileView, Item};
 use super::{list, tier_dirs, EntKind, Failure, TierDir};
@@ -40,6 +43,10 @@ pub struct ExportReport {
     pub links: u64,
     /// Inconsistencies seen on the tiers (see `tierfs fsck`).
     pub issues: u64,
+    /// Files exported whose bytes may be mixed from before and after a move: the primary
+    /// name of each re-link journal set aside unfinished (`relink-*.unfinished`), with why.
+    /// Each also counts in `issues`.
+    pub mixed: Vec<String>,
 }
 
 /// Removes a non-folder entry at `p` so a new one can take its place (never follows it).
@@ -162,6 +169,32 @@ enum Entry {
 }
 
 impl Exporter<'_> {
+    /// Re-link journals set aside unfinished ([`crate::relink::set_aside`]): never replayed,
+    /// so the file each names is copied as the tiers hold it, possibly a mix of the bytes
+    /// from before and after its move. A pending journal is refused earlier
+    /// ([`run_export`]); this one no mount or fsck will settle, so the copy goes on, but
+    /// never silently.
+    fn set_aside_journals(&mut self) {
+        for t in self.tiers {
+            for (path, j) in crate::relink::list_set_aside(&t.root.join(crate::tier::META_DIR)) {
+                let file = match &j {
+                    Some(j) => format!("/{}", j.primary.display()),
+                    None => "a file (the journal does not parse)".to_string(),
+                };
+                let why = format!(
+                    "{file}: its bytes may be mixed from before and after a move that could not \
+                     be finished (the re-link journal {} on tier '{}' was set aside); compare \
+                     it with a copy (see `tierfs fsck`)",
+                    path.display(),
+                    t.name
+                );
+                eprintln!("tierfs export: WARNING: {why}");
+                self.rep.mixed.push(why);
+                self.rep.issues += 1;
+            }
+        }
+    }
+
     fn fail(&mut self, rel: &Path, what: &str, e: impl std::fmt::Display) {
         let line = format!("/{}: {what}: {e}", rel.display());
         eprintln!("tierfs export: error: {line}");
@@ -472,6 +505,7 @@ pub fn export(cfg: &MountConfig, tiers: &[TierDir], dest: &Path, root_attrs: boo
             x.dirs.push((dest.to_path_buf(), t, from));
         }
     }
+    x.set_aside_journals();
     x.run();
     x.rep
 }
@@ -558,6 +592,27 @@ pub fn run_export(config: &Path, dest: &Path, force: bool) -> Result<(), Failure
         Err(e) => return Err(Failure::runtime(format!("{}: {e}", dest.display()))),
     };
     let rep = export(&cfg, &tiers, dest, fresh);
+    println!("{} -> {}", summary(&rep), dest.display());
+    if rep.issues > 0 {
+        eprintln!(
+            "tierfs export: the tiers have {} inconsistencies; the copy shows what a mount would \
+             (run `tierfs fsck --config {}` while unmounted)",
+            rep.issues,
+            config.display()
+        );
+    }
+    if rep.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::runtime(format!(
+            "{} entries could not be exported (listed above)",
+            rep.errors.len()
+        )))
+    }
+}
+
+/// `tierfs export`'s line of counts.
+fn summary(rep: &ExportReport) -> String {
     let mut line = format!(
         "tierfs export: {} files ({}), {} folders, {} symlinks, {} other",
         rep.files,
@@ -575,23 +630,13 @@ pub fn run_export(config: &Path, dest: &Path, force: bool) -> Result<(), Failure
     if !rep.skipped.is_empty() {
         line.push_str(&format!(", {} skipped", rep.skipped.len()));
     }
-    println!("{line} -> {}", dest.display());
-    if rep.issues > 0 {
-        eprintln!(
-            "tierfs export: the tiers have {} inconsistencies; the copy shows what a mount would \
-             (run `tierfs fsck --config {}` while unmounted)",
-            rep.issues,
-            config.display()
-        );
+    if !rep.mixed.is_empty() {
+        line.push_str(&format!(
+            ", {} possibly mixed from before and after a move (listed above)",
+            rep.mixed.len()
+        ));
     }
-    if rep.errors.is_empty() {
-        Ok(())
-    } else {
-        Err(Failure::runtime(format!(
-            "{} entries could not be exported (listed above)",
-            rep.errors.len()
-        )))
-    }
+    line
 }
 
 /// Copies user xattrs (not `user.tierfs.*`) from `from` (on the tier `on`) to `to`;

@@ -7,8 +7,7 @@ use super::issues::{Action, Issue};
 use super::TierDir;
 use crate::relink::Held;
 use crate::tier::META_DIR;
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The problems the journals on `tiers` make, in tier order: each pending journal (to
 /// settle with `--repair`), one that does not parse, and each set aside.
@@ -50,7 +49,7 @@ pub(super) fn issues(tiers: &[TierDir]) -> Vec<Issue> {
                 ),
             });
         }
-        for path in set_aside(&meta) {
+        for (path, _) in crate::relink::list_set_aside(&meta) {
             out.push(Issue::manual(
                 Path::new(""),
                 Some(t),
@@ -80,22 +79,6 @@ pub(super) fn held(tiers: &[TierDir]) -> Held {
         }
     }
     held
-}
-
-/// Journals set aside as `*.unfinished` in a tier's `.tierfs-meta/`.
-fn set_aside(meta: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(meta)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            let n = p.file_name().unwrap_or_default().as_bytes();
-            n.starts_with(crate::relink::JOURNAL_PREFIX.as_bytes()) && n.ends_with(b".unfinished")
-        })
-        .collect();
-    v.sort();
-    v
 }
 
 /// Settles a re-link journal by the mount's rule ([`crate::relink::finish`]).

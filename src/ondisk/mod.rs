@@ -385,6 +385,44 @@ mod tests {
         assert_eq!(r.problems(), 0, "{out}");
     }
 
+    /// A re-link journal set aside unfinished (`*.unfinished`) is never replayed: export
+    /// still copies the file it names, but warns of it and reports it as possibly mixed
+    /// (and an issue); one that does not parse is reported too.
+    #[test]
+    fn a_set_aside_journals_file_is_exported_and_reported_mixed() {
+        let (d, cfg, tiers) = setup(2);
+        fs::create_dir(tiers[0].data.join("a")).unwrap();
+        fs::create_dir(tiers[1].data.join("a")).unwrap();
+        fs::write(tiers[0].data.join("a/f"), b"hello").unwrap();
+        let j = crate::relink::Journal {
+            primary: "a/f".into(),
+            names: vec!["g".into()],
+            new: vec![(0, 10)],
+            old: vec![(1, 11)],
+            keeps: false,
+        };
+        let meta = tiers[1].root.join(META_DIR);
+        fs::write(meta.join("relink-7-ab.unfinished"), j.encode()).unwrap();
+        fs::write(meta.join("relink-8-cd.unfinished"), "torn").unwrap();
+        let dest = d.path().join("out");
+        fs::create_dir(&dest).unwrap();
+        let rep = export(&cfg, &tiers, &dest, true);
+        assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+        assert_eq!(fs::read(dest.join("a/f")).unwrap(), b"hello");
+        assert_eq!((rep.mixed.len(), rep.issues), (2, 2), "{:?}", rep.mixed);
+        assert!(
+            rep.mixed[0].starts_with("/a/f: its bytes may be mixed")
+                && rep.mixed[0].contains("relink-7-ab.unfinished")
+                && rep.mixed[1].contains("relink-8-cd.unfinished"),
+            "{:?}",
+            rep.mixed
+        );
+        // fsck lists the same journals, each a problem it leaves to the user.
+        let (r, out) = check(&cfg, &tiers, false);
+        assert_eq!(r.problems(), 2, "{out}");
+        assert_eq!(out.matches("could not be finished").count(), 2, "{out}");
+    }
+
     /// An empty stripe piece without its label (a creation cut short) is adopted, as the
     /// mount's scan adopts it: one problem, repaired by labelling it, no conflict copy.
     #[test]

@@ -8,9 +8,13 @@
 //! half-changed (a layout, a size, a piece table) would otherwise be served as if it were
 //! sound; a failed inode instead answers EIO to every request until the next mount, which
 //! rebuilds it from the tiers. Its data on the tiers is left as it was: at unmount its
-//! re-layout is not committed. Its unlink, a rename of it or onto it, and a rename of a
-//! folder above it answer EIO too: a failed file may have a move's journal pending, which
-//! names it by path and its pieces by backing inode (see `crate::relink`).
+//! re-layout is not committed, and its dirty blocks in the host-memory cache are never
+//! written back (`crate::data::cached::write_back_locked`; the unmount reports them lost).
+//! A move torn on the tiers fails the inode too ([`mark_torn`]), but its state in memory
+//! is sound and its cached blocks are written back ([`writes_back`]). Requests on its
+//! folder still run, but none removes, renames or replaces it, nor renames a folder above
+//! it (its move's journal may be pending, and the next mount settles that against its
+//! names by path and its backing inodes: `crate::vfs::namespace`, `crate::vfs::links`).
 //!
 //! Debug builds accept a control command `debug-panic PATH` (see [`crate::control`]) that
 //! makes the next request on PATH's inode panic, so the tests can show all of this through
@@ -93,6 +97,22 @@ pub(crate) fn check_none_failed_below(
         Some(ino) => Err(Error::Failed { ino: *ino }),
         None => Ok(()),
     }
+}
+
+/// [`mark_failed`] for a move torn on the tiers: the inode's state in memory is sound, so
+/// its cached blocks are still written back ([`writes_back`]).
+pub(crate) fn mark_torn(fs: &TierFs, ino: u64, why: &str) {
+    fs.contain.torn.write().insert(ino);
+    mark_failed(fs, ino, why);
+}
+
+/// Whether the inode's dirty cached blocks may be written to its pieces: not after a
+/// panic, which may have left its layout and open pieces out of step (its data on the
+/// tiers stays as it was, and the unmount reports the blocks lost). A torn move's are:
+/// its handles still hold the old pieces, and the next mount either keeps those (the move
+/// finished: its new pieces had the blocks copied already) or puts them back (undone).
+pub(crate) fn writes_back(fs: &TierFs, ino: u64) -> bool {
+    !is_failed(fs, ino) || fs.contain.torn.read().contains(&ino)
 }
 
 pub(crate) fn mark_failed(fs: &TierFs, ino: u64, why: &str) {

@@ -4,7 +4,7 @@
 
 use crate::config::MountConfig;
 use crate::data::{cached, migrate, writeback};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::placement::Placer;
 use crate::tier::Tier;
 use crate::vfs::state::RelayoutCounters;
@@ -129,11 +129,21 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
     }
     let mut lost = Vec::new();
     for (ino, dirty, e) in writeback::write_back_all(fs) {
-        lost.push(format!(
-            "{}: {dirty} bytes written to it were only in memory and could not be \
-             written back: {e}",
-            namespace::describe(fs, ino)
-        ));
+        let what = namespace::describe(fs, ino);
+        lost.push(match e {
+            // Not written back (`cached::write_back_locked`); a cached file's move the
+            // failure cut short left nothing pending either: its copy was dropped.
+            Error::Failed { .. } => format!(
+                "{what}: failed (see the log) while {dirty} bytes written to it were only \
+                 in memory: those writes are lost, never written over its pieces; the next \
+                 mount rebuilds it from the tiers as they are, and puts its old pieces back \
+                 by a cut-short move's journal where the log names one"
+            ),
+            e => format!(
+                "{what}: {dirty} bytes written to it were only in memory and could not be \
+                 written back: {e}"
+            ),
+        });
     }
     cached::stop_cache(fs);
     let tree = fs.tree.read();

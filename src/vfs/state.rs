@@ -80,6 +80,10 @@ pub(crate) fn set_engine(fs: &mut TierFs, engine: Box<dyn crate::tierio::Engine>
 #[derive(Debug, Default)]
 pub(crate) struct Containment {
     pub(crate) failed: RwLock<HashSet<u64>>,
+    /// Failed inodes whose state in memory is sound (a move torn on the tiers, not a
+    /// panic): their cached blocks are still written back, through the old pieces their
+    /// handles hold, which the next mount keeps or puts back by the move's journal.
+    pub(crate) torn: RwLock<HashSet<u64>>,
     /// Set with the first failed inode: the common case (none) costs one load per request.
     pub(crate) any_failed: AtomicBool,
     pub(crate) panics: AtomicU64,

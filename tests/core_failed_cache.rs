@@ -146,3 +146,35 @@ fn a_cached_files_torn_move_writes_its_memory_back() {
         );
     }
 }
+
+/// As above with one name, but the first tier refuses the link that would keep its old
+/// piece (a file system without hard links), so the move writes no journal, and the
+/// second tier's rename fails after the first's: that old piece is then reachable only
+/// through the open handle, and blocks written back into it would vanish. They are not
+/// written back: the unmount reports them LOST.
+///
+/// Found by review: the torn rule wrote them back into that unlinked piece and reported
+/// nothing.
+#[test]
+fn a_cached_files_torn_move_without_a_journal_reports_its_memory_lost() {
+    let d = tempfile::tempdir().unwrap();
+    let (old, new) = (pattern(12 * MIB, 5), pattern(12 * MIB, 6));
+    let fs = mount(d.path());
+    let ino = dirty_file(&fs, &old, &new);
+    let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
+    use tierfs::beneath::{fail_nth, faults_pending, Fault};
+    fail_nth(&roots[0], Fault::Link, 1, libc::EPERM);
+    fail_nth(&roots[1], Fault::Rename, 1, libc::EACCES);
+    fs.placer().set_shares(vec![10.0 / 11.0, 1.0 / 11.0]);
+    let (fh, _) = fs.open(ino, libc::O_WRONLY).unwrap();
+    fs.release(fh).unwrap();
+    for r in &roots {
+        assert_eq!(faults_pending(r), 0, "not reached");
+    }
+    assert!(fs.is_failed(ino), "the move did not fail the inode");
+    let lost = fs.shutdown();
+    assert!(
+        lost.len() == 1 && lost[0].starts_with("/f.swp: failed"),
+        "not reported: {lost:?}"
+    );
+}

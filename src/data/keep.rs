@@ -243,14 +243,18 @@ pub(crate) fn put_back(
                         log::warn!("cannot remove the re-link journal {}: {e}", j.display());
                     }
                 }
-                Err(e) => log::warn!(
-                    "cannot sync the folders of inode {ino}'s undone move ({e}); its journal {} stays for the next mount",
-                    j.display()
-                ),
+                Err(e) => journal_stays(fs, ino, &j, &e.to_string()),
             }
         }
         (true, None) => {}
-        (false, j) => crate::vfs::contain::mark_torn(
+        // With no journal (a tier refused its keep, or an unlinked file's in limbo) the
+        // old piece of a tier renamed may be reachable only through the open handle:
+        // blocks written back into it would vanish, so they are reported lost instead.
+        (false, j) => (if j.is_some() {
+            crate::vfs::contain::mark_torn
+        } else {
+            crate::vfs::contain::mark_failed
+        })(
             fs,
             ino,
             &format!(
@@ -306,12 +310,29 @@ pub(crate) fn after_renames(
             Some(j)
         }
         Err(e) => {
-            log::warn!(
-                "cannot sync the folders of inode {ino}'s move ({e}); its journal {} stays \
-                 for the next mount",
-                j.display()
+            journal_stays(
+                fs,
+                ino,
+                &j,
+                &format!("its folders could not be synced: {e}"),
             );
             None
         }
     }
+}
+
+/// A move's journal that must stay for the next mount although the move is whole (its
+/// folders could not be synced, or the journal not removed): the inode fails until that
+/// mount settles it, since a later move, or a new file at its name, would leave the journal
+/// matching neither old nor new pieces, and the mount would then hold the name (EIO) for
+/// good. Its state is sound: a torn inode's cached blocks are still written back.
+pub(crate) fn journal_stays(fs: &TierFs, ino: u64, j: &Path, why: &str) {
+    crate::vfs::contain::mark_torn(
+        fs,
+        ino,
+        &format!(
+            "its move's journal {} stays for the next mount ({why}), which settles it",
+            j.display()
+        ),
+    );
 }

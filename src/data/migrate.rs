@@ -101,6 +101,11 @@ fn relocate_once(
         return Ok(true);
     }
     let mut st = node.state.write();
+    // Checked again under the lock: a request that panicked since `relocate` looked left
+    // a state a move must not copy.
+    if crate::vfs::contain::is_failed(fs, ino) {
+        return Err(Error::Failed { ino });
+    }
     if st.migration.as_ref().is_some_and(is_eager) {
         // Another eager move has copied and waits for its switch: finish it first (both
         // locks are held in order), then see whether this one is still needed. If its
@@ -259,7 +264,9 @@ fn copy_all(
 pub(crate) fn start_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> Result<()> {
     let tree = fs.tree.read();
     let mut st = node.state.write();
-    if st.migration.is_some() || !moves::layout_drifted(fs, &st.layout) {
+    // A failed inode is not moved (a held name's placeholder, say, has no real layout).
+    let failed = crate::vfs::contain::is_failed(fs, ino);
+    if failed || st.migration.is_some() || !moves::layout_drifted(fs, &st.layout) {
         return Ok(());
     }
     if st.cache.is_some() {

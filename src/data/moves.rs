@@ -375,7 +375,7 @@ pub(crate) fn switch_to(
     // Last: a crash before this finds the primary's old pieces still to remove.
     if let Some(path) = journal {
         if let Err(e) = std::fs::remove_file(&path) {
-            log::warn!("cannot remove the re-link journal {}: {e}", path.display());
+            keep::journal_stays(fs, ino, &path, &format!("it could not be removed: {e}"));
         }
     }
     let mut c = node.charge.lock();

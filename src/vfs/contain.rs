@@ -102,7 +102,10 @@ pub(crate) fn check_none_failed_below(
 /// [`mark_failed`] for a move torn on the tiers: the inode's state in memory is sound, so
 /// its cached blocks are still written back ([`writes_back`]).
 pub(crate) fn mark_torn(fs: &TierFs, ino: u64, why: &str) {
-    fs.contain.torn.write().insert(ino);
+    // One failed already (a panic while the move ran) stays untrusted.
+    if !is_failed(fs, ino) {
+        fs.contain.torn.write().insert(ino);
+    }
     mark_failed(fs, ino, why);
 }
 

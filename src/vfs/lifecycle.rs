@@ -164,6 +164,13 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
                         namespace::describe_in(&tree, *ino)
                     ));
                 }
+                // A torn move's inode had its cached blocks written back through its
+                // pieces (`contain::writes_back`): they must reach the disk as any other's.
+                if contain::writes_back(fs, *ino) {
+                    for p in st.pieces.iter().flatten() {
+                        let _ = p.file().sync_data();
+                    }
+                }
             }
             continue;
         }

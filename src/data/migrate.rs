@@ -84,6 +84,34 @@ fn is_eager(m: &Migration) -> bool {
 /// at most this long.
 const RETAKE_TREE: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// What a move checks with the file's lock held, before it plans: the inode has not
+/// failed since [`relocate`] looked (a request that panicked left a state a move must not
+/// copy), and another eager move that has copied and waits for its switch is finished
+/// first (both locks are held in order). If that switch fails, this move takes it over
+/// like any migration (its moved blocks are read from its pieces, then it is dropped),
+/// unless it tore the file: its journal and old pieces then wait for the next mount,
+/// which another move would leave unmatched.
+fn before_move(
+    fs: &TierFs,
+    tree: &Tree,
+    ino: u64,
+    node: &Arc<FileNode>,
+    st: &mut FileState,
+) -> Result<()> {
+    if crate::vfs::contain::is_failed(fs, ino) {
+        return Err(Error::Failed { ino });
+    }
+    if st.migration.as_ref().is_some_and(is_eager) {
+        if let Err(e) = commit_locked(fs, tree, ino, node, st) {
+            if crate::vfs::contain::is_failed(fs, ino) {
+                return Err(e);
+            }
+            log::warn!("inode {ino}: a pending move could not switch over ({e}); moving again");
+        }
+    }
+    Ok(())
+}
+
 /// One try of [`relocate`]; `Ok(false)` when a cached file's switch must be tried again
 /// with the tree lock held throughout (`hold_tree`).
 fn relocate_once(
@@ -101,25 +129,7 @@ fn relocate_once(
         return Ok(true);
     }
     let mut st = node.state.write();
-    // Checked again under the lock: a request that panicked since `relocate` looked left
-    // a state a move must not copy.
-    if crate::vfs::contain::is_failed(fs, ino) {
-        return Err(Error::Failed { ino });
-    }
-    if st.migration.as_ref().is_some_and(is_eager) {
-        // Another eager move has copied and waits for its switch: finish it first (both
-        // locks are held in order), then see whether this one is still needed. If its
-        // switch fails, this move takes it over like any migration (its moved blocks are
-        // read from its pieces below, then it is dropped).
-        if let Err(e) = commit_locked(fs, tree.as_ref().expect("held"), ino, node, &mut st) {
-            // A switch torn on the tiers failed the inode: its journal and old pieces
-            // wait for the next mount, which another move would leave unmatched.
-            if crate::vfs::contain::is_failed(fs, ino) {
-                return Err(e);
-            }
-            log::warn!("inode {ino}: a pending move could not switch over ({e}); moving again");
-        }
-    }
+    before_move(fs, tree.as_ref().expect("held"), ino, node, &mut st)?;
     let old = st.layout.clone();
     let on = |b: usize| {
         old.tiers().contains(&b)

@@ -243,7 +243,13 @@ pub(crate) fn put_back(
                         log::warn!("cannot remove the re-link journal {}: {e}", j.display());
                     }
                 }
-                Err(e) => journal_stays(fs, ino, &j, &e.to_string()),
+                // Not failed (a migration's writes in limbo would then be lost): the
+                // file is as before the move, which is retried; the journal, if a
+                // later move leaves it unmatched, holds the name at the next mount.
+                Err(e) => log::warn!(
+                    "cannot sync the folders of inode {ino}'s undone move ({e}); its journal {} stays for the next mount",
+                    j.display()
+                ),
             }
         }
         (true, None) => {}

@@ -102,10 +102,12 @@ fn before_move(
         return Err(Error::Failed { ino });
     }
     if st.migration.as_ref().is_some_and(is_eager) {
-        if let Err(e) = commit_locked(fs, tree, ino, node, st) {
-            if crate::vfs::contain::is_failed(fs, ino) {
-                return Err(e);
-            }
+        let r = commit_locked(fs, tree, ino, node, st);
+        // Failed by the switch, torn or whole with its journal left (`keep::journal_stays`).
+        if crate::vfs::contain::is_failed(fs, ino) {
+            return Err(r.err().unwrap_or(Error::Failed { ino }));
+        }
+        if let Err(e) = r {
             log::warn!("inode {ino}: a pending move could not switch over ({e}); moving again");
         }
     }

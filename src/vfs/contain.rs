@@ -53,6 +53,8 @@ pub(crate) fn contain<T>(
             fs.contain.panics.fetch_add(1, Ordering::Relaxed);
             let what = panic_text(&*p);
             log::error!("request {op} on inode {ino} panicked: {what}; answered EIO");
+            // A panic's state is never trusted, even if a move tore the inode meanwhile.
+            fs.contain.torn.write().remove(&ino);
             mark_failed(fs, ino, &format!("a panic in {op}"));
             Err(Error::Failed { ino })
         }

@@ -1242,14 +1242,7 @@ fn a_files_move_whose_old_pieces_cannot_be_put_back_fails_it() {
     let d = tempfile::tempdir().unwrap();
     let (old, new) = (pattern(SIZE, 21), pattern(SIZE, 22));
     let (fs, ino) = setup(d.path(), &old);
-    let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
-    // The first tier's renames: 1, the move's; 2, the put-back.
-    tierfs::beneath::fail_nth(&roots[0], tierfs::beneath::Fault::Rename, 2, libc::EIO);
-    tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EACCES);
-    rewrite(&fs, ino, &new);
-    for r in &roots {
-        assert_eq!(tierfs::beneath::faults_pending(r), 0, "not reached");
-    }
+    rewrite_torn(&fs, ino, &new, "torn");
     assert!(fs.is_failed(ino), "the inode is served");
     assert_eq!(one_name_reads(&fs, &old, &new, "after the fault"), "EIO");
     // Its journal is pending: removed now, its backing inodes could go to a new file at
@@ -1275,6 +1268,21 @@ fn root_names(fs: &TierFs) -> Vec<String> {
         .map(|e| e.name.to_string_lossy().into_owned())
         .filter(|n| n != "." && n != ".." && *n != fs.stats_dir_name().to_string_lossy())
         .collect()
+}
+
+/// Rewrites the file with `new` while its move tears between its own pieces: the second
+/// tier's rename fails (EACCES) after the first tier's, and putting the first tier's old
+/// piece back fails too (EIO; its renames: 1, the move's, 2, the put-back), which leaves
+/// the tiers as a crash between the renames does. Returns the tiers' roots.
+fn rewrite_torn(fs: &TierFs, ino: u64, new: &[u8], what: &str) -> [std::path::PathBuf; 2] {
+    let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
+    tierfs::beneath::fail_nth(&roots[0], tierfs::beneath::Fault::Rename, 2, libc::EIO);
+    tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EACCES);
+    rewrite(fs, ino, new);
+    for r in &roots {
+        assert_eq!(tierfs::beneath::faults_pending(r), 0, "{what}: not reached");
+    }
+    roots
 }
 
 /// A crash between a file's own renames (one name, striped over both tiers): the second
@@ -1304,14 +1312,7 @@ fn a_files_move_cut_short_between_its_own_pieces_is_undone_by_the_next_mount() {
         let (old, new) = (pattern(SIZE, 27), pattern(SIZE, 28));
         let (fs, ino) = setup(d.path(), &old);
         let before = ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp"));
-        let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
-        // The first tier's renames: 1, the move's; 2, the put-back.
-        tierfs::beneath::fail_nth(&roots[0], tierfs::beneath::Fault::Rename, 2, libc::EIO);
-        tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EACCES);
-        rewrite(&fs, ino, &new);
-        for r in &roots {
-            assert_eq!(tierfs::beneath::faults_pending(r), 0, "{what}: not reached");
-        }
+        rewrite_torn(&fs, ino, &new, &what);
         let torn = ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp"));
         assert!(
             torn[0] != before[0] && torn[1] == before[1],
@@ -1488,10 +1489,7 @@ fn a_torn_move_the_next_mount_cannot_settle_is_held_until_one_can() {
     let (old, new) = (pattern(SIZE, 29), pattern(SIZE, 30));
     let (fs, ino) = setup(d.path(), &old);
     let before = ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp"));
-    let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
-    tierfs::beneath::fail_nth(&roots[0], tierfs::beneath::Fault::Rename, 2, libc::EIO);
-    tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EACCES);
-    rewrite(&fs, ino, &new);
+    let roots = rewrite_torn(&fs, ino, &new, "torn");
     drop(fs);
     let kept = temporaries(d.path());
     assert_eq!(kept.len(), 1, "not one keep: {kept:?}");

@@ -97,6 +97,7 @@ pub enum Fault {
     Link,
     Rename,
     Unlink,
+    SyncDir,
 }
 
 /// One armed fault: the `left`-th next `call` beneath `root` fails with `errno`.
@@ -364,6 +365,13 @@ impl<'a> Beneath<'a> {
             open_at(par.dir.as_fd(), par.name.as_bytes(), flags, mode)?
         };
         Ok(File::from(fd))
+    }
+
+    /// fsync of the folder `p`: makes the entries changed in it durable.
+    pub fn sync_dir(&self, p: &Path) -> io::Result<()> {
+        injected(self.root, Fault::SyncDir)?;
+        self.open(p, libc::O_RDONLY | libc::O_DIRECTORY, 0)?
+            .sync_all()
     }
 
     /// lstat of `p`.

@@ -489,10 +489,7 @@ pub fn carry_out<'a>(
     changed.sort();
     changed.dedup();
     for (t, d) in changed {
-        on(t)
-            .0
-            .open(&d, libc::O_RDONLY | libc::O_DIRECTORY, 0)?
-            .sync_all()?;
+        on(t).0.sync_dir(&d)?;
     }
     Ok(v)
 }

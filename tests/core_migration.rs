@@ -1608,11 +1608,16 @@ fn a_degraded_mount_removes_no_temporary() {
 /// Three tiers, 1 MiB stripes, equal stated bandwidth; `missing` names the tiers left out
 /// (a degraded mount).
 fn three_tiers(d: &Path, missing: &[usize]) -> TierFs {
+    three_tiers_with(d, missing, "")
+}
+
+/// [`three_tiers`] with `placement` appended to the `[placement]` section.
+fn three_tiers_with(d: &Path, missing: &[usize], placement: &str) -> TierFs {
     let text = format!(
         "[[tier]]\nname = \"a\"\npath = \"{0}/a\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
          [[tier]]\nname = \"b\"\npath = \"{0}/b\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
          [[tier]]\nname = \"c\"\npath = \"{0}/c\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
-         [placement]\nlayout = \"stripe\"\nstripe_unit = \"1MiB\"\n",
+         [placement]\nlayout = \"stripe\"\nstripe_unit = \"1MiB\"\n{placement}",
         d.display()
     );
     let config = MountConfig::parse(&text, Path::new("three.toml")).unwrap();
@@ -1676,4 +1681,68 @@ fn a_degraded_mount_holds_a_file_whose_pieces_disagree() {
     let fs = three_tiers(d.path(), &[]);
     let f = fs.lookup(ROOT_INO, OsStr::new("f.swp")).unwrap().ino;
     assert!(!fs.is_failed(f), "not resolved at the full mount");
+}
+
+/// A move whose renames cannot be made durable (the folder sync after them fails) keeps
+/// its journal for the next mount and fails the file; it must then leave the old piece on
+/// the tier it leaves, for that mount to remove once the renames are on disk. Removed at
+/// once, a power cut that lost a rename would leave the file mixed, with no old piece to
+/// undo the move from. The next mount finishes the move: the new bytes, nothing left over.
+///
+/// Found by review: the old piece was removed whatever the sync gave.
+#[test]
+fn a_move_whose_renames_cannot_be_synced_leaves_the_old_piece_to_the_next_mount() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = three_tiers_with(d.path(), &[], "adapt = true\n");
+    let (old, new) = (pattern(6 * MIB, 51), pattern(6 * MIB, 52));
+    let (attr, fh, _) = fs
+        .create(
+            ROOT_INO,
+            OsStr::new("f.swp"),
+            0o600,
+            libc::O_WRONLY,
+            Ctx { uid: 0, gid: 0 },
+        )
+        .unwrap();
+    fs.write(fh, 0, &old).unwrap();
+    fs.release(fh).unwrap();
+    let c_piece = d.path().join("c/data/f.swp");
+    assert!(
+        c_piece.exists(),
+        "the file is not striped over the third tier"
+    );
+    // The third tier's share falls to nothing: the rewrite moves the file onto a and b,
+    // two renames, so the move keeps the old entries under a journal.
+    fs.placer().set_shares(vec![0.5, 0.5, 0.0]);
+    let a = fs.tiers()[0].root.clone();
+    tierfs::beneath::fail_nth(&a, tierfs::beneath::Fault::SyncDir, 1, libc::EIO);
+    let (wh, _) = fs.open(attr.ino, libc::O_RDWR).unwrap();
+    fs.write(wh, 0, &new).unwrap();
+    let _ = fs.release(wh);
+    assert_eq!(
+        tierfs::beneath::faults_pending(&a),
+        0,
+        "no folder sync failed"
+    );
+    assert!(
+        fs.is_failed(attr.ino),
+        "the journal stays, the file is not failed"
+    );
+    assert_eq!(journals(d.path()).len(), 1, "the journal was removed");
+    assert!(
+        c_piece.exists(),
+        "the old piece on the tier the move left was removed before the renames were durable"
+    );
+    drop(fs);
+    let fs = three_tiers_with(d.path(), &[], "adapt = true\n");
+    let f = fs.lookup(ROOT_INO, OsStr::new("f.swp")).unwrap().ino;
+    assert!(!fs.is_failed(f), "the next mount did not settle the move");
+    assert_eq!(
+        read_by_name(&fs, "f.swp").unwrap(),
+        new,
+        "the move was not finished"
+    );
+    assert!(!c_piece.exists(), "the next mount left the old piece");
+    assert!(journals(d.path()).is_empty(), "the journal is left");
+    assert!(temporaries(d.path()).is_empty(), "keeps are left");
 }

@@ -285,10 +285,7 @@ fn sync_folders(
     for t in tiers {
         let entry = final_path(t);
         let dir = entry.parent().unwrap_or(Path::new(""));
-        fs.tiers[t]
-            .fs()
-            .open(dir, libc::O_RDONLY | libc::O_DIRECTORY, 0)?
-            .sync_all()?;
+        fs.tiers[t].fs().sync_dir(dir)?;
     }
     Ok(())
 }

@@ -153,10 +153,7 @@ pub(crate) fn install(fs: &TierFs, ino: u64, s: Staged) -> Option<PathBuf> {
         dirs.sort();
         dirs.dedup();
         for (t, d) in dirs {
-            fs.tiers[t]
-                .fs()
-                .open(&d, libc::O_RDONLY | libc::O_DIRECTORY, 0)?
-                .sync_all()?;
+            fs.tiers[t].fs().sync_dir(&d)?;
         }
         for name in &j.names {
             for &(t, old) in &j.old {

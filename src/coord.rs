@@ -47,6 +47,14 @@ pub const MIN_CAPACITY_FRACTION: f64 = 1.0 / 20.0;
 /// requests with little of their time in it; a capacity far above what the tier was ever
 /// measured at would undo every cut until the next saturation.
 pub const MAX_CAPACITY_FACTOR: f64 = 2.0;
+/// A node whose demand is at least this fraction of the busiest live node's is a full
+/// peer in the split ([`allotment`]).
+pub const ACTIVE_FRACTION: f64 = 0.25;
+/// Each period the published demand moves this fraction of the way to the period's own
+/// figure: about five seconds of memory, so a node's phase within its step (waiting on the
+/// shared tier, moving little) does not read as the node going idle, while a node that
+/// stops or starts is seen within seconds.
+pub const DEMAND_SMOOTHING: f64 = 0.2;
 /// Test hook: seconds added to this daemon's wall clock where it writes one (the entry's
 /// `wall_ms` and the file's mtime), so a test shows that readers never use them.
 pub const CLOCK_OFFSET_ENV: &str = "TIERFS_TEST_CLOCK_OFFSET";
@@ -142,9 +150,17 @@ pub fn capacity(prior: f64, probed: f64, live: &[Entry]) -> f64 {
     )
 }
 
-/// This node's (`me`) part of `capacity`, split among the live entries by demand. A node
-/// with no demand counts as one of n equal peers (it gets that much once it starts, and
-/// corrects it a period later); with no demand anywhere the split is even.
+/// This node's (`me`) part of `capacity`, split among the live entries by demand, with
+/// every node whose demand is at least [`ACTIVE_FRACTION`] of the busiest one's counting
+/// as a full peer: busy nodes split evenly, a node doing little gets in proportion to what
+/// it does, an idle one leaves its part to the others. A node with no demand counts as one
+/// of n equal peers (it gets that much once it starts, and corrects it a period later);
+/// with no demand anywhere the split is even.
+///
+/// Why not in proportion to demand alone: a node's demand over a second swings with its
+/// phase (a node waiting on the shared tier moves little), and a split that followed it
+/// swung a node's part from 284 to 5 MB/s within seconds at N = 2, each swing re-laying
+/// files out (docs/PERFORMANCE.md).
 pub fn allotment(capacity: f64, me: &str, live: &[Entry]) -> f64 {
     let n = live.len().max(1) as f64;
     let demand = |e: &Entry| {
@@ -154,13 +170,18 @@ pub fn allotment(capacity: f64, me: &str, live: &[Entry]) -> f64 {
             0.0
         }
     };
-    let total: f64 = live.iter().map(demand).sum();
+    let busiest = live.iter().map(demand).fold(0.0, f64::max);
+    let weight = |e: &Entry| (demand(e) / (ACTIVE_FRACTION * busiest)).min(1.0);
+    if busiest <= 0.0 {
+        return capacity / n;
+    }
+    let total: f64 = live.iter().map(weight).sum();
     let mine = live
         .iter()
         .find(|e| e.node == me)
-        .map(demand)
+        .map(weight)
         .unwrap_or(0.0);
-    if total <= 0.0 || mine <= 0.0 {
+    if mine <= 0.0 {
         return capacity / n;
     }
     capacity * mine / total
@@ -418,6 +439,8 @@ struct State {
     /// from one fault to another).
     warned: HashMap<String, String>,
     plan: Option<Plan>,
+    /// The demand published, smoothed ([`DEMAND_SMOOTHING`]); `None` before a first period.
+    demand: Option<f64>,
     /// [`SharedTier::leave`] ran: no more entries (a period racing the unmount must not
     /// write the file back).
     left: bool,
@@ -451,6 +474,7 @@ impl SharedTier {
                 unwritable: false,
                 warned: HashMap::new(),
                 plan: None,
+                demand: None,
                 left: false,
             }),
             plan: parking_lot::Mutex::new(None),
@@ -490,6 +514,14 @@ impl SharedTier {
             }
             None => (0.0, 0.0, 0.0),
         };
+        let demand = match (st.last, st.demand) {
+            (None, _) => 0.0,
+            (Some(_), None) => demand,
+            (Some(_), Some(d)) => d + DEMAND_SMOOTHING * (demand - d),
+        };
+        if st.last.is_some() {
+            st.demand = Some(demand);
+        }
         st.last = Some((now, c));
         st.seq += 1;
         let wall = wall_now();
@@ -615,9 +647,15 @@ mod tests {
 
     #[test]
     fn demand_weights_the_split_and_an_idle_node_leaves_it_to_the_busy() {
+        // Both busy, one three times more: still peers (a phase within a step, not a
+        // node doing less work).
         let live = [e("a", 1, 0.0, 300.0, false), e("b", 1, 0.0, 100.0, false)];
-        assert_eq!(allotment(400.0, "a", &live), 300.0);
-        assert_eq!(allotment(400.0, "b", &live), 100.0);
+        assert_eq!(allotment(400.0, "a", &live), 200.0);
+        assert_eq!(allotment(400.0, "b", &live), 200.0);
+        // One doing a tenth of the other's: in proportion to its weight, 0.4 of a peer.
+        let live = [e("a", 1, 0.0, 300.0, false), e("b", 1, 0.0, 30.0, false)];
+        assert!((allotment(400.0, "a", &live) - 400.0 / 1.4).abs() < 1e-9);
+        assert!((allotment(400.0, "b", &live) - 400.0 * 0.4 / 1.4).abs() < 1e-9);
         // One node idle: the busy one gets the whole tier, as if it were alone.
         let live = [e("a", 1, 0.0, 300.0, false), e("b", 1, 0.0, 0.0, false)];
         assert_eq!(allotment(400.0, "a", &live), 400.0);
@@ -880,6 +918,37 @@ mod tests {
             !dir.join("node-a.json").exists(),
             "a period after leave wrote it back"
         );
+    }
+
+    /// The published demand is smoothed: a second in which the node moved nothing (a phase
+    /// of its step) takes it a fifth of the way down, and a node that stopped for good
+    /// falls below a busy peer's quarter within seconds, leaving it the tier.
+    #[test]
+    fn a_periods_dip_in_demand_moves_the_published_figure_a_fifth_of_the_way() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = ledger_dir(d.path(), "job1", "pfs");
+        let a = SharedTier::new(dir.clone(), "a", 400.0);
+        let published = || -> f64 {
+            let Listing { entries, .. } = read_entries(&dir).unwrap();
+            entries.iter().find(|e| e.node == "a").unwrap().demand_bps
+        };
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        a.tick(at(0), cn(0, 0), false).unwrap();
+        assert_eq!(published(), 0.0);
+        a.tick(at(1), cn(100, 1000), false).unwrap();
+        assert_eq!(published(), 1000.0, "the first figure is taken as it is");
+        a.tick(at(2), cn(100, 1000), false).unwrap();
+        assert_eq!(published(), 800.0);
+        a.tick(at(3), cn(100, 2000), false).unwrap();
+        assert_eq!(published(), 840.0);
+        // Idle from now on: below a quarter of 840 within seven periods.
+        let mut s = 3;
+        while published() >= 0.25 * 840.0 {
+            s += 1;
+            a.tick(at(s), cn(100, 2000), false).unwrap();
+        }
+        assert!(s <= 10, "{s}");
     }
 
     #[test]

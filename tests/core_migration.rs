@@ -1692,6 +1692,19 @@ fn a_degraded_mount_holds_a_file_whose_pieces_disagree() {
 /// Found by review: the old piece was removed whatever the sync gave.
 #[test]
 fn a_move_whose_renames_cannot_be_synced_leaves_the_old_piece_to_the_next_mount() {
+    renames_not_synced_leave_the_old_piece(false);
+}
+
+#[test]
+fn a_linked_files_move_whose_renames_cannot_be_synced_leaves_the_old_piece_too() {
+    renames_not_synced_leave_the_old_piece(true);
+}
+
+/// A file striped over three tiers moves onto two, and the first folder sync after its
+/// renames fails: the old piece on the tier the move leaves must stay for the next mount,
+/// which finishes the move by the journal and only then removes it. `linked`: the file has
+/// a second name, so the sync that fails is the re-linking journal's.
+fn renames_not_synced_leave_the_old_piece(linked: bool) {
     let d = tempfile::tempdir().unwrap();
     let fs = three_tiers_with(d.path(), &[], "adapt = true\n");
     let (old, new) = (pattern(6 * MIB, 51), pattern(6 * MIB, 52));
@@ -1706,7 +1719,11 @@ fn a_move_whose_renames_cannot_be_synced_leaves_the_old_piece_to_the_next_mount(
         .unwrap();
     fs.write(fh, 0, &old).unwrap();
     fs.release(fh).unwrap();
-    let c_piece = d.path().join("c/data/f.swp");
+    if linked {
+        fs.link(attr.ino, ROOT_INO, OsStr::new("g.swp")).unwrap();
+    }
+    let c_data = d.path().join("c/data");
+    let c_piece = c_data.join("f.swp");
     assert!(
         c_piece.exists(),
         "the file is not striped over the third tier"
@@ -1737,12 +1754,27 @@ fn a_move_whose_renames_cannot_be_synced_leaves_the_old_piece_to_the_next_mount(
     let fs = three_tiers_with(d.path(), &[], "adapt = true\n");
     let f = fs.lookup(ROOT_INO, OsStr::new("f.swp")).unwrap().ino;
     assert!(!fs.is_failed(f), "the next mount did not settle the move");
-    assert_eq!(
-        read_by_name(&fs, "f.swp").unwrap(),
-        new,
-        "the move was not finished"
+    let names: &[&str] = if linked {
+        &["f.swp", "g.swp"]
+    } else {
+        &["f.swp"]
+    };
+    for name in names {
+        assert_eq!(
+            read_by_name(&fs, name).unwrap(),
+            new,
+            "the move was not finished ({name})"
+        );
+    }
+    // Not removed only to be set aside as a conflict copy: nothing is left there.
+    let left: Vec<_> = std::fs::read_dir(&c_data)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the next mount left {left:?} on the tier the move left"
     );
-    assert!(!c_piece.exists(), "the next mount left the old piece");
     assert!(journals(d.path()).is_empty(), "the journal is left");
     assert!(temporaries(d.path()).is_empty(), "keeps are left");
 }

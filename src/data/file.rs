@@ -7,6 +7,7 @@ use crate::placement::Charge;
 use crate::tierio::Piece;
 use parking_lot::{Mutex, RwLock};
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -146,4 +147,15 @@ impl Migration {
             .filter(|(_, m)| !m.load(Ordering::Acquire))
             .map(|(b, _)| b as u64)
     }
+}
+
+/// What a move's journal ([`crate::relink`]) leaves to do once its renames are made.
+#[derive(Default)]
+pub(crate) struct Journaled {
+    /// The journal, done with: the caller removes it once the old pieces are gone.
+    pub done: Option<PathBuf>,
+    /// The tiers the move left whose old pieces a journal that stays names (its renames
+    /// could not be made durable): the next mount may undo the move from them, so they
+    /// are not removed. Old pieces it does not name go as after any move.
+    pub spare: Vec<usize>,
 }

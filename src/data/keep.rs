@@ -7,7 +7,7 @@
 //! [`after_renames`] makes the renames durable and lets the keeps go. The journal's rule
 //! at mount and in `fsck` is [`crate::relink`]'s.
 
-use crate::data::file::Migration;
+use crate::data::file::{Journaled, Migration};
 use crate::error::Result;
 use crate::layout::FileLayout;
 use crate::vfs::backing;
@@ -45,8 +45,9 @@ type Kept = Vec<(usize, Keep)>;
 pub(crate) struct Keeps {
     kept: Kept,
     /// The keep journal ([`crate::relink`]: `keeps` set) of a named file's move with more
-    /// than one rename, every old entry it replaces kept; removed after the move.
-    journal: Option<PathBuf>,
+    /// than one rename, every old entry it replaces kept; removed after the move. With it,
+    /// the tiers the move leaves whose old entries it names.
+    journal: Option<(PathBuf, Vec<usize>)>,
 }
 
 /// A link refusal that says the tier cannot keep a second name (rather than a failing
@@ -143,7 +144,7 @@ fn write_keep_journal(
     keep: &Path,
     old: &FileLayout,
     final_path: &impl Fn(usize) -> PathBuf,
-) -> Result<PathBuf> {
+) -> Result<(PathBuf, Vec<usize>)> {
     let new_tiers = m.layout.tiers();
     let mut new = Vec::new();
     for &t in &new_tiers {
@@ -162,6 +163,11 @@ fn write_keep_journal(
             Err(e) => return Err(backing::tier_err(fs, t, "stat", &p, e)),
         }
     }
+    let named = olds
+        .iter()
+        .map(|&(t, _)| t)
+        .filter(|t| !new_tiers.contains(t))
+        .collect();
     let journal = crate::relink::Journal {
         primary: rel.to_path_buf(),
         names: vec![keep.to_path_buf()],
@@ -173,6 +179,7 @@ fn write_keep_journal(
     let meta = fs.tiers[t].root.join(crate::tier::META_DIR);
     let stamp = format!("{ino}-{:016x}", crate::layout::new_file_id());
     crate::relink::write(&meta, &stamp, &journal)
+        .map(|p| (p, named))
         .map_err(|e| backing::tier_err(fs, t, "write a re-link journal in", &meta, e))
 }
 
@@ -232,7 +239,7 @@ pub(crate) fn put_back(
         }
     }
     drop_kept(fs, &kept[done..]);
-    match (failed.is_empty(), keeps.journal) {
+    match (failed.is_empty(), keeps.journal.map(|(j, _)| j)) {
         (true, Some(j)) => {
             // As after a move: the put-back renames on disk before the journal goes
             // (else it stays, and the next mount finds the move never took effect).
@@ -294,23 +301,27 @@ fn sync_folders(
 /// renames must be on disk before the old pieces, the keeps and the journal go (each tier
 /// is its own filesystem, and a power cut that kept a removal on one and lost a rename on
 /// another would leave a mix with nothing to settle it), then the keeps go; the journal to
-/// remove once the old pieces are gone. If the folders cannot be synced, the keeps and the
-/// journal stay for the next mount, which finds the move done and finishes it.
+/// remove once the old pieces are gone. If the folders cannot be synced, the keeps, the
+/// journal and the old pieces it names stay for the next mount, which finds the move done
+/// and finishes it (or, should a power cut have lost a rename, undoes it).
 pub(crate) fn after_renames(
     fs: &TierFs,
     ino: u64,
     kept: Keeps,
     tiers: impl IntoIterator<Item = usize>,
     final_path: &impl Fn(usize) -> PathBuf,
-) -> Option<PathBuf> {
-    let Some(j) = kept.journal else {
+) -> Journaled {
+    let Some((j, named)) = kept.journal else {
         drop_kept(fs, &kept.kept);
-        return None;
+        return Journaled::default();
     };
     match sync_folders(fs, tiers, final_path) {
         Ok(()) => {
             drop_kept(fs, &kept.kept);
-            Some(j)
+            Journaled {
+                done: Some(j),
+                spare: Vec::new(),
+            }
         }
         Err(e) => {
             journal_stays(
@@ -319,7 +330,10 @@ pub(crate) fn after_renames(
                 &j,
                 &format!("its folders could not be synced: {e}"),
             );
-            None
+            Journaled {
+                done: None,
+                spare: named,
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 //! ([`install`]). The rule and the journal's format, which the mount's scan and `fsck`
 //! share, are [`crate::relink`]'s.
 
+use crate::data::file::Journaled;
 use crate::error::Result;
 use crate::layout::FileLayout;
 use crate::relink::{self, Journal};
@@ -132,10 +133,11 @@ pub(crate) fn torn(fs: &TierFs, ino: u64, s: Staged) {
 /// After the primary name's pieces are renamed in: each staged link renamed over its
 /// name, the folders synced (so no removal below can reach the disk before the renames),
 /// and each name's old entries on tiers the move left removed. Returns the journal, for
-/// the caller to remove once the primary's old pieces are gone too; `None` after a
-/// failure, which fails the inode until the next mount, whose scan finishes the journal
-/// (until then no request can act on names the tiers do not agree on).
-pub(crate) fn install(fs: &TierFs, ino: u64, s: Staged) -> Option<PathBuf> {
+/// the caller to remove once the primary's old pieces are gone too. After a failure the
+/// journal stays and the inode fails until the next mount, whose scan settles the journal
+/// (until then no request can act on names the tiers do not agree on); the primary's old
+/// pieces it names are then spared, as that mount may need them.
+pub(crate) fn install(fs: &TierFs, ino: u64, s: Staged) -> Journaled {
     let j = &s.journal;
     let r = (|| -> std::io::Result<()> {
         for (t, tmp, to) in &s.links {
@@ -169,7 +171,10 @@ pub(crate) fn install(fs: &TierFs, ino: u64, s: Staged) -> Option<PathBuf> {
         Ok(())
     })();
     match r {
-        Ok(()) => Some(s.path),
+        Ok(()) => Journaled {
+            done: Some(s.path),
+            spare: Vec::new(),
+        },
         Err(e) => {
             let why = format!(
                 "re-linking its other names after a move failed: {e}; the journal {} is \
@@ -177,7 +182,16 @@ pub(crate) fn install(fs: &TierFs, ino: u64, s: Staged) -> Option<PathBuf> {
                 s.path.display()
             );
             drop_links_and_fail(fs, ino, &s.links, &why);
-            None
+            let new: Vec<usize> = j.new.iter().map(|&(t, _)| t).collect();
+            Journaled {
+                done: None,
+                spare: j
+                    .old
+                    .iter()
+                    .map(|&(t, _)| t)
+                    .filter(|t| !new.contains(t))
+                    .collect(),
+            }
         }
     }
 }

@@ -367,18 +367,23 @@ pub(crate) fn switch_to(
             return Err(backing::tier_err(fs, t, "rename", &to, e));
         }
     }
-    let kept_journal = keep::after_renames(fs, ino, kept, layout.tiers(), &final_path);
-    let journal = staged
-        .and_then(|s| linked::install(fs, ino, s))
-        .or(kept_journal);
-    // A journal that had to stay (the renames could not be made durable) failed the
-    // inode: the old pieces on tiers the move left are then the next mount's to remove,
-    // after it has the renames on disk. Removed now, a power cut that lost a rename would
-    // leave a move that could be neither finished nor undone.
-    let durable = !crate::vfs::contain::is_failed(fs, ino);
-    retire_old(fs, node, &st.layout, layout, size, durable, final_path);
+    let journaled = match staged {
+        Some(s) => linked::install(fs, ino, s),
+        None => keep::after_renames(fs, ino, kept, layout.tiers(), &final_path),
+    };
+    // Old pieces a journal that had to stay names are the next mount's (`Journaled`);
+    // judged by the journal, as a panic elsewhere may fail the inode with none.
+    retire_old(
+        fs,
+        node,
+        &st.layout,
+        layout,
+        size,
+        &journaled.spare,
+        final_path,
+    );
     // Last: a crash before this finds the primary's old pieces still to remove.
-    if let Some(path) = journal {
+    if let Some(path) = journaled.done {
         if let Err(e) = std::fs::remove_file(&path) {
             keep::journal_stays(fs, ino, &path, &format!("it could not be removed: {e}"));
         }
@@ -454,23 +459,24 @@ pub(crate) fn prepare_pieces(
     Ok(())
 }
 
-/// After the switch: removes the old pieces the new layout does not use if `remove` (a
-/// read-only tier keeps its stale piece; the mount-time scan prefers the newer copy and
-/// sets the old one aside) and moves the file's count and bytes on the tiers' books.
+/// After the switch: removes the old pieces the new layout does not use but those on the
+/// tiers in `spare` (a read-only tier keeps its stale piece; the mount-time scan prefers
+/// the newer copy and sets the old one aside) and moves the file's count and bytes on the
+/// tiers' books.
 pub(crate) fn retire_old(
     fs: &TierFs,
     node: &FileNode,
     old: &FileLayout,
     layout: &FileLayout,
     size: u64,
-    remove: bool,
+    spare: &[usize],
     final_path: impl Fn(usize) -> PathBuf,
 ) {
     let new_tiers = layout.tiers();
     // An unlinked file was taken off the books when it was removed.
     let counted = !node.gone.load(Ordering::Relaxed);
     for t in old.tiers() {
-        if remove && !new_tiers.contains(&t) {
+        if !new_tiers.contains(&t) && !spare.contains(&t) {
             let p = final_path(t);
             match fs.tiers[t].fs().unlink(&p) {
                 // Re-linking a file's names removed it already.

@@ -50,11 +50,14 @@ pub const MAX_CAPACITY_FACTOR: f64 = 2.0;
 /// A node whose demand is at least this fraction of the busiest live node's is a full
 /// peer in the split ([`allotment`]).
 pub const ACTIVE_FRACTION: f64 = 0.25;
-/// Each period the published demand moves this fraction of the way to the period's own
-/// figure: about five seconds of memory, so a node's phase within its step (waiting on the
+/// Each second the published demand moves this fraction of the way to the latest period's
+/// own figure (a period of `dt` seconds moves it `1 - (1 - this)^dt` of the way): about
+/// five seconds of memory, so a node's phase within its step (waiting on the
 /// shared tier, moving little) does not read as the node going idle, while a node that
 /// stops or starts is seen within seconds.
 pub const DEMAND_SMOOTHING: f64 = 0.2;
+/// A published demand below this many bytes a second is published as 0 (idle).
+pub const MIN_DEMAND_BPS: f64 = 1.0;
 /// Test hook: seconds added to this daemon's wall clock where it writes one (the entry's
 /// `wall_ms` and the file's mtime), so a test shows that readers never use them.
 pub const CLOCK_OFFSET_ENV: &str = "TIERFS_TEST_CLOCK_OFFSET";
@@ -171,10 +174,18 @@ pub fn allotment(capacity: f64, me: &str, live: &[Entry]) -> f64 {
         }
     };
     let busiest = live.iter().map(demand).fold(0.0, f64::max);
-    let weight = |e: &Entry| (demand(e) / (ACTIVE_FRACTION * busiest)).min(1.0);
     if busiest <= 0.0 {
         return capacity / n;
     }
+    let full = ACTIVE_FRACTION * busiest;
+    let weight = |e: &Entry| {
+        let d = demand(e);
+        if d >= full {
+            1.0
+        } else {
+            d / full
+        }
+    };
     let total: f64 = live.iter().map(weight).sum();
     let mine = live
         .iter()
@@ -495,7 +506,7 @@ impl SharedTier {
         if st.left {
             return None;
         }
-        let (rate, busy_rate, demand) = match st.last {
+        let (rate, busy_rate, demand, dt) = match st.last {
             Some((t, last)) => {
                 let dt = now.saturating_duration_since(t).as_secs_f64().max(1e-3);
                 let moved = c.tier_bytes.saturating_sub(last.tier_bytes);
@@ -510,15 +521,22 @@ impl SharedTier {
                         0.0
                     },
                     c.all_bytes.saturating_sub(last.all_bytes) as f64 / dt,
+                    dt,
                 )
             }
-            None => (0.0, 0.0, 0.0),
+            None => (0.0, 0.0, 0.0, 0.0),
         };
         let demand = match (st.last, st.demand) {
             (None, _) => 0.0,
             (Some(_), None) => demand,
-            (Some(_), Some(d)) => d + DEMAND_SMOOTHING * (demand - d),
+            (Some(_), Some(d)) => {
+                let step = 1.0 - (1.0 - DEMAND_SMOOTHING).powf(dt);
+                d + step * (demand - d)
+            }
         };
+        // A smoothed figure only nears 0; a node gone idle must read as idle (a part of
+        // C/n once it starts again), not as one doing a trickle (a part of nearly 0).
+        let demand = if demand < MIN_DEMAND_BPS { 0.0 } else { demand };
         if st.last.is_some() {
             st.demand = Some(demand);
         }
@@ -924,7 +942,7 @@ mod tests {
     /// of its step) takes it a fifth of the way down, and a node that stopped for good
     /// falls below a busy peer's quarter within seconds, leaving it the tier.
     #[test]
-    fn a_periods_dip_in_demand_moves_the_published_figure_a_fifth_of_the_way() {
+    fn the_published_demand_moves_a_fifth_of_the_way_each_second_and_reaches_idle() {
         let d = tempfile::tempdir().unwrap();
         let dir = ledger_dir(d.path(), "job1", "pfs");
         let a = SharedTier::new(dir.clone(), "a", 400.0);
@@ -932,23 +950,36 @@ mod tests {
             let Listing { entries, .. } = read_entries(&dir).unwrap();
             entries.iter().find(|e| e.node == "a").unwrap().demand_bps
         };
+        let near = |x: f64, want: f64| (x - want).abs() < 1e-6 * want.max(1.0);
         let t0 = Instant::now();
-        let at = |s: u64| t0 + Duration::from_secs(s);
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
         a.tick(at(0), cn(0, 0), false).unwrap();
         assert_eq!(published(), 0.0);
-        a.tick(at(1), cn(100, 1000), false).unwrap();
+        a.tick(at(1000), cn(100, 1000), false).unwrap();
         assert_eq!(published(), 1000.0, "the first figure is taken as it is");
-        a.tick(at(2), cn(100, 1000), false).unwrap();
-        assert_eq!(published(), 800.0);
-        a.tick(at(3), cn(100, 2000), false).unwrap();
-        assert_eq!(published(), 840.0);
-        // Idle from now on: below a quarter of 840 within seven periods.
-        let mut s = 3;
+        a.tick(at(2000), cn(100, 1000), false).unwrap();
+        assert!(near(published(), 800.0), "{}", published());
+        a.tick(at(3000), cn(100, 2000), false).unwrap();
+        assert!(near(published(), 840.0), "{}", published());
+        // The smoothing is per second, not per period: a two-second idle period moves the
+        // figure as far as two one-second ones (1 - 0.8^2 of the way).
+        a.tick(at(5000), cn(100, 2000), false).unwrap();
+        assert!(near(published(), 840.0 * 0.64), "{}", published());
+        // Idle from now on: below a quarter of 840 within seven seconds, and published as
+        // exactly 0 (idle: a part of C/n once it starts again) within a minute, not as a
+        // figure that only nears 0.
+        let mut ms = 5000;
         while published() >= 0.25 * 840.0 {
-            s += 1;
-            a.tick(at(s), cn(100, 2000), false).unwrap();
+            ms += 1000;
+            a.tick(at(ms), cn(100, 2000), false).unwrap();
         }
-        assert!(s <= 10, "{s}");
+        assert!(ms <= 10_000, "{ms}");
+        while published() > 0.0 {
+            ms += 1000;
+            a.tick(at(ms), cn(100, 2000), false).unwrap();
+        }
+        assert!(ms <= 60_000, "{ms}");
+        assert_eq!(published(), 0.0);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 #!/bin/bash
 # bench-nodes.sh - N simulated nodes of one job sharing one slow tier (issue #17).
 #
-#   tools/bench-nodes.sh [--nodes "1 2 4"] [--runs 3] [--steps 6] [--targets "direct tierfs solo"]
-#                        [--scenario busy|idle|writer|hogs] [--out DIR]
+#   tools/bench-nodes.sh [--nodes "1 2 4"] [--runs 3] [--steps 6] [--warmup 0]
+#                        [--targets "direct tierfs solo"] [--scenario busy|idle|writer|hogs] [--out DIR]
 #
 # Root; tierbed with --ram and --force ($TIERBED, else /work/shared/tierbed/tierbed.sh).
 # On one machine, as a job's nodes share a Lustre file system: node i has its own fast tier
@@ -38,9 +38,15 @@
 #   hogs     every node runs it while $HOGS (default 4) processes spin on the CPU, as an
 #            optimizer takes the cores: the tiers' estimates must not read the machine's
 #            load as slow tiers
+# Memory: each daemon runs in a cgroup-v1 memory cgroup of its own, limit $MEMCG_LIMIT
+# (default 864Mi: a quarter of the default replay's 2.55 GB of swap traffic a node and step,
+# plus 256 MiB for the daemon itself, the rule of tools/deepspeed/bench.sh), so staging
+# memory is sized as at real scale, where the swap set is far larger than memory; set it to
+# fit other REPLAY_ARGS, or MEMCG_LIMIT=0 for none.
 # Replay per node: tierfs-replay DIR $REPLAY_ARGS --steps S (default: --ranks 1 --subgroups 8
 # --subgroup-bytes 32MiB --engine libaio). Per node and run: the median optimizer-step I/O
-# time, divided by the same node's direct time of that run. Printed per N: per node the
+# time of its steps after the first --warmup W ones (default 0: every step), divided by the
+# same node's direct time of that run. Printed per N: per node the
 # median (min-max) over runs, the median over nodes, the floor F/(F + P/N) from the caps
 # (F, P: harmonic means of read and write caps), daemon CPU (s and % of one core over the
 # replay), the machine's CPU use, flips (pause/resume lines in each daemon's log) per minute,
@@ -57,7 +63,7 @@ TIERFS=${TIERFS:-$HERE/target/release/tierfs}
 REPLAY=${REPLAY:-$HERE/target/release/tierfs-replay}
 export TIERBED_HOME=${TIERBED_HOME:-/var/lib/tierbed-nodes}
 P=${PREFIX:-nodes}
-NODES="1 2 4"; RUNS=3; STEPS=6; TARGETS="direct tierfs solo"; SCEN=busy; OUT=/tmp/bench-nodes
+NODES="1 2 4"; RUNS=3; STEPS=6; WARMUP=0; TARGETS="direct tierfs solo"; SCEN=busy; OUT=/tmp/bench-nodes
 read -r FAST_R FAST_W <<<"${FAST:-1200 800}"
 read -r SLOW_R SLOW_W <<<"${SLOW:-400 300}"
 FAST_GB=${FAST_GB:-2}; SLOW_GB=${SLOW_GB:-6}
@@ -70,6 +76,7 @@ while [ $# -gt 0 ]; do
     --nodes) NODES=$2; shift 2 ;;
     --runs) RUNS=$2; shift 2 ;;
     --steps) STEPS=$2; shift 2 ;;
+    --warmup) WARMUP=$2; shift 2 ;;
     --targets) TARGETS=$2; shift 2 ;;
     --scenario) SCEN=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
@@ -81,6 +88,13 @@ while [ $# -gt 0 ]; do
 done
 if [[ " $TARGETS " == *" before "* ]] && [ ! -x "${BEFORE:-}" ]; then
   echo "bench-nodes.sh: target 'before' needs BEFORE=<a tierfs binary>" >&2; exit 2
+fi
+[[ $WARMUP =~ ^[0-9]+$ ]] && [ "$WARMUP" -lt "$STEPS" ] || { echo "--warmup: a whole number below --steps" >&2; exit 2; }
+MEMCG_LIMIT=${MEMCG_LIMIT:-864Mi}
+MEMCG_ROOT=/sys/fs/cgroup/memory
+if [ "$MEMCG_LIMIT" != 0 ]; then
+  MEMCG_LIMIT_B=$(numfmt --from=auto "$MEMCG_LIMIT") || { echo "MEMCG_LIMIT: bytes, or K/M/G, Ki/Mi/Gi" >&2; exit 2; }
+  [ -w "$MEMCG_ROOT" ] || { echo "bench-nodes.sh: no writable cgroup-v1 memory controller at $MEMCG_ROOT (MEMCG_LIMIT=0 for none)" >&2; exit 2; }
 fi
 case $SCEN in busy|idle|writer|hogs) ;; *) echo "--scenario: busy, idle, writer or hogs" >&2; exit 2 ;; esac
 HOGS=${HOGS:-4}
@@ -96,6 +110,7 @@ cleanup() {
   [ -n "${FIO_PID:-}" ] && kill "$FIO_PID" 2>/dev/null
   [ -n "${HOG_PIDS:-}" ] && kill $HOG_PIDS 2>/dev/null
   for t in "${UP[@]}"; do bash "$TB" down "$t" --purge >/dev/null 2>&1; done
+  for g in "$MEMCG_ROOT"/tierfs-nodes-$$-*; do [ -d "$g" ] && rmdir "$g" 2>/dev/null; done
 }
 trap cleanup EXIT
 up() { # NAME GB R W DIR [--ram]
@@ -172,7 +187,16 @@ for n in $NODES; do
           cfg=$(config "$n" "$i" "$tg")
           # All nodes mount at once, as a job's nodes do.
           bin=$TIERFS; [ "$tg" = before ] && bin=$BEFORE
-          "$bin" mount --config "$cfg" "$m" >"$OUT/logs/$tag-node$i.mount" 2>&1 &
+          if [ "$MEMCG_LIMIT" = 0 ]; then
+            "$bin" mount --config "$cfg" "$m" >"$OUT/logs/$tag-node$i.mount" 2>&1 &
+          else
+            g=$MEMCG_ROOT/tierfs-nodes-$$-node$i
+            [ -d "$g" ] || mkdir "$g"
+            echo "$MEMCG_LIMIT_B" >"$g/memory.limit_in_bytes"
+            echo 0 >"$g/memory.max_usage_in_bytes" 2>/dev/null || true
+            bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$g" \
+              "$bin" mount --config "$cfg" "$m" >"$OUT/logs/$tag-node$i.mount" 2>&1 &
+          fi
           DIRS+=("$m/ds")
         fi
       done
@@ -229,18 +253,28 @@ for n in $NODES; do
       if [ -n "${FIO_PID:-}" ]; then kill "$FIO_PID" 2>/dev/null || true; wait "$FIO_PID" 2>/dev/null || true; FIO_PID=; rm -rf "$SLOWMNT/foreign"; fi
       for p in "${RECS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
       if [ "$tg" != direct ]; then
+        OOM=""
+        if [ "$MEMCG_LIMIT" != 0 ]; then
+          for i in $(seq 1 "$n"); do
+            g=$MEMCG_ROOT/tierfs-nodes-$$-node$i
+            OOM+="$(awk '$1 == "oom_kill" {print $2}' "$g/memory.oom_control" 2>/dev/null || echo 0):$(cat "$g/memory.max_usage_in_bytes") "
+          done
+        fi
         for i in $(seq 1 "$n"); do "$TIERFS" unmount "$OUT/mnt/node$i" >/dev/null 2>&1 || true; done
         for i in $(seq 1 "$n"); do cp "$OUT/logs/N$n-$tg-node$i.log" "$OUT/logs/$tag-node$i.log" 2>/dev/null || true; done
       else
         for i in $(seq 1 "$n"); do rm -rf "/mnt/$P-nvme$i/direct"; done
       fi
       rm -rf "$SLOWMNT/ledger/$JOB"
+      [ "$tg" = direct ] && OOM=""
       python3 - "$OUT/res/$tag.meta.json" <<EOF
 import json, sys
 json.dump({"n": $n, "target": "$tg", "run": $r, "fail": $fail, "wall_s": $S1 - $S0,
            "daemon_cpu_s": [int(x) / $HZ for x in "$CPU".split()],
            "machine_busy": ($B1 - $B0) / max(1, $T1 - $T0),
-           "load_start": "$L0", "load_end": "$L1"}, open(sys.argv[1], "w"))
+           "load_start": "$L0", "load_end": "$L1",
+           "memcg": [dict(zip(("oom_kills", "max_usage"), map(int, x.split(":")))) for x in "$OOM".split()]},
+          open(sys.argv[1], "w"))
 EOF
       echo "$tag: $(awk "BEGIN{printf \"%.1f\", $S1 - $S0}") s, daemon CPU ticks [${CPU% }], load $L1$([ $fail = 1 ] && echo ' FAILED')"
     done
@@ -254,11 +288,12 @@ EOF
   done
 done
 
-python3 - "$OUT" "$SCEN" "$FAST_R" "$FAST_W" "$SLOW_R" "$SLOW_W" "$RUNS" "$STEPS" "$REPLAY_ARGS" <<'EOF'
+python3 - "$OUT" "$SCEN" "$FAST_R" "$FAST_W" "$SLOW_R" "$SLOW_W" "$RUNS" "$STEPS" "$REPLAY_ARGS" "$WARMUP" "$MEMCG_LIMIT" <<'EOF'
 import glob, json, os, re, statistics as st, sys, datetime
 out, scen = sys.argv[1], sys.argv[2]
 fr, fw, sr, sw = map(float, sys.argv[3:7])
 runs, steps, rargs = int(sys.argv[7]), int(sys.argv[8]), sys.argv[9]
+warmup, memcg = int(sys.argv[10]), sys.argv[11]
 hm = lambda r, w: 2 * r * w / (r + w)
 F, Pb = hm(fr, fw), hm(sr, sw)
 def opt_median(path):
@@ -266,7 +301,7 @@ def opt_median(path):
         j = json.load(open(path))
     except Exception:
         return None
-    v = [p["io_s"] for p in j["phases"] if p["phase"] == "optimizer"]
+    v = [p["io_s"] for p in j["phases"] if p["phase"] == "optimizer"][warmup:]
     return st.median(v) if v else None
 def flips(log):
     try:
@@ -311,10 +346,11 @@ for m in sorted(metas, key=lambda m: m["target"]):
         targets.append(m["target"])
 lines = []
 P = lines.append
-P(f"Command: `tools/bench-nodes.sh --nodes \"{' '.join(map(str, ns))}\" --runs {runs} --steps {steps} "
-  f"--targets \"{' '.join(targets)}\" --scenario {scen}` ({datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC).")
+P(f"Command: `MEMCG_LIMIT={memcg} tools/bench-nodes.sh --nodes \"{' '.join(map(str, ns))}\" --runs {runs} --steps {steps} "
+  f"--warmup {warmup} --targets \"{' '.join(targets)}\" --scenario {scen}` ({datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC).")
 P(f"Tiers: per node a fast tier {fr:.0f}/{fw:.0f} MB/s (F = {F:.0f} MB/s), one shared slow tier "
-  f"{sr:.0f}/{sw:.0f} MB/s (P = {Pb:.0f} MB/s) in per-node folders. Replay per node: `{rargs} --steps {steps}`.")
+  f"{sr:.0f}/{sw:.0f} MB/s (P = {Pb:.0f} MB/s) in per-node folders. Replay per node: `{rargs} --steps {steps}`; "
+  f"medians over steps {warmup + 1}-{steps}. Daemon memory cgroup: {'none' if memcg == '0' else memcg}.")
 P("")
 P("| N | target | optimizer-step I/O vs the node's fast tier alone, per node: median (min-max) over runs | median over nodes | worst node | floor F/(F+P/N) | daemon CPU, % of a core (median) | machine CPU busy | flips/min per node | slow-tier share per node (median) | load average (start -> end) |")
 P("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -362,6 +398,11 @@ for n in ns:
                     d.append(v)
     if d:
         P(f"| {n} | direct (s) | optimizer-step I/O {st.median(d):.3f} s ({min(d):.3f}-{max(d):.3f}) over nodes and runs | | | | | | | | |")
+mem = [g for m in metas for g in m.get("memcg", [])]
+if mem:
+    P("")
+    P(f"Daemon memory cgroups: peak use {max(g['max_usage'] for g in mem) / 2**20:.0f} MiB at most; "
+      f"OOM kills {sum(g['oom_kills'] for g in mem)}.")
 fails = [f"N{m['n']}-{m['target']}-r{m['run']}" for m in metas if m["fail"]]
 if fails:
     P("")

@@ -39,6 +39,13 @@ pub const PROBE_WAIT: Duration = Duration::from_secs(120);
 /// figure each period, so a cut made while a foreign writer loaded the tier is undone once
 /// it leaves (the nodes' own rates cannot show more than the shares they were given).
 pub const RECOVER_RATE: f64 = 0.05;
+/// A capacity estimate below the one in use counts only once it has held for this many
+/// periods in a row, and then the highest of them: a disk-backed tier's write-back stall
+/// reads as a second or two of saturation at a fraction of its speed, and a cut on that
+/// re-laid out every file rewritten next, and back once the estimate recovered (40
+/// re-layouts within 6 s at N = 2, docs/PERFORMANCE.md). A lasting fall (a foreign
+/// writer) still counts within this many seconds; a rise counts at once.
+pub const FALL_HOLD: usize = 3;
 /// The capacity estimate never falls below this fraction of the probed figure (the same
 /// bound as [`crate::tier::Tier::current_bandwidth`]).
 pub const MIN_CAPACITY_FRACTION: f64 = 1.0 / 20.0;
@@ -151,6 +158,25 @@ pub fn capacity(prior: f64, probed: f64, live: &[Entry]) -> f64 {
         probed * MIN_CAPACITY_FRACTION,
         most.max(probed * MIN_CAPACITY_FRACTION),
     )
+}
+
+/// The capacity to use after a period, from the one in use (`prior`) and the latest raw
+/// estimates ([`capacity`]), newest last: a rise at once, a fall once the last
+/// [`FALL_HOLD`] estimates are all below `prior`, to the highest of them.
+pub fn held_capacity(prior: f64, recent: &[f64]) -> f64 {
+    let Some(&newest) = recent.last() else {
+        return prior;
+    };
+    if newest >= prior {
+        return newest;
+    }
+    if recent.len() < FALL_HOLD {
+        return prior;
+    }
+    recent[recent.len() - FALL_HOLD..]
+        .iter()
+        .fold(newest, |a, &b| a.max(b))
+        .min(prior)
 }
 
 /// This node's (`me`) part of `capacity`, split among the live entries by demand, with
@@ -442,6 +468,8 @@ struct State {
     seq: u64,
     liveness: Liveness,
     capacity: Option<f64>,
+    /// The last [`FALL_HOLD`] raw capacity estimates, newest last ([`held_capacity`]).
+    recent: Vec<f64>,
     /// Counters at the last period, and when.
     last: Option<(Instant, Counters)>,
     /// The ledger could not be written (warned once); the node runs on its own estimates.
@@ -481,6 +509,7 @@ impl SharedTier {
                 seq: 0,
                 liveness: Liveness::default(),
                 capacity: None,
+                recent: Vec::with_capacity(FALL_HOLD + 1),
                 last: None,
                 unwritable: false,
                 warned: HashMap::new(),
@@ -598,7 +627,12 @@ impl SharedTier {
         entries.push(me);
         let live = st.liveness.live(now, entries);
         let prior = st.capacity.unwrap_or(self.probed_bps);
-        let cap = capacity(prior, self.probed_bps, &live);
+        let raw = capacity(prior, self.probed_bps, &live);
+        if st.recent.len() == FALL_HOLD {
+            st.recent.remove(0);
+        }
+        st.recent.push(raw);
+        let cap = held_capacity(prior, &st.recent);
         st.capacity = Some(cap);
         let plan = Plan {
             live: live.len(),
@@ -980,6 +1014,49 @@ mod tests {
         }
         assert!(ms <= 60_000, "{ms}");
         assert_eq!(published(), 0.0);
+    }
+
+    #[test]
+    fn a_capacity_falls_only_after_holding_low_for_three_periods() {
+        // A dip of two periods (a write-back stall) leaves the capacity as it was.
+        assert_eq!(held_capacity(300.0, &[300.0, 50.0]), 300.0);
+        assert_eq!(held_capacity(300.0, &[300.0, 50.0, 48.0]), 300.0);
+        assert_eq!(held_capacity(300.0, &[50.0, 48.0, 300.0]), 300.0);
+        // Three in a row: the highest of them.
+        assert_eq!(held_capacity(300.0, &[150.0, 120.0, 140.0]), 150.0);
+        // Fewer periods seen than the hold (just mounted): no fall yet.
+        assert_eq!(held_capacity(300.0, &[100.0, 100.0]), 300.0);
+        // A rise counts at once.
+        assert_eq!(held_capacity(150.0, &[140.0, 120.0, 290.0]), 290.0);
+        assert_eq!(held_capacity(150.0, &[]), 150.0);
+    }
+
+    #[test]
+    fn a_two_second_stall_of_the_shared_tier_does_not_cut_the_shares() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = ledger_dir(d.path(), "job1", "pfs");
+        let a = SharedTier::new(dir.clone(), "a", 300e6);
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        // Counters: bytes moved on the tier, busy ns there, bytes of all the node's I/O.
+        let mut c = cn(0, 0);
+        a.tick(at(0), c, false).unwrap();
+        let mut step = |s: u64, bytes: u64, saturated: bool| {
+            c.tier_bytes += bytes;
+            c.tier_busy_ns += 1_000_000_000;
+            c.all_bytes += 4 * bytes;
+            a.tick(at(s), c, saturated).unwrap()
+        };
+        assert_eq!(step(1, 300_000_000, true).capacity_bps, 300e6);
+        // Two seconds saturated at 50 MB/s: held.
+        assert_eq!(step(2, 50_000_000, true).capacity_bps, 300e6);
+        assert_eq!(step(3, 50_000_000, true).capacity_bps, 300e6);
+        assert_eq!(step(4, 300_000_000, true).capacity_bps, 300e6);
+        // Three: it counts (the highest of the three).
+        step(5, 60_000_000, true);
+        step(6, 50_000_000, true);
+        let p = step(7, 55_000_000, true);
+        assert!((p.capacity_bps - 60e6).abs() < 1.0, "{}", p.capacity_bps);
     }
 
     #[test]

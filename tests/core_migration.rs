@@ -1700,6 +1700,48 @@ fn a_linked_files_move_whose_renames_cannot_be_synced_leaves_the_old_piece_too()
     renames_not_synced_leave_the_old_piece(true);
 }
 
+#[test]
+fn a_move_onto_one_tier_syncs_its_rename_before_removing_the_old_pieces() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = three_tiers_with(d.path(), &[], "adapt = true\n");
+    let (old, new) = (pattern(6 * MIB, 53), pattern(6 * MIB, 54));
+    let (attr, fh, _) = fs
+        .create(
+            ROOT_INO,
+            OsStr::new("f.swp"),
+            0o600,
+            libc::O_WRONLY,
+            Ctx { uid: 0, gid: 0 },
+        )
+        .unwrap();
+    fs.write(fh, 0, &old).unwrap();
+    fs.release(fh).unwrap();
+    assert!(d.path().join("c/data/f.swp").exists(), "not striped over c");
+    // Everything onto the first tier: one rename, so no keeps and no journal; each tier
+    // is its own filesystem, so that rename must be on disk before the old pieces on the
+    // other tiers go (a power cut keeping the removals and losing the rename loses the file).
+    fs.placer().set_shares(vec![1.0, 0.0, 0.0]);
+    let a = fs.tiers()[0].root.clone();
+    tierfs::beneath::fail_nth(&a, tierfs::beneath::Fault::SyncDir, 1, libc::EIO);
+    let (wh, _) = fs.open(attr.ino, libc::O_RDWR).unwrap();
+    fs.write(wh, 0, &new).unwrap();
+    fs.release(wh).unwrap();
+    assert_eq!(
+        tierfs::beneath::faults_pending(&a),
+        0,
+        "the move removed the old pieces without syncing its rename"
+    );
+    // A failed sync with nothing to settle a mix with: the move stands, as before.
+    assert!(!fs.is_failed(attr.ino));
+    assert_eq!(read_by_name(&fs, "f.swp").unwrap(), new);
+    for t in ["b", "c"] {
+        assert!(
+            !d.path().join(t).join("data/f.swp").exists(),
+            "old piece left on {t}"
+        );
+    }
+}
+
 /// A file striped over three tiers moves onto two, and the first folder sync after its
 /// renames fails: the old piece on the tier the move leaves must stay for the next mount,
 /// which finishes the move by the journal and only then removes it. `linked`: the file has

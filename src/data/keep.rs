@@ -46,7 +46,7 @@ pub(crate) struct Keeps {
     kept: Kept,
     /// The keep journal ([`crate::relink`]: `keeps` set) of a named file's move with more
     /// than one rename, every old entry it replaces kept; removed after the move. With it,
-    /// the tiers the move leaves whose old entries it names.
+    /// the tiers the move leaves.
     journal: Option<(PathBuf, Vec<usize>)>,
 }
 
@@ -163,9 +163,11 @@ fn write_keep_journal(
             Err(e) => return Err(backing::tier_err(fs, t, "stat", &p, e)),
         }
     }
-    let named = olds
-        .iter()
-        .map(|&(t, _)| t)
+    // Every tier the move leaves, named or not: should the journal stay, an undo needs
+    // their old pieces (one it could not name the next mount sets aside if it finishes).
+    let left = old
+        .tiers()
+        .into_iter()
         .filter(|t| !new_tiers.contains(t))
         .collect();
     let journal = crate::relink::Journal {
@@ -179,7 +181,7 @@ fn write_keep_journal(
     let meta = fs.tiers[t].root.join(crate::tier::META_DIR);
     let stamp = format!("{ino}-{:016x}", crate::layout::new_file_id());
     crate::relink::write(&meta, &stamp, &journal)
-        .map(|p| (p, named))
+        .map(|p| (p, left))
         .map_err(|e| backing::tier_err(fs, t, "write a re-link journal in", &meta, e))
 }
 
@@ -302,17 +304,29 @@ fn sync_folders(
 /// is its own filesystem, and a power cut that kept a removal on one and lost a rename on
 /// another would leave a mix with nothing to settle it), then the keeps go; the journal to
 /// remove once the old pieces are gone. If the folders cannot be synced, the keeps, the
-/// journal and the old pieces it names stay for the next mount, which finds the move done
-/// and finishes it (or, should a power cut have lost a rename, undoes it).
+/// journal and the old pieces on the tiers the move leaves stay for the next mount, which
+/// finds the move done and finishes it (or, should a power cut have lost a rename, undoes
+/// it). With no journal (one rename, a tier that refused its keep, an unlinked file) the
+/// folders are synced too before the old pieces go, if the move leaves a tier; should
+/// that fail there is nothing to settle a mix with, and they go as before (warned).
 pub(crate) fn after_renames(
     fs: &TierFs,
     ino: u64,
     kept: Keeps,
-    tiers: impl IntoIterator<Item = usize>,
+    (old, new): (&FileLayout, &FileLayout),
     final_path: &impl Fn(usize) -> PathBuf,
 ) -> Journaled {
-    let Some((j, named)) = kept.journal else {
+    let tiers = new.tiers();
+    let Some((j, left)) = kept.journal else {
         drop_kept(fs, &kept.kept);
+        if old.tiers().iter().any(|t| !tiers.contains(t)) {
+            if let Err(e) = sync_folders(fs, tiers, final_path) {
+                log::warn!(
+                    "inode {ino}: the folders of its move could not be synced ({e}); its old \
+                     pieces are removed all the same"
+                );
+            }
+        }
         return Journaled::default();
     };
     match sync_folders(fs, tiers, final_path) {
@@ -332,7 +346,7 @@ pub(crate) fn after_renames(
             );
             Journaled {
                 done: None,
-                spare: named,
+                spare: left,
             }
         }
     }

@@ -369,7 +369,7 @@ pub(crate) fn switch_to(
     }
     let journaled = match staged {
         Some(s) => linked::install(fs, ino, s),
-        None => keep::after_renames(fs, ino, kept, layout.tiers(), &final_path),
+        None => keep::after_renames(fs, ino, kept, (&st.layout, layout), &final_path),
     };
     // Old pieces a journal that had to stay names are the next mount's (`Journaled`);
     // judged by the journal, as a panic elsewhere may fail the inode with none.

@@ -39,8 +39,9 @@ pub const PROBE_WAIT: Duration = Duration::from_secs(120);
 /// figure each period, so a cut made while a foreign writer loaded the tier is undone once
 /// it leaves (the nodes' own rates cannot show more than the shares they were given).
 pub const RECOVER_RATE: f64 = 0.05;
-/// A capacity estimate below the one in use counts only once it has held for this many
-/// periods in a row, and then the highest of them: a disk-backed tier's write-back stall
+/// A capacity estimate below the one in use, measured while the tier is saturated, counts
+/// only once it has held for this many saturated periods in a row, and then the highest of
+/// them: a disk-backed tier's write-back stall
 /// reads as a second or two of saturation at a fraction of its speed, and a cut on that
 /// re-laid out every file rewritten next, and back once the estimate recovered (40
 /// re-layouts within 6 s at N = 2, docs/PERFORMANCE.md). A lasting fall (a foreign
@@ -468,7 +469,8 @@ struct State {
     seq: u64,
     liveness: Liveness,
     capacity: Option<f64>,
-    /// The last [`FALL_HOLD`] raw capacity estimates, newest last ([`held_capacity`]).
+    /// The last raw capacity estimates of saturated periods in a row (at most [`FALL_HOLD`],
+    /// newest last; [`held_capacity`]): cleared by a period that is not saturated.
     recent: Vec<f64>,
     /// Counters at the last period, and when.
     last: Option<(Instant, Counters)>,
@@ -483,6 +485,28 @@ struct State {
     /// [`SharedTier::leave`] ran: no more entries (a period racing the unmount must not
     /// write the file back).
     left: bool,
+}
+
+impl State {
+    /// The capacity after a period with the `live` entries ([`capacity`]); only falls
+    /// measured under saturation are held ([`held_capacity`]): unsaturated, a fall is the
+    /// glide back to the probe from above, which the hold would slow threefold.
+    fn next_capacity(&mut self, probed: f64, live: &[Entry]) -> f64 {
+        let prior = self.capacity.unwrap_or(probed);
+        let raw = capacity(prior, probed, live);
+        let cap = if live.iter().any(|e| e.saturated) {
+            if self.recent.len() == FALL_HOLD {
+                self.recent.remove(0);
+            }
+            self.recent.push(raw);
+            held_capacity(prior, &self.recent)
+        } else {
+            self.recent.clear();
+            raw
+        };
+        self.capacity = Some(cap);
+        cap
+    }
 }
 
 /// One shared tier's coordination, as a daemon runs it.
@@ -600,6 +624,8 @@ impl SharedTier {
             }
             st.plan = None;
             *self.plan.lock() = None;
+            // Estimates from before the outage must not count towards a later fall.
+            st.recent.clear();
             return None;
         }
         if st.unwritable {
@@ -626,14 +652,7 @@ impl SharedTier {
         entries.retain(|e| e.node != self.node);
         entries.push(me);
         let live = st.liveness.live(now, entries);
-        let prior = st.capacity.unwrap_or(self.probed_bps);
-        let raw = capacity(prior, self.probed_bps, &live);
-        if st.recent.len() == FALL_HOLD {
-            st.recent.remove(0);
-        }
-        st.recent.push(raw);
-        let cap = held_capacity(prior, &st.recent);
-        st.capacity = Some(cap);
+        let cap = st.next_capacity(self.probed_bps, &live);
         let plan = Plan {
             live: live.len(),
             capacity_bps: cap,
@@ -1057,6 +1076,39 @@ mod tests {
         step(6, 50_000_000, true);
         let p = step(7, 55_000_000, true);
         assert!((p.capacity_bps - 60e6).abs() < 1.0, "{}", p.capacity_bps);
+    }
+
+    #[test]
+    fn only_saturated_falls_are_held() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = ledger_dir(d.path(), "job1", "pfs");
+        let a = SharedTier::new(dir.clone(), "a", 300e6);
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut c = cn(0, 0);
+        a.tick(at(0), c, false).unwrap();
+        let mut step = |s: u64, bytes: u64, saturated: bool| {
+            c.tier_bytes += bytes;
+            c.tier_busy_ns += 1_000_000_000;
+            c.all_bytes += 4 * bytes;
+            a.tick(at(s), c, saturated).unwrap().capacity_bps
+        };
+        // Saturated at 500 MB/s: the capacity rises at once.
+        assert_eq!(step(1, 500_000_000, true), 500e6);
+        // Unsaturated and moving little, it glides back 5 % of the gap each period, not
+        // held for three.
+        let next = step(2, 10_000_000, false);
+        assert!(
+            (next - (500e6 - RECOVER_RATE * 200e6)).abs() < 1.0,
+            "{next}"
+        );
+        // Two saturated low periods, a calm one, then two more: never three in a row.
+        let held = step(3, 50_000_000, true);
+        assert_eq!(step(4, 50_000_000, true), held);
+        assert!(step(5, 10_000_000, false) < held);
+        let held = step(6, 50_000_000, true);
+        assert_eq!(step(7, 50_000_000, true), held);
+        assert!((step(8, 60_000_000, true) - 60e6).abs() < 1.0);
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub(crate) struct Keeps {
     kept: Kept,
     /// The keep journal ([`crate::relink`]: `keeps` set) of a named file's move with more
     /// than one rename, every old entry it replaces kept; removed after the move. With it,
-    /// the tiers the move leaves.
+    /// the tiers the move leaves whose old entries it names.
     journal: Option<(PathBuf, Vec<usize>)>,
 }
 
@@ -163,11 +163,14 @@ fn write_keep_journal(
             Err(e) => return Err(backing::tier_err(fs, t, "stat", &p, e)),
         }
     }
-    // Every tier the move leaves, named or not: should the journal stay, an undo needs
-    // their old pieces (one it could not name the next mount sets aside if it finishes).
-    let left = old
-        .tiers()
-        .into_iter()
+    // The tiers the move leaves whose old entries the journal names: should it stay, they
+    // are spared for an undo. One it could not name goes as after any move: spared, a
+    // mount that finishes the move would leave it under the file's name, where its old
+    // layout can win over the new pieces (`resolve::plan_file` takes the first striped
+    // piece's) and the new ones be set aside.
+    let named = olds
+        .iter()
+        .map(|&(t, _)| t)
         .filter(|t| !new_tiers.contains(t))
         .collect();
     let journal = crate::relink::Journal {
@@ -181,7 +184,7 @@ fn write_keep_journal(
     let meta = fs.tiers[t].root.join(crate::tier::META_DIR);
     let stamp = format!("{ino}-{:016x}", crate::layout::new_file_id());
     crate::relink::write(&meta, &stamp, &journal)
-        .map(|p| (p, left))
+        .map(|p| (p, named))
         .map_err(|e| backing::tier_err(fs, t, "write a re-link journal in", &meta, e))
 }
 
@@ -304,7 +307,7 @@ fn sync_folders(
 /// is its own filesystem, and a power cut that kept a removal on one and lost a rename on
 /// another would leave a mix with nothing to settle it), then the keeps go; the journal to
 /// remove once the old pieces are gone. If the folders cannot be synced, the keeps, the
-/// journal and the old pieces on the tiers the move leaves stay for the next mount, which
+/// journal and the old pieces it names stay for the next mount, which
 /// finds the move done and finishes it (or, should a power cut have lost a rename, undoes
 /// it). With no journal (one rename, a tier that refused its keep, an unlinked file) the
 /// folders are synced too before the old pieces go, if the move leaves a tier; should
@@ -317,7 +320,7 @@ pub(crate) fn after_renames(
     final_path: &impl Fn(usize) -> PathBuf,
 ) -> Journaled {
     let tiers = new.tiers();
-    let Some((j, left)) = kept.journal else {
+    let Some((j, named)) = kept.journal else {
         drop_kept(fs, &kept.kept);
         if old.tiers().iter().any(|t| !tiers.contains(t)) {
             if let Err(e) = sync_folders(fs, tiers, final_path) {
@@ -346,7 +349,7 @@ pub(crate) fn after_renames(
             );
             Journaled {
                 done: None,
-                spare: left,
+                spare: named,
             }
         }
     }

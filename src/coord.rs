@@ -1050,22 +1050,25 @@ mod tests {
         assert_eq!(held_capacity(150.0, &[]), 150.0);
     }
 
-    #[test]
-    fn a_two_second_stall_of_the_shared_tier_does_not_cut_the_shares() {
-        let d = tempfile::tempdir().unwrap();
-        let dir = ledger_dir(d.path(), "job1", "pfs");
-        let a = SharedTier::new(dir.clone(), "a", 300e6);
+    /// Periods of a second each on node `a`'s tier, every one busy the whole second:
+    /// `step(s, bytes, saturated)` ends the period at second `s` having moved `bytes`.
+    fn busy_seconds(a: &SharedTier) -> impl FnMut(u64, u64, bool) -> Plan + '_ {
         let t0 = Instant::now();
-        let at = |s: u64| t0 + Duration::from_secs(s);
-        // Counters: bytes moved on the tier, busy ns there, bytes of all the node's I/O.
         let mut c = cn(0, 0);
-        a.tick(at(0), c, false).unwrap();
-        let mut step = |s: u64, bytes: u64, saturated: bool| {
+        a.tick(t0, c, false).unwrap();
+        move |s, bytes, saturated| {
             c.tier_bytes += bytes;
             c.tier_busy_ns += 1_000_000_000;
             c.all_bytes += 4 * bytes;
-            a.tick(at(s), c, saturated).unwrap()
-        };
+            a.tick(t0 + Duration::from_secs(s), c, saturated).unwrap()
+        }
+    }
+
+    #[test]
+    fn a_two_second_stall_of_the_shared_tier_does_not_cut_the_shares() {
+        let d = tempfile::tempdir().unwrap();
+        let a = SharedTier::new(ledger_dir(d.path(), "job1", "pfs"), "a", 300e6);
+        let mut step = busy_seconds(&a);
         assert_eq!(step(1, 300_000_000, true).capacity_bps, 300e6);
         // Two seconds saturated at 50 MB/s: held.
         assert_eq!(step(2, 50_000_000, true).capacity_bps, 300e6);
@@ -1081,18 +1084,9 @@ mod tests {
     #[test]
     fn only_saturated_falls_are_held() {
         let d = tempfile::tempdir().unwrap();
-        let dir = ledger_dir(d.path(), "job1", "pfs");
-        let a = SharedTier::new(dir.clone(), "a", 300e6);
-        let t0 = Instant::now();
-        let at = |s: u64| t0 + Duration::from_secs(s);
-        let mut c = cn(0, 0);
-        a.tick(at(0), c, false).unwrap();
-        let mut step = |s: u64, bytes: u64, saturated: bool| {
-            c.tier_bytes += bytes;
-            c.tier_busy_ns += 1_000_000_000;
-            c.all_bytes += 4 * bytes;
-            a.tick(at(s), c, saturated).unwrap().capacity_bps
-        };
+        let a = SharedTier::new(ledger_dir(d.path(), "job1", "pfs"), "a", 300e6);
+        let mut periods = busy_seconds(&a);
+        let mut step = |s, bytes, saturated| periods(s, bytes, saturated).capacity_bps;
         // Saturated at 500 MB/s: the capacity rises at once.
         assert_eq!(step(1, 500_000_000, true), 500e6);
         // Unsaturated and moving little, it glides back 5 % of the gap each period, not

@@ -1703,19 +1703,8 @@ fn a_linked_files_move_whose_renames_cannot_be_synced_leaves_the_old_piece_too()
 #[test]
 fn a_move_onto_one_tier_syncs_its_rename_before_removing_the_old_pieces() {
     let d = tempfile::tempdir().unwrap();
-    let fs = three_tiers_with(d.path(), &[], "adapt = true\n");
-    let (old, new) = (pattern(6 * MIB, 53), pattern(6 * MIB, 54));
-    let (attr, fh, _) = fs
-        .create(
-            ROOT_INO,
-            OsStr::new("f.swp"),
-            0o600,
-            libc::O_WRONLY,
-            Ctx { uid: 0, gid: 0 },
-        )
-        .unwrap();
-    fs.write(fh, 0, &old).unwrap();
-    fs.release(fh).unwrap();
+    let new = pattern(6 * MIB, 54);
+    let (fs, ino) = striped_file(d.path(), &pattern(6 * MIB, 53));
     assert!(d.path().join("c/data/f.swp").exists(), "not striped over c");
     // Everything onto the first tier: one rename, so no keeps and no journal; each tier
     // is its own filesystem, so that rename must be on disk before the old pieces on the
@@ -1723,16 +1712,14 @@ fn a_move_onto_one_tier_syncs_its_rename_before_removing_the_old_pieces() {
     fs.placer().set_shares(vec![1.0, 0.0, 0.0]);
     let a = fs.tiers()[0].root.clone();
     tierfs::beneath::fail_nth(&a, tierfs::beneath::Fault::SyncDir, 1, libc::EIO);
-    let (wh, _) = fs.open(attr.ino, libc::O_RDWR).unwrap();
-    fs.write(wh, 0, &new).unwrap();
-    fs.release(wh).unwrap();
+    rewrite(&fs, ino, &new);
     assert_eq!(
         tierfs::beneath::faults_pending(&a),
         0,
         "the move removed the old pieces without syncing its rename"
     );
     // A failed sync with nothing to settle a mix with: the move stands, as before.
-    assert!(!fs.is_failed(attr.ino));
+    assert!(!fs.is_failed(ino));
     assert_eq!(read_by_name(&fs, "f.swp").unwrap(), new);
     for t in ["b", "c"] {
         assert!(
@@ -1742,14 +1729,10 @@ fn a_move_onto_one_tier_syncs_its_rename_before_removing_the_old_pieces() {
     }
 }
 
-/// A file striped over three tiers moves onto two, and the first folder sync after its
-/// renames fails: the old piece on the tier the move leaves must stay for the next mount,
-/// which finishes the move by the journal and only then removes it. `linked`: the file has
-/// a second name, so the sync that fails is the re-linking journal's.
-fn renames_not_synced_leave_the_old_piece(linked: bool) {
-    let d = tempfile::tempdir().unwrap();
-    let fs = three_tiers_with(d.path(), &[], "adapt = true\n");
-    let (old, new) = (pattern(6 * MIB, 51), pattern(6 * MIB, 52));
+/// Three tiers with adaptation on, and `f.swp` written with `bytes` (striped over all
+/// three); its inode.
+fn striped_file(d: &Path, bytes: &[u8]) -> (TierFs, u64) {
+    let fs = three_tiers_with(d, &[], "adapt = true\n");
     let (attr, fh, _) = fs
         .create(
             ROOT_INO,
@@ -1759,10 +1742,21 @@ fn renames_not_synced_leave_the_old_piece(linked: bool) {
             Ctx { uid: 0, gid: 0 },
         )
         .unwrap();
-    fs.write(fh, 0, &old).unwrap();
+    fs.write(fh, 0, bytes).unwrap();
     fs.release(fh).unwrap();
+    (fs, attr.ino)
+}
+
+/// A file striped over three tiers moves onto two, and the first folder sync after its
+/// renames fails: the old piece on the tier the move leaves must stay for the next mount,
+/// which finishes the move by the journal and only then removes it. `linked`: the file has
+/// a second name, so the sync that fails is the re-linking journal's.
+fn renames_not_synced_leave_the_old_piece(linked: bool) {
+    let d = tempfile::tempdir().unwrap();
+    let new = pattern(6 * MIB, 52);
+    let (fs, ino) = striped_file(d.path(), &pattern(6 * MIB, 51));
     if linked {
-        fs.link(attr.ino, ROOT_INO, OsStr::new("g.swp")).unwrap();
+        fs.link(ino, ROOT_INO, OsStr::new("g.swp")).unwrap();
     }
     let c_data = d.path().join("c/data");
     let c_piece = c_data.join("f.swp");
@@ -1775,16 +1769,14 @@ fn renames_not_synced_leave_the_old_piece(linked: bool) {
     fs.placer().set_shares(vec![0.5, 0.5, 0.0]);
     let a = fs.tiers()[0].root.clone();
     tierfs::beneath::fail_nth(&a, tierfs::beneath::Fault::SyncDir, 1, libc::EIO);
-    let (wh, _) = fs.open(attr.ino, libc::O_RDWR).unwrap();
-    fs.write(wh, 0, &new).unwrap();
-    let _ = fs.release(wh);
+    rewrite(&fs, ino, &new);
     assert_eq!(
         tierfs::beneath::faults_pending(&a),
         0,
         "no folder sync failed"
     );
     assert!(
-        fs.is_failed(attr.ino),
+        fs.is_failed(ino),
         "the journal stays, the file is not failed"
     );
     assert_eq!(journals(d.path()).len(), 1, "the journal was removed");

@@ -438,20 +438,26 @@ fn a_block_written_small_then_grown_past_reads_as_a_hole() {
 /// kernel passthrough (and is never prefetched: the kernel serves it with no daemon CPU),
 /// while a whole file on a slower tier is staged: no passthrough, so its reads come from
 /// what the prefetcher loaded and its writes land in memory first.
-#[test]
-fn only_the_fastest_tiers_files_open_in_passthrough_with_a_cache() {
-    let d = tempfile::tempdir().unwrap();
+/// Two tiers (the first three times as fast), whole files, `passthrough = "direct"` and
+/// 16 MiB of staging memory.
+fn staged_fs(d: &Path) -> Arc<TierFs> {
     let text = format!(
         "[[tier]]\nname = \"fast\"\npath = \"{0}/a\"\ncreate = true\nread_bandwidth = \"3GB/s\"\n\
          write_bandwidth = \"2GB/s\"\n[[tier]]\nname = \"slow\"\npath = \"{0}/b\"\ncreate = true\n\
          read_bandwidth = \"1GB/s\"\nwrite_bandwidth = \"1GB/s\"\n[placement]\nlayout = \"whole-file\"\n\
          [mount]\npassthrough = \"direct\"\n[cache]\nsize = \"16MiB\"\n",
-        d.path().display()
+        d.display()
     );
     let config = MountConfig::parse(&text, Path::new("staging.toml")).unwrap();
     config.prepare_tier_dirs().unwrap();
     let tiers = tierfs::daemon::open_tiers(&config, false, |_| {}).unwrap();
-    let fs = Arc::new(TierFs::new(&config, tiers).unwrap());
+    Arc::new(TierFs::new(&config, tiers).unwrap())
+}
+
+#[test]
+fn only_the_fastest_tiers_files_open_in_passthrough_with_a_cache() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = staged_fs(d.path());
     let data = content(7, 1, 3 * MIB);
     let mut on = Vec::new();
     for i in 0..6 {
@@ -501,4 +507,56 @@ fn only_the_fastest_tiers_files_open_in_passthrough_with_a_cache() {
     );
     assert!(read_file(&fs, slow, data.len()) == data);
     assert!(read_file(&fs, fast, data.len()) == data);
+}
+
+/// A gradient file is held in memory even on the fastest tier, whose other swap files the
+/// kernel serves: DeepSpeed writes it in the backward pass and reads it once in the
+/// optimizer step, so kept in memory it costs its tier neither the write nor the read.
+#[test]
+fn gradient_files_on_the_fastest_tier_are_staged_not_passed_through() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = staged_fs(d.path());
+    let data = content(3, 1, 2 * MIB);
+    let direct = libc::O_WRONLY | libc::O_DIRECT;
+    let mut on_fast = 0;
+    for i in 0..6 {
+        let name = format!("{i}_gradient_0_524288.tensor.swp");
+        let (a, fh, info) = fs
+            .create(ROOT_INO, OsStr::new(&name), 0o600, direct, CTX)
+            .unwrap();
+        assert!(info.passthrough.is_none(), "{name}: created in passthrough");
+        for (k, chunk) in data.chunks(MIB).enumerate() {
+            fs.write(fh, (k * MIB) as u64, chunk).unwrap();
+        }
+        fs.release(fh).unwrap();
+        let fast = d.path().join("a/data").join(&name);
+        if !fast.exists() {
+            continue;
+        }
+        on_fast += 1;
+        assert_eq!(
+            std::fs::metadata(&fast).unwrap().len(),
+            0,
+            "{name}: its bytes reached the fast tier"
+        );
+        let (fh, info) = fs.open(a.ino, libc::O_RDONLY | libc::O_DIRECT).unwrap();
+        assert!(info.passthrough.is_none(), "{name}: read in passthrough");
+        fs.release(fh).unwrap();
+        assert!(read_file(&fs, a.ino, data.len()) == data);
+        assert_eq!(std::fs::metadata(&fast).unwrap().len(), 0);
+    }
+    assert!(on_fast > 0, "no gradient file was placed on the fast tier");
+    // Another swap file on the fast tier still goes to the kernel.
+    for i in 0..6 {
+        let name = format!("{i}.tensor.swp");
+        let (_, fh, info) = fs
+            .create(ROOT_INO, OsStr::new(&name), 0o600, direct, CTX)
+            .unwrap();
+        fs.release(fh).unwrap();
+        if d.path().join("a/data").join(&name).exists() {
+            assert!(info.passthrough.is_some(), "{name}: not in passthrough");
+            return;
+        }
+    }
+    panic!("no other swap file was placed on the fast tier");
 }

@@ -109,6 +109,9 @@ pub struct Entry {
     /// A DeepSpeed gradient file: rewritten or deleted before it is read again, so it is
     /// written back only when memory is needed (or on fsync and unmount).
     pub gradient: bool,
+    /// Held only in memory nothing else wants ([`crate::cache::SPARE_RANK`]): a gradient
+    /// file on the tier the kernel serves, which would otherwise go there in passthrough.
+    pub spare: bool,
     pub(super) slots: RwLock<Vec<Arc<Mutex<Slot>>>>,
     /// Bytes of the budget held (whole blocks).
     pub(super) reserved: AtomicU64,

@@ -87,6 +87,14 @@ pub struct Cache {
     queued: Mutex<std::collections::HashSet<u64>>,
 }
 
+/// The rank of a spare file: it gets only free memory (or that of files whose next use is
+/// unknown) and is the first to go when a ranked file wants the memory. A gradient file on
+/// the tier the kernel serves is spare: kept, it saves that tier a write and a read, but
+/// at the daemon's CPU, where memory spent on the slower tiers' files saves their slower
+/// reads (measured in docs/PERFORMANCE.md: with staging a sixteenth of a step's bytes,
+/// gradients ranked first there made the step 7 % slower).
+pub const SPARE_RANK: u64 = u64::MAX - 1;
+
 /// Whether a name is one of DeepSpeed's gradient swap files.
 pub fn is_gradient(name: &[u8]) -> bool {
     name.windows(b"_gradient_".len())
@@ -173,6 +181,9 @@ impl Cache {
         gradient: bool,
         e: Option<&Entry>,
     ) -> u64 {
+        if e.is_some_and(|e| e.spare) {
+            return SPARE_RANK;
+        }
         match self.cfg.policy {
             CachePolicy::Learned if gradient => 0,
             CachePolicy::Learned => orders
@@ -257,7 +268,8 @@ impl Cache {
         None
     }
 
-    /// Adds a file whose `reserve` bytes were taken with [`Cache::try_reserve`].
+    /// Adds a file whose `reserve` bytes were taken with [`Cache::try_reserve`]; `spare`:
+    /// ranked [`SPARE_RANK`] whatever its order says.
     pub fn insert(
         &self,
         ino: u64,
@@ -265,12 +277,14 @@ impl Cache {
         name: &[u8],
         node: &Arc<FileNode>,
         reserve: u64,
+        spare: bool,
     ) -> Arc<Entry> {
         let blocks = reserve.div_ceil(BLOCK);
         let entry = Arc::new(Entry {
             ino,
             dir,
             gradient: is_gradient(name),
+            spare,
             slots: RwLock::new(
                 (0..blocks)
                     .map(|_| Arc::new(Mutex::new(Slot::default())))
@@ -452,5 +466,36 @@ mod tests {
         assert!(!is_gradient(b"exp_avg-0_999.tensor.swp"));
         assert_eq!(reserve_for(0), RESERVE_ALIGN);
         assert_eq!(reserve_for(BLOCK + 1), BLOCK + RESERVE_ALIGN);
+    }
+
+    #[test]
+    fn a_spare_file_gives_way_to_any_ranked_one_and_takes_only_free_memory() {
+        let c = Cache::new(CacheConfig {
+            size: 3 * BLOCK,
+            policy: CachePolicy::Learned,
+            prefetch: 0,
+            writeback_delay: 0.0,
+            max_file: BLOCK,
+        });
+        let node = Arc::new(FileNode::new(
+            crate::layout::FileLayout::Whole { tier: 0 },
+            BLOCK,
+            1,
+        ));
+        let name = |i: u64| format!("{i}_gradient_0_9.tensor.swp");
+        let mut held = Vec::new();
+        for (ino, spare) in [(1, true), (2, false), (3, false)] {
+            assert!(c.try_reserve(BLOCK));
+            held.push(c.insert(ino, 7, name(ino).as_bytes(), &node, BLOCK, spare));
+        }
+        assert_eq!(c.rank_of_entry(&held[0]), SPARE_RANK);
+        assert_eq!(c.rank_of_entry(&held[1]), 0, "a gradient file ranks first");
+        // Memory is full: a file of any known rank takes the spare one's place...
+        let v = c
+            .victims(BLOCK, u64::MAX / 2, 0)
+            .expect("the spare gives way");
+        assert_eq!(v.iter().map(|v| v.entry.ino).collect::<Vec<_>>(), vec![1]);
+        // ...and another spare file takes no ranked file's.
+        assert!(c.victims(BLOCK, SPARE_RANK, 1).is_none());
     }
 }

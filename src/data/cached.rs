@@ -41,7 +41,8 @@ pub(crate) fn cache(fs: &TierFs) -> Option<&Arc<Cache>> {
 
 /// At an open (state lock held for writing, pieces open): records a read in the order,
 /// queues prefetches, and with `admit` admits the file if the policy wants it more than
-/// what it would displace (not when kernel passthrough is to serve it instead).
+/// what it would displace. Without (kernel passthrough is to serve it instead) only a
+/// gradient file is admitted, spare ([`crate::cache::SPARE_RANK`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn cache_on_open(
     fs: &TierFs,
@@ -64,12 +65,18 @@ pub(crate) fn cache_on_open(
     }
     match &st.cache {
         Some(e) => c.touch(e),
-        None => {
-            if st.pt_opens == 0 && admit {
-                let rank = c.rank_of(parent, ino, name.as_bytes());
-                self::admit(fs, c, ino, parent, name.as_bytes(), node, st, rank);
-            }
+        None if st.pt_opens > 0 => {}
+        None if admit => {
+            let rank = c.rank_of(parent, ino, name.as_bytes());
+            self::admit(fs, c, ino, parent, name.as_bytes(), node, st, rank, false);
         }
+        // Left to the kernel, but a gradient file saves its tier a write and a read in
+        // memory: it takes memory nothing else wants, else the kernel serves it after all.
+        None if crate::cache::is_gradient(name.as_bytes()) => {
+            let rank = crate::cache::SPARE_RANK;
+            self::admit(fs, c, ino, parent, name.as_bytes(), node, st, rank, true);
+        }
+        None => {}
     }
 }
 
@@ -84,6 +91,7 @@ pub(crate) fn admit(
     node: &Arc<FileNode>,
     st: &mut FileState,
     rank: u64,
+    spare: bool,
 ) -> bool {
     let size = node.size();
     if size > c.cfg.max_file || st.migration.is_some() {
@@ -97,7 +105,7 @@ pub(crate) fn admit(
     }
     // Its pieces have every byte, and so its times.
     *node.mtime.lock() = None;
-    st.cache = Some(c.insert(ino, parent, name, node, need));
+    st.cache = Some(c.insert(ino, parent, name, node, need, spare));
     true
 }
 

@@ -141,7 +141,17 @@ pub(crate) fn prefetch_file(fs: &TierFs, ino: u64, asked: bool) -> Result<()> {
             // memory (or that of files with no known next use) and nothing else.
             let rank = if asked { rank } else { u64::MAX - 1 };
             let name = n.name.clone();
-            if !cached::admit(fs, c, ino, n.parent, name.as_bytes(), &f, &mut st, rank) {
+            if !cached::admit(
+                fs,
+                c,
+                ino,
+                n.parent,
+                name.as_bytes(),
+                &f,
+                &mut st,
+                rank,
+                false,
+            ) {
                 if st.opens == 0 {
                     st.pieces.iter_mut().for_each(|p| *p = None);
                 }

@@ -94,7 +94,8 @@ pub(crate) fn passthrough_piece(
 /// while DeepSpeed waits on it; through the daemon the prefetcher has read it ahead and
 /// its writes land in memory and go back behind the reader (write-behind), so every tier
 /// works at once. The fastest tier gains nothing from memory it does not gain from the
-/// kernel, which moves its bytes with no daemon CPU at all.
+/// kernel, which moves its bytes with no daemon CPU at all (but for gradient files, which
+/// memory saves a write and a read: `crate::data::cached::cache_on_open` keeps them spare).
 pub(crate) fn stages_instead(fs: &TierFs, tier: usize) -> bool {
     fs.cache.is_some() && fs.tiers.len() > 1 && Some(tier) != fastest_tier(fs)
 }

@@ -66,18 +66,30 @@ pub(crate) fn cache_on_open(
     match &st.cache {
         Some(e) => c.touch(e),
         None if st.pt_opens > 0 => {}
+        // A gradient on the tier the kernel serves saves that tier a write and a read in
+        // memory: it takes memory nothing else wants, else the kernel serves it after all.
+        // Decided by where the file is, not by whether this open could use passthrough
+        // (a reader's late RELEASE refuses it), so it is never ranked first there.
+        None if spare_gradient(fs, st, name) => {
+            let rank = crate::cache::SPARE_RANK;
+            self::admit(fs, c, ino, parent, name.as_bytes(), node, st, rank, true);
+        }
         None if admit => {
             let rank = c.rank_of(parent, ino, name.as_bytes());
             self::admit(fs, c, ino, parent, name.as_bytes(), node, st, rank, false);
         }
-        // Left to the kernel, but a gradient file saves its tier a write and a read in
-        // memory: it takes memory nothing else wants, else the kernel serves it after all.
-        None if crate::cache::is_gradient(name.as_bytes()) => {
-            let rank = crate::cache::SPARE_RANK;
-            self::admit(fs, c, ino, parent, name.as_bytes(), node, st, rank, true);
-        }
         None => {}
     }
+}
+
+/// A DeepSpeed gradient swap file, whole on the tier the kernel serves with passthrough on:
+/// held spare ([`crate::cache::SPARE_RANK`]) when memory has room.
+fn spare_gradient(fs: &TierFs, st: &FileState, name: &OsStr) -> bool {
+    crate::vfs::handles::passthrough_enabled(fs)
+        && crate::cache::is_gradient(name.as_bytes())
+        && crate::vfs::types::is_deepspeed_swap(name)
+        && matches!(st.layout, crate::layout::FileLayout::Whole { tier }
+            if crate::vfs::handles::kernel_first(fs, tier))
 }
 
 /// Makes room and installs a cache entry (state lock held for writing).
@@ -100,7 +112,10 @@ pub(crate) fn admit(
     }
     let need = cache::reserve_for(size);
     if !make_room(fs, c, need, rank, ino) {
-        c.counters.refusals.fetch_add(1, Ordering::Relaxed);
+        if !spare {
+            // A spare file refused is an ordinary passthrough open, not a refusal.
+            c.counters.refusals.fetch_add(1, Ordering::Relaxed);
+        }
         return false;
     }
     // Its pieces have every byte, and so its times.
@@ -399,7 +414,9 @@ pub(crate) fn cached_write(
     let want = cache::reserve_for(end);
     if want > e.reserved() {
         let extra = want - e.reserved();
-        if want > cache::reserve_for(c.cfg.max_file) || !make_room(fs, c, extra, 0, e.ino) {
+        // A growing file wins memory from the others, but a spare one only free memory.
+        let rank = if e.spare { cache::SPARE_RANK } else { 0 };
+        if want > cache::reserve_for(c.cfg.max_file) || !make_room(fs, c, extra, rank, e.ino) {
             return Ok(false);
         }
         c.grow(e, want);

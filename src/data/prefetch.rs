@@ -2,7 +2,7 @@
 //! writing dirty blocks back, and watching memory pressure.
 
 use crate::cache::entry::Entry;
-use crate::cache::BLOCK;
+use crate::cache::{BLOCK, SPARE_RANK};
 use crate::data::cached;
 use crate::data::file::FileNode;
 use crate::error::{Error, Result};
@@ -138,8 +138,8 @@ pub(crate) fn prefetch_file(fs: &TierFs, ino: u64, asked: bool) -> Result<()> {
             }
             // A predicted file is read once whether prefetched or not, so displacing a
             // file that will be read again would only add a read: prediction fills free
-            // memory (or that of files with no known next use) and nothing else.
-            let rank = if asked { rank } else { u64::MAX - 1 };
+            // memory (or that of files with no known next use, or spare ones) and nothing else.
+            let rank = if asked { rank } else { SPARE_RANK - 1 };
             let name = n.name.clone();
             if !cached::admit(
                 fs,

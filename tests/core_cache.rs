@@ -564,3 +564,80 @@ fn gradient_files_on_the_fastest_tier_are_staged_not_passed_through() {
         "no other swap file was placed on the fast tier"
     );
 }
+
+#[test]
+fn a_spare_gradient_grows_only_into_memory_no_ranked_file_wants() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = staged_fs(d.path()); // 16 MiB of staging, files up to 4 MiB
+    let data = content(5, 1, 3 * MIB);
+    // Five of the slower tier's files, 15 MiB in memory, read in a cycle so that each has a
+    // rank (its next use) that a spare file must not take memory from.
+    let mut slow = Vec::new();
+    for i in 0..40 {
+        let name = format!("{i}.tensor.swp");
+        let (a, fh, _) = fs
+            .create(ROOT_INO, OsStr::new(&name), 0o600, libc::O_WRONLY, CTX)
+            .unwrap();
+        fs.release(fh).unwrap();
+        if d.path().join("b/data").join(&name).exists() {
+            write_file(&fs, a.ino, &data);
+            slow.push(a.ino);
+        }
+        if slow.len() == 5 {
+            break;
+        }
+    }
+    assert_eq!(slow.len(), 5, "the slower tier got five files of 40");
+    fs.control(b"flush\n").unwrap();
+    // Two passes: the first is what the order learns, the second walks it.
+    for ino in slow.iter().chain(&slow) {
+        assert!(read_file(&fs, *ino, data.len()) == data);
+    }
+    let v = fs.cache_view();
+    assert_eq!(
+        v.used,
+        15 * MIB as u64,
+        "the five files fill staging: {v:?}"
+    );
+    assert!(
+        v.files
+            .iter()
+            .all(|f| f.next_use.is_some() && f.dirty_blocks == 0),
+        "{:?}",
+        v.files
+    );
+
+    // A gradient on the tier the kernel serves, written larger than the 1 MiB left free.
+    let grad = content(6, 1, 4 * MIB);
+    let mut spare = None;
+    for i in 0..40 {
+        let name = format!("{i}_gradient_0_524288.tensor.swp");
+        let (a, fh, _) = fs
+            .create(
+                ROOT_INO,
+                OsStr::new(&name),
+                0o600,
+                libc::O_WRONLY | libc::O_DIRECT,
+                CTX,
+            )
+            .unwrap();
+        fs.release(fh).unwrap();
+        if d.path().join("a/data").join(&name).exists() {
+            spare = Some(a.ino);
+            break;
+        }
+    }
+    let spare = spare.expect("a gradient was placed on the fast tier");
+    write_file(&fs, spare, &grad);
+    let v = fs.cache_view();
+    assert_eq!(
+        v.evictions, 0,
+        "a spare file took a ranked file's memory: {v:?}"
+    );
+    assert_eq!(
+        v.files.iter().filter(|f| f.next_use.is_some()).count(),
+        5,
+        "the ranked files stay: {v:?}"
+    );
+    assert!(read_file(&fs, spare, grad.len()) == grad);
+}

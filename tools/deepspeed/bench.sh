@@ -450,9 +450,38 @@ run_target() {  # RUN POSITION TARGET
   fi
 }
 
-# ---- set-up: ds-config, warm-up, the memory limit ---------------------------------------------
-log "mounting tierfs-root once for \`tierfs ds-config $MNT --ranks $RANKS\` (the first mount probes the tiers)"
+# ---- set-up: probe, ds-config, warm-up, the memory limit --------------------------------------
+# Every mount of the set uses the tiers' cached probe, so one misread (the RAM-backed tier's
+# writes need CPU: another busy process at that moment read it at a third of its cap in
+# session 14) would change the layout of every run in the set. Probe until the figures
+# agree with tierbed's caps, or stop: such a set would not measure what it says.
+probe_tiers() {  # -> 0 when every figure is within [0.85, 1.10] of its cap
+  mkdir -p "$NVME/tierfs" "$PFS/tierfs"
+  "$TIERFS" probe --config "$BASE_CONF" --fresh --json >"$OUT/setup/probe.json" 2>>"$OUT/setup/probe.log" || return 2
+  "$PY" - "$OUT/setup/probe.json" "$NR" "$NW" "$PR" "$PW" <<'PYEOF'
+import json, sys
+rows = {r["name"]: r for r in json.load(open(sys.argv[1]))}
+caps = {"nvme": (float(sys.argv[2]), float(sys.argv[3])), "pfs": (float(sys.argv[4]), float(sys.argv[5]))}
+bad = []
+for name, (cr, cw) in caps.items():
+    r = rows[name]
+    for what, got, cap in (("read", r["read_bps"] / 1e6, cr), ("write", r["write_bps"] / 1e6, cw)):
+        if not 0.85 * cap <= got <= 1.10 * cap:
+            bad.append(f"{name} {what} {got:.0f} MB/s (cap {cap:.0f})")
+print("; ".join(bad) if bad else ", ".join(
+    f"{n} {rows[n]['read_bps'] / 1e6:.0f}/{rows[n]['write_bps'] / 1e6:.0f}" for n in caps))
+sys.exit(1 if bad else 0)
+PYEOF
+}
 mkdir -p "$OUT/setup"
+for attempt in 1 2 3 4; do
+  if verdict=$(probe_tiers); then log "probe agrees with the caps: $verdict MB/s read/write"; break; fi
+  log "probe $attempt misread the tiers (${verdict:-probe failed}); probing again in 10 s"
+  [ "$attempt" = 4 ] && die "the probe disagreed with tierbed's caps 4 times (see $OUT/setup/probe.log): is something else using the CPU?"
+  sleep 10
+done
+
+log "mounting tierfs-root once for \`tierfs ds-config $MNT --ranks $RANKS\`"
 MOUNT_OWNER=root
 "$TIERFS" mount --config "$BASE_CONF" "$MNT" >"$OUT/setup/mount.log" 2>&1 ||
   { cat "$OUT/setup/mount.log" >&2; die "tierfs mount of the base config failed"; }

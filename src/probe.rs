@@ -46,6 +46,47 @@ pub struct ProbeResult {
     /// Both directions move whole passes over the test file; this is the smaller of the two
     /// totals, so at least this many bytes were written and at least this many read.
     pub bytes: u64,
+    /// How short of cores the machine was while the probe ran ([`CpuWait`]); `None` in
+    /// caches written before it was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_wait: Option<CpuWait>,
+}
+
+/// Time spent waiting for a core during a probe, as shares of the probe's timed passes.
+///
+/// A probe that waits for cores measures the CPU, not the tier: a tier backed by memory or
+/// a fast device needs a core to move its bytes, and the probe's own threads need one to
+/// submit the next request. Such a figure is used for the mount that measured it, but not
+/// cached (see [`CpuWait::busy`]), so one busy moment does not set every later mount's
+/// layout.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CpuWait {
+    /// Share of the time in which some task on the machine was runnable but waiting for a
+    /// core (PSI `some` of `/proc/pressure/cpu`); `None` where the kernel keeps no PSI.
+    pub machine: Option<f64>,
+    /// The probe threads' mean run delay (`/proc/thread-self/schedstat`) as a share of the
+    /// time; `None` where the kernel keeps no schedstat.
+    pub threads: Option<f64>,
+}
+
+/// Above this share of the probe's time spent waiting for a core, a probe's figures are
+/// not cached. A quiet 2-core machine probing a RAM-backed tier stays near 3 %; two
+/// spinning processes beside it give about 30 % and cost a fifth of the write figure.
+pub const CPU_WAIT_LIMIT: f64 = 0.15;
+
+impl CpuWait {
+    /// Whether the probe waited for cores too long to be trusted beyond this mount.
+    pub fn busy(&self) -> bool {
+        self.worst().is_some_and(|w| w > CPU_WAIT_LIMIT)
+    }
+
+    /// The larger of the two shares that could be read.
+    pub fn worst(&self) -> Option<f64> {
+        match (self.machine, self.threads) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 /// How hard to probe.
@@ -127,20 +168,22 @@ pub fn probe_dir(dir: &Path, opts: &ProbeOptions) -> Result<ProbeResult, ProbeEr
         bs,
         min_time: opts.min_time,
     };
+    let mut waits = Waits::default();
     let (wbytes, wtime) = plan
-        .run(&mut bufs, Phase::Write, direct)
+        .run(&mut bufs, Phase::Write, direct, &mut waits)
         .map_err(|e| e.into_probe_error(&dir_s, total, &name))?;
     let (rbytes, rtime) = plan
-        .run(&mut bufs, Phase::Read, direct)
+        .run(&mut bufs, Phase::Read, direct, &mut waits)
         .map_err(|e| e.into_probe_error(&dir_s, total, &name))?;
     drop(file);
     drop(guard);
 
     let write_bps = wbytes as f64 / wtime.as_secs_f64().max(1e-9);
     let read_bps = rbytes as f64 / rtime.as_secs_f64().max(1e-9);
+    let cpu_wait = waits.shares(wtime + rtime);
     log::debug!(
         "probe of {dir_s}: wrote {wbytes} B in {wtime:?}, read {rbytes} B in {rtime:?}, \
-         direct={direct}, {threads} threads"
+         direct={direct}, {threads} threads, waits for a core {cpu_wait:?}"
     );
     Ok(ProbeResult {
         read_bps,
@@ -148,7 +191,51 @@ pub fn probe_dir(dir: &Path, opts: &ProbeOptions) -> Result<ProbeResult, ProbeEr
         direct_io: direct,
         measured_at: unix_now(),
         bytes: wbytes.min(rbytes),
+        cpu_wait: Some(cpu_wait),
     })
+}
+
+/// Waits for a core summed over a probe's timed passes.
+#[derive(Default)]
+struct Waits {
+    /// PSI `some` microseconds over the passes; `None` once any reading failed.
+    machine_us: Option<u64>,
+    machine_missing: bool,
+    /// Per pass, the threads' summed run delay divided by the thread count, in ns.
+    threads_ns: Option<f64>,
+    threads_missing: bool,
+}
+
+impl Waits {
+    fn add_machine(&mut self, before: Option<u64>, after: Option<u64>) {
+        match (before, after) {
+            (Some(a), Some(b)) if !self.machine_missing => {
+                *self.machine_us.get_or_insert(0) += b.saturating_sub(a)
+            }
+            _ => {
+                self.machine_missing = true;
+                self.machine_us = None;
+            }
+        }
+    }
+
+    fn add_threads(&mut self, mean_ns: Option<f64>) {
+        match mean_ns {
+            Some(ns) if !self.threads_missing => *self.threads_ns.get_or_insert(0.0) += ns,
+            _ => {
+                self.threads_missing = true;
+                self.threads_ns = None;
+            }
+        }
+    }
+
+    fn shares(&self, timed: Duration) -> CpuWait {
+        let t = timed.as_secs_f64().max(1e-9);
+        CpuWait {
+            machine: self.machine_us.map(|us| (us as f64 / 1e6 / t).min(1.0)),
+            threads: self.threads_ns.map(|ns| (ns / 1e9 / t).min(1.0)),
+        }
+    }
 }
 
 /// Refuses options the probe cannot run with; returns the blocks of the test file.
@@ -263,7 +350,8 @@ fn pattern_buf(len: usize) -> AlignedBuf {
 /// Returns the cached result in `cache_file` if there is one, else probes `dir` and caches.
 ///
 /// With `fresh` the cache is not read. A cache file that cannot be read or parsed is ignored
-/// (with a warning) and replaced. The new result is written to a temporary file beside
+/// (with a warning) and replaced. A result measured while the machine was short of cores
+/// ([`CpuWait::busy`]) is returned with a warning and not cached (an older cache stays). The new result is written to a temporary file beside
 /// `cache_file` and renamed over it, creating the parent folder if needed; if that fails the
 /// result is still returned, with a warning.
 pub fn probe_cached(
@@ -278,6 +366,19 @@ pub fn probe_cached(
         }
     }
     let r = probe_dir(dir, opts)?;
+    if let Some(w) = r.cpu_wait.filter(CpuWait::busy) {
+        log::warn!(
+            "probe of {}: tasks waited for a core {:.0} % of the probe's time, so its figures \
+             (read {}, write {}) may measure the CPU rather than the tier: they are used now \
+             but not cached, and the next mount probes again (`tierfs probe --fresh` on a \
+             quiet node caches them; read_bandwidth/write_bandwidth in the config skip probing)",
+            dir.display(),
+            w.worst().unwrap_or(0.0) * 100.0,
+            fmt_rate(r.read_bps),
+            fmt_rate(r.write_bps),
+        );
+        return Ok(r);
+    }
     if let Err(e) = write_cache(cache_file, &r) {
         log::warn!(
             "probe of {}: cannot write cache file {}: {e}",
@@ -312,7 +413,14 @@ pub fn render_table_at(rows: &[(String, String, ProbeResult)], now: u64) -> Stri
                 "buffered+fsync"
             }
             .to_string(),
-            format_age(r.measured_at, now),
+            match r.cpu_wait.filter(CpuWait::busy).and_then(|w| w.worst()) {
+                Some(w) => format!(
+                    "{}, CPU busy {:.0} %: may be low",
+                    format_age(r.measured_at, now),
+                    w * 100.0
+                ),
+                None => format_age(r.measured_at, now),
+            },
         ]);
     }
     let mut widths = [0usize; 6];
@@ -616,6 +724,7 @@ impl Plan<'_> {
         bufs: &mut [AlignedBuf],
         phase: Phase,
         direct: bool,
+        waits: &mut Waits,
     ) -> Result<(u64, Duration), PhaseError> {
         let mut bytes = 0u64;
         let mut elapsed = Duration::ZERO;
@@ -623,8 +732,9 @@ impl Plan<'_> {
             if phase == Phase::Read && !direct {
                 drop_cache(self.file);
             }
+            let psi0 = crate::sys::cpu_pressure_some_us();
             let t0 = Instant::now();
-            self.pass(bufs, phase)?;
+            let waited = self.pass(bufs, phase)?;
             if phase == Phase::Write {
                 self.file.sync_data().map_err(|err| PhaseError::Io {
                     op: "fdatasync",
@@ -633,6 +743,8 @@ impl Plan<'_> {
                 })?;
             }
             elapsed += t0.elapsed();
+            waits.add_machine(psi0, crate::sys::cpu_pressure_some_us());
+            waits.add_threads(waited);
             bytes += self.nblocks * self.bs;
             if elapsed >= self.min_time {
                 return Ok((bytes, elapsed));
@@ -641,7 +753,8 @@ impl Plan<'_> {
     }
 
     /// One pass over the whole file: thread `t` of `bufs.len()` moves its contiguous slice.
-    fn pass(&self, bufs: &mut [AlignedBuf], phase: Phase) -> Result<(), PhaseError> {
+    /// Returns the threads' mean run delay in ns (`None` where schedstat cannot be read).
+    fn pass(&self, bufs: &mut [AlignedBuf], phase: Phase) -> Result<Option<f64>, PhaseError> {
         let threads = bufs.len() as u64;
         let abort = AtomicBool::new(false);
         std::thread::scope(|s| {
@@ -654,22 +767,28 @@ impl Plan<'_> {
                     let end = (t + 1) * self.nblocks / threads;
                     let abort = &abort;
                     s.spawn(move || {
+                        let before = crate::sys::thread_run_delay_ns();
                         let r = self.slice(buf, phase, first, end, abort);
                         if r.is_err() {
                             abort.store(true, Ordering::Relaxed);
                         }
-                        r
+                        let waited = before
+                            .zip(crate::sys::thread_run_delay_ns())
+                            .map(|(a, b)| b.saturating_sub(a));
+                        (r, waited)
                     })
                 })
                 .collect();
             let mut result = Ok(());
+            let mut waited = Some(0u64);
             for h in handles {
-                let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                let (r, w) = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
                 if result.is_ok() {
                     result = r;
                 }
+                waited = waited.zip(w).map(|(a, b)| a + b);
             }
-            result
+            result.map(|()| waited.map(|ns| ns as f64 / threads as f64))
         })
     }
 
@@ -995,7 +1114,35 @@ mod tests {
             direct_io: direct,
             measured_at: at,
             bytes: 1 << 30,
+            cpu_wait: None,
         }
+    }
+
+    #[test]
+    fn a_probe_is_busy_when_either_wait_share_passes_the_limit() {
+        let w = |machine, threads| CpuWait { machine, threads };
+        assert!(!w(None, None).busy());
+        assert!(!w(Some(0.03), Some(0.01)).busy());
+        assert!(w(Some(0.25), Some(0.02)).busy());
+        assert!(w(None, Some(0.5)).busy());
+        assert!(w(Some(0.9), None).busy());
+        assert_eq!(w(Some(0.2), Some(0.4)).worst(), Some(0.4));
+        // A cache written before the field existed still reads.
+        let old = r#"{"read_bps":1.0,"write_bps":2.0,"direct_io":true,"measured_at":7,"bytes":9}"#;
+        let r: ProbeResult = serde_json::from_str(old).unwrap();
+        assert!(r.cpu_wait.is_none());
+        let busy = ProbeResult {
+            cpu_wait: Some(w(Some(0.8), Some(0.05))),
+            ..result(1e9, 1e9, true, 100)
+        };
+        let t = render_table_at(&[("n".into(), "/x".into(), busy)], 103);
+        assert!(
+            t.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("3s ago, CPU busy 80 %: may be low"),
+            "{t}"
+        );
     }
 
     #[test]

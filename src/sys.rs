@@ -286,6 +286,25 @@ pub fn thread_run_delay_ns() -> Option<u64> {
     })
 }
 
+/// Microseconds during which at least one task on this machine was runnable but waiting
+/// for a core (the `some ... total=` field of `/proc/pressure/cpu`, PSI), or `None` where
+/// the kernel keeps no pressure figures (`CONFIG_PSI` off, or `psi=0`).
+pub fn cpu_pressure_some_us() -> Option<u64> {
+    parse_pressure_some(&std::fs::read("/proc/pressure/cpu").ok()?)
+}
+
+/// The `total=` of the `some` line of a PSI file.
+fn parse_pressure_some(text: &[u8]) -> Option<u64> {
+    std::str::from_utf8(text)
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with("some "))?
+        .split_ascii_whitespace()
+        .find_map(|f| f.strip_prefix("total="))?
+        .parse()
+        .ok()
+}
+
 /// The run delay from a schedstat line: `<on-cpu ns> <run delay ns> <timeslices>`.
 fn parse_run_delay(line: &[u8]) -> Option<u64> {
     std::str::from_utf8(line)
@@ -305,6 +324,16 @@ pub fn euid() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_pressure_is_the_total_of_the_some_line() {
+        let psi = b"some avg10=0.00 avg60=1.50 avg300=0.00 total=1253122423\n\
+                    full avg10=0.00 avg60=0.00 avg300=0.00 total=7\n";
+        assert_eq!(parse_pressure_some(psi), Some(1253122423));
+        assert_eq!(parse_pressure_some(b"full avg10=0.00 total=7\n"), None);
+        assert_eq!(parse_pressure_some(b"some avg10=0.00 total=x\n"), None);
+        assert_eq!(parse_pressure_some(b""), None);
+    }
 
     #[test]
     fn run_delay_is_the_second_schedstat_field_and_grows_with_contention() {

@@ -92,3 +92,47 @@ fn probe_real_tier() {
         );
     }
 }
+
+/// A probe taken while every core is busy is returned, flagged, and not cached: the cache
+/// written before it stays, so one busy moment cannot set every later mount's layout.
+#[test]
+fn a_probe_beside_spinning_threads_is_used_but_not_cached() {
+    require!(
+        std::path::Path::new("/proc/pressure/cpu").exists(),
+        "this kernel keeps no CPU pressure figures (/proc/pressure/cpu: CONFIG_PSI)"
+    );
+    let d = tempfile::tempdir().unwrap();
+    let cache = d.path().join("c/probe.json");
+    let opts = ProbeOptions {
+        file_size: 8 << 20,
+        min_time: Duration::from_millis(400),
+        ..ProbeOptions::default()
+    };
+    let quiet = r#"{"read_bps":1.5e9,"write_bps":1.0e9,"direct_io":true,"measured_at":1700000000,"bytes":1073741824}"#;
+    std::fs::create_dir_all(cache.parent().unwrap()).unwrap();
+    std::fs::write(&cache, quiet).unwrap();
+
+    // Twice as many spinners as cores: some task waits for a core all the time.
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinners: Vec<_> = (0..cores * 2)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let r = probe_cached(d.path(), &cache, true, &opts);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in spinners {
+        s.join().unwrap();
+    }
+    let r = r.unwrap();
+    let w = r.cpu_wait.expect("the probe reports its waits for a core");
+    assert!(w.busy(), "{w:?}");
+    assert!(r.read_bps > 0.0 && r.write_bps > 0.0, "{r:?}");
+    assert_eq!(std::fs::read_to_string(&cache).unwrap(), quiet);
+}

@@ -422,7 +422,7 @@ fn run_probe(
     if json {
         let v: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(n, p, r)| serde_json::json!({"name": n, "path": p, "read_bps": r.read_bps, "write_bps": r.write_bps, "direct_io": r.direct_io, "measured_at": r.measured_at, "bytes": r.bytes}))
+            .map(|(n, p, r)| serde_json::json!({"name": n, "path": p, "read_bps": r.read_bps, "write_bps": r.write_bps, "direct_io": r.direct_io, "measured_at": r.measured_at, "bytes": r.bytes, "cpu_wait": r.cpu_wait}))
             .collect();
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
     } else {

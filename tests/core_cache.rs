@@ -512,38 +512,64 @@ fn only_the_fastest_tiers_files_open_in_passthrough_with_a_cache() {
 /// A gradient file is held in memory even on the fastest tier, whose other swap files the
 /// kernel serves: DeepSpeed writes it in the backward pass and reads it once in the
 /// optimizer step, so kept in memory it costs its tier neither the write nor the read.
+/// Not at its creation (its size is not known yet, so its memory could not be reserved
+/// whole) and not at a read of it uncached (it would only be copied in by the daemon).
 #[test]
 fn gradient_files_on_the_fastest_tier_are_staged_not_passed_through() {
     let d = tempfile::tempdir().unwrap();
     let fs = staged_fs(d.path());
-    let data = content(3, 1, 2 * MIB);
-    let direct = libc::O_WRONLY | libc::O_DIRECT;
+    let v1 = content(3, 1, 2 * MIB);
+    let v2 = content(3, 2, 2 * MIB);
+    let wdirect = libc::O_WRONLY | libc::O_DIRECT;
+    let rdirect = libc::O_RDONLY | libc::O_DIRECT;
+    let write = |ino: u64, data: &[u8], passthrough: bool| {
+        let (fh, info) = fs.open(ino, wdirect).unwrap();
+        assert_eq!(
+            info.passthrough.is_some(),
+            passthrough,
+            "write open of {ino}"
+        );
+        for (k, chunk) in data.chunks(MIB).enumerate() {
+            fs.write(fh, (k * MIB) as u64, chunk).unwrap();
+        }
+        fs.release(fh).unwrap();
+    };
     let mut on_fast = 0;
     for i in 0..6 {
         let name = format!("{i}_gradient_0_524288.tensor.swp");
         let (a, fh, info) = fs
-            .create(ROOT_INO, OsStr::new(&name), 0o600, direct, CTX)
+            .create(ROOT_INO, OsStr::new(&name), 0o600, wdirect, CTX)
             .unwrap();
-        assert!(info.passthrough.is_none(), "{name}: created in passthrough");
-        for (k, chunk) in data.chunks(MIB).enumerate() {
-            fs.write(fh, (k * MIB) as u64, chunk).unwrap();
-        }
         fs.release(fh).unwrap();
         let fast = d.path().join("a/data").join(&name);
         if !fast.exists() {
             continue;
         }
         on_fast += 1;
-        assert_eq!(
-            std::fs::metadata(&fast).unwrap().len(),
-            0,
-            "{name}: its bytes reached the fast tier"
+        assert!(
+            info.passthrough.is_some(),
+            "{name}: created, not in passthrough"
         );
-        let (fh, info) = fs.open(a.ino, libc::O_RDONLY | libc::O_DIRECT).unwrap();
+        // The first step: the kernel writes it, and reads it back.
+        write(a.ino, &v1, true);
+        let (fh, info) = fs.open(a.ino, rdirect).unwrap();
+        assert!(
+            info.passthrough.is_some(),
+            "{name}: uncached read not in passthrough"
+        );
+        fs.release(fh).unwrap();
+        assert_eq!(std::fs::read(&fast).unwrap(), v1);
+        // The next step: its size is known, it is written to memory and read from there.
+        write(a.ino, &v2, false);
+        let (fh, info) = fs.open(a.ino, rdirect).unwrap();
         assert!(info.passthrough.is_none(), "{name}: read in passthrough");
         fs.release(fh).unwrap();
-        assert!(read_file(&fs, a.ino, data.len()) == data);
-        assert_eq!(std::fs::metadata(&fast).unwrap().len(), 0);
+        assert!(read_file(&fs, a.ino, v2.len()) == v2);
+        assert_eq!(
+            std::fs::read(&fast).unwrap(),
+            v1,
+            "{name}: the next step's bytes reached the fast tier"
+        );
     }
     assert!(on_fast > 0, "no gradient file was placed on the fast tier");
     // Another swap file on the fast tier still goes to the kernel.
@@ -551,7 +577,7 @@ fn gradient_files_on_the_fastest_tier_are_staged_not_passed_through() {
     for i in 0..6 {
         let name = format!("{i}.tensor.swp");
         let (_, fh, info) = fs
-            .create(ROOT_INO, OsStr::new(&name), 0o600, direct, CTX)
+            .create(ROOT_INO, OsStr::new(&name), 0o600, wdirect, CTX)
             .unwrap();
         fs.release(fh).unwrap();
         if d.path().join("a/data").join(&name).exists() {
@@ -565,10 +591,109 @@ fn gradient_files_on_the_fastest_tier_are_staged_not_passed_through() {
     );
 }
 
+/// Creates `count` gradient files placed on the fast tier of a [`staged_fs`] (and no
+/// others), each written once (so its size is known) with `data`; returns their inodes
+/// and tier paths.
+fn fast_gradients(fs: &TierFs, d: &Path, count: usize, data: &[u8]) -> Vec<(u64, PathBuf)> {
+    let mut out = Vec::new();
+    for i in 0..60 {
+        let name = format!("{i}_gradient_0_524288.tensor.swp");
+        let (a, fh, _) = fs
+            .create(ROOT_INO, OsStr::new(&name), 0o600, libc::O_WRONLY, CTX)
+            .unwrap();
+        fs.release(fh).unwrap();
+        let path = d.join("a/data").join(&name);
+        if path.exists() {
+            write_file(fs, a.ino, data);
+            out.push((a.ino, path));
+        } else {
+            // Placed on the slower tier: written, then out of memory.
+            write_file(fs, a.ino, data);
+            fs.control(format!("drop {name}\n").as_bytes()).unwrap();
+        }
+        if out.len() == count {
+            return out;
+        }
+    }
+    panic!("the fast tier got {} gradient files of 60", out.len());
+}
+
+/// When memory is short for a file to load, the writer writes back as many dirty spare
+/// gradients as memory was short, the least recently used first, not every one of them:
+/// each written back costs its tier the write the spare rule is there to save.
+#[test]
+fn a_refused_load_writes_back_only_the_memory_it_lacked() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = staged_fs(d.path()); // 16 MiB of staging
+    let threads = TierFs::start_cache_threads(&fs).unwrap();
+    // A 4 MiB file of the slower tier, on its tier and out of memory.
+    let big = content(9, 1, 4 * MIB);
+    let mut slow = None;
+    for i in 0..40 {
+        let name = format!("{i}.tensor.swp");
+        let (a, fh, _) = fs
+            .create(ROOT_INO, OsStr::new(&name), 0o600, libc::O_WRONLY, CTX)
+            .unwrap();
+        fs.release(fh).unwrap();
+        if d.path().join("b/data").join(&name).exists() {
+            write_file(&fs, a.ino, &big);
+            fs.control(format!("drop {name}\n").as_bytes()).unwrap();
+            slow = Some(a.ino);
+            break;
+        }
+    }
+    let slow = slow.expect("a file on the slower tier");
+    let v1 = content(8, 1, 3 * MIB);
+    let v2 = content(8, 2, 3 * MIB);
+    let grads = fast_gradients(&fs, d.path(), 5, &v1);
+    // The next step: all five in memory, dirty, 15 MiB of the 16.
+    for (ino, _) in &grads {
+        write_file(&fs, *ino, &v2);
+    }
+    let dirty = || {
+        fs.cache_view()
+            .files
+            .iter()
+            .filter(|f| f.dirty_blocks > 0)
+            .count()
+    };
+    let v = fs.cache_view();
+    assert_eq!(v.used, 15 * MIB as u64, "{v:?}");
+    assert_eq!(dirty(), 5, "{v:?}");
+
+    // The slower tier's file asked to be loaded: 3 MiB short.
+    fs.prefetch(slow, true).unwrap();
+    let t0 = std::time::Instant::now();
+    while dirty() == 5 && t0.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // Give the writer time to go on, were it to write back more than asked.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let v = fs.cache_view();
+    assert_eq!(dirty(), 4, "one 3 MiB gradient covers 3 MiB short: {v:?}");
+    // The one written back is the least recently used: the first written.
+    assert_eq!(std::fs::read(&grads[0].1).unwrap(), v2);
+    for (_, path) in &grads[1..] {
+        assert_eq!(std::fs::read(path).unwrap(), v1, "{}", path.display());
+    }
+    for (ino, _) in &grads {
+        assert!(read_file(&fs, *ino, v2.len()) == v2);
+    }
+    assert!(read_file(&fs, slow, big.len()) == big);
+    fs.shutdown();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
 #[test]
 fn a_spare_gradient_grows_only_into_memory_no_ranked_file_wants() {
     let d = tempfile::tempdir().unwrap();
     let fs = staged_fs(d.path()); // 16 MiB of staging, files up to 4 MiB
+                                  // A gradient on the tier the kernel serves, written once at 1 MiB (the first step).
+    let small = content(6, 1, MIB);
+    let (spare, _) = fast_gradients(&fs, d.path(), 1, &small)[0].clone();
+    fs.control(b"flush\n").unwrap();
     let data = content(5, 1, 3 * MIB);
     // Five of the slower tier's files, 15 MiB in memory, read in a cycle so that each has a
     // rank (its next use) that a spare file must not take memory from.
@@ -607,29 +732,16 @@ fn a_spare_gradient_grows_only_into_memory_no_ranked_file_wants() {
         v.files
     );
 
-    // A gradient on the tier the kernel serves, written larger than the 1 MiB left free.
-    let grad = content(6, 1, 4 * MIB);
-    let mut spare = None;
-    for i in 0..40 {
-        let name = format!("{i}_gradient_0_524288.tensor.swp");
-        let (a, fh, _) = fs
-            .create(
-                ROOT_INO,
-                OsStr::new(&name),
-                0o600,
-                libc::O_WRONLY | libc::O_DIRECT,
-                CTX,
-            )
-            .unwrap();
-        fs.release(fh).unwrap();
-        if d.path().join("a/data").join(&name).exists() {
-            spare = Some(a.ino);
-            break;
-        }
-    }
-    let spare = spare.expect("a gradient was placed on the fast tier");
+    // The next step writes it larger than the 1 MiB left free.
+    let admitted = v.admissions;
+    let grad = content(6, 2, 4 * MIB);
     write_file(&fs, spare, &grad);
     let v = fs.cache_view();
+    assert_eq!(
+        v.admissions,
+        admitted + 1,
+        "the gradient was not held spare: {v:?}"
+    );
     assert_eq!(
         v.evictions, 0,
         "a spare file took a ranked file's memory: {v:?}"

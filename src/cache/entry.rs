@@ -139,6 +139,11 @@ impl Entry {
         self.reserved.load(Ordering::Relaxed)
     }
 
+    /// When it was last opened, in the cache's own sequence (larger is later).
+    pub fn last_use(&self) -> u64 {
+        self.last_use.load(Ordering::Relaxed)
+    }
+
     /// Bytes block `b` may hold: a whole block, less for the last one.
     pub fn cap(&self, b: u64) -> usize {
         self.reserved().saturating_sub(b * BLOCK).min(BLOCK) as usize

@@ -55,9 +55,13 @@ pub struct Victim {
 /// What the background writer should do next.
 #[derive(Debug, Default)]
 struct WbRequest {
-    /// Write back every dirty file ranked above this (memory is needed for a file ranked
-    /// this); `u64::MAX` when nothing is asked.
+    /// Write back dirty files ranked above this (memory is needed for a file ranked
+    /// this), `bytes` of them; `None` when nothing is asked.
     above_rank: Option<u64>,
+    /// The memory those admissions lacked, summed since the writer last looked: the writer
+    /// stops once it has written back this much, so one refused admission does not cost
+    /// every dirty file a write.
+    bytes: u64,
     /// Write back everything (control `flush`, unmount).
     all: bool,
 }
@@ -263,7 +267,7 @@ impl Cache {
             return Some(out);
         }
         if dirty_above {
-            self.request_writeback(Some(rank), false);
+            self.request_writeback(Some((rank, need - got)), false);
         }
         None
     }
@@ -419,22 +423,30 @@ impl Cache {
     }
 
     /// Asks the writer for a write-back (see [`WbRequest`]).
-    pub fn request_writeback(&self, above_rank: Option<u64>, all: bool) {
+    /// Asks the writer for `pressed`: (rank, bytes), write back `bytes` of dirty files
+    /// ranked above `rank`; and with `all`, every dirty file.
+    pub fn request_writeback(&self, pressed: Option<(u64, u64)>, all: bool) {
         let mut w = self.wb.lock();
-        if let Some(r) = above_rank {
+        if let Some((r, bytes)) = pressed {
             w.above_rank = Some(w.above_rank.map_or(r, |o| o.min(r)));
+            w.bytes = w.bytes.saturating_add(bytes);
         }
         w.all |= all;
         self.wb_cv.notify_all();
     }
 
-    /// The writer waits here for a request or `timeout`; returns (above_rank, all).
-    pub fn wait_writeback(&self, timeout: std::time::Duration) -> (Option<u64>, bool) {
+    /// The writer waits here for a request or `timeout`; returns the pressed request
+    /// ((rank, bytes), as [`Cache::request_writeback`]) and `all`.
+    pub fn wait_writeback(&self, timeout: std::time::Duration) -> (Option<(u64, u64)>, bool) {
         let mut w = self.wb.lock();
         if w.above_rank.is_none() && !w.all && !self.stop.load(Ordering::Relaxed) {
             self.wb_cv.wait_for(&mut w, timeout);
         }
-        let r = (w.above_rank.take(), w.all);
+        let pressed = w
+            .above_rank
+            .take()
+            .map(|r| (r, std::mem::take(&mut w.bytes)));
+        let r = (pressed, w.all);
         w.all = false;
         r
     }

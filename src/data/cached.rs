@@ -40,9 +40,9 @@ pub(crate) fn cache(fs: &TierFs) -> Option<&Arc<Cache>> {
 }
 
 /// At an open (state lock held for writing, pieces open): records a read in the order,
-/// queues prefetches, and with `admit` admits the file if the policy wants it more than
-/// what it would displace. Without (kernel passthrough is to serve it instead) only a
-/// gradient file is admitted, spare ([`crate::cache::SPARE_RANK`]).
+/// queues prefetches, and admits the file if the policy wants it more than what it would
+/// displace: with `admit` by its rank; a gradient file on the tier the kernel serves
+/// (opened for writing, with or without `admit`) spare ([`crate::cache::SPARE_RANK`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn cache_on_open(
     fs: &TierFs,
@@ -69,8 +69,12 @@ pub(crate) fn cache_on_open(
         // A gradient on the tier the kernel serves saves that tier a write and a read in
         // memory: it takes memory nothing else wants, else the kernel serves it after all.
         // Decided by where the file is, not by whether this open could use passthrough
-        // (a reader's late RELEASE refuses it), so it is never ranked first there.
-        None if spare_gradient(fs, st, name) => {
+        // (a reader's late RELEASE refuses it), so it is never ranked first there. Only a
+        // write of a file whose size is known: a read would only copy it in through the
+        // daemon (it is rewritten before it is read again), and a new file's memory could
+        // not be reserved whole, so it would be dropped part-written and its handle left
+        // to the daemon, uncached.
+        None if !read && node.size() > 0 && spare_gradient(fs, st, name) => {
             let rank = crate::cache::SPARE_RANK;
             self::admit(fs, c, ino, parent, name.as_bytes(), node, st, rank, true);
         }

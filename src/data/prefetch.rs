@@ -25,13 +25,14 @@ pub(crate) fn writeback_loop(fs: &TierFs) {
     let Some(c) = &fs.cache else { return };
     let delay = c.cfg.writeback_delay;
     loop {
-        let (above, all) = c.wait_writeback(std::time::Duration::from_millis(100));
+        let (pressed, all) = c.wait_writeback(std::time::Duration::from_millis(100));
         let stopping = c.stop.load(Ordering::Relaxed);
         if stopping && fs.scratch {
             // Scratch data is thrown away at unmount: nothing to write back.
             return;
         }
-        let mut work: Vec<(u64, Arc<FileNode>, Arc<Entry>)> = c
+        #[allow(clippy::type_complexity)]
+        let mut work: Vec<(u64, u64, bool, Arc<FileNode>, Arc<Entry>)> = c
             .residents()
             .into_iter()
             // An inode failed by a panic is never written back (the unmount reports its
@@ -44,13 +45,23 @@ pub(crate) fn writeback_loop(fs: &TierFs) {
             .filter_map(|(n, e)| {
                 let rank = c.rank_of_entry(&e);
                 let old = !e.gradient && e.dirty_age().is_some_and(|a| a >= delay);
-                let pressed = above.is_some_and(|r| rank > r);
-                (all || stopping || old || pressed).then_some((rank, n, e))
+                let must = all || stopping || old;
+                let pressed = pressed.is_some_and(|(r, _)| rank > r);
+                (must || pressed).then_some((rank, e.last_use(), must, n, e))
             })
             .collect();
-        // Needed last first: the files the cache will give up first.
-        work.sort_by_key(|w| std::cmp::Reverse(w.0));
-        for (_, n, e) in work {
+        // Needed last first: the files the cache will give up first; of equal rank the
+        // least recently used (DeepSpeed reads gradients in the reverse of their writes).
+        work.sort_by_key(|w| (std::cmp::Reverse(w.0), w.1));
+        // Files written back only because memory is short: as many bytes as was short.
+        let mut short = pressed.map_or(0, |(_, b)| b);
+        for (_, _, must, n, e) in work {
+            if !must {
+                if short == 0 {
+                    continue;
+                }
+                short = short.saturating_sub(e.reserved());
+            }
             if let Err(err) = writeback::write_back(fs, &n, &e, e.ino) {
                 log::error!(
                     "write-back of inode {} failed (kept in memory): {err}",

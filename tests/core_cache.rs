@@ -441,6 +441,12 @@ fn a_block_written_small_then_grown_past_reads_as_a_hole() {
 /// Two tiers (the first three times as fast), whole files, `passthrough = "direct"` and
 /// 16 MiB of staging memory.
 fn staged_fs(d: &Path) -> Arc<TierFs> {
+    staged_fs_with(d, true)
+}
+
+/// [`staged_fs`] whose fast tier accepts 1 KiB-aligned `O_DIRECT` (DeepSpeed's tails) or
+/// not, as a 4Kn drive or Lustre would not.
+fn staged_fs_with(d: &Path, small_direct_io: bool) -> Arc<TierFs> {
     let text = format!(
         "[[tier]]\nname = \"fast\"\npath = \"{0}/a\"\ncreate = true\nread_bandwidth = \"3GB/s\"\n\
          write_bandwidth = \"2GB/s\"\n[[tier]]\nname = \"slow\"\npath = \"{0}/b\"\ncreate = true\n\
@@ -450,7 +456,12 @@ fn staged_fs(d: &Path) -> Arc<TierFs> {
     );
     let config = MountConfig::parse(&text, Path::new("staging.toml")).unwrap();
     config.prepare_tier_dirs().unwrap();
-    let tiers = tierfs::daemon::open_tiers(&config, false, |_| {}).unwrap();
+    let mut tiers = tierfs::daemon::open_tiers(&config, false, |_| {}).unwrap();
+    assert!(
+        tiers[0].small_direct_io,
+        "the test folder takes 1 KiB O_DIRECT"
+    );
+    tiers[0].small_direct_io = small_direct_io;
     Arc::new(TierFs::new(&config, tiers).unwrap())
 }
 
@@ -589,6 +600,27 @@ fn gradient_files_on_the_fastest_tier_are_staged_not_passed_through() {
         others_on_fast > 0,
         "no other swap file was placed on the fast tier"
     );
+}
+
+/// Where the kernel cannot serve DeepSpeed's opens of the fast tier (no 1 KiB-aligned
+/// `O_DIRECT`), the daemon serves its gradient files, so they are ranked as any file the
+/// daemon serves, not held spare on memory nobody else wants.
+#[test]
+fn a_gradient_the_kernel_cannot_serve_is_ranked_not_spare() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = staged_fs_with(d.path(), false);
+    let data = content(4, 1, 2 * MIB);
+    let (ino, _) = fast_gradients(&fs, d.path(), 1, &data)[0].clone();
+    let (fh, info) = fs.open(ino, libc::O_WRONLY | libc::O_DIRECT).unwrap();
+    assert!(info.passthrough.is_none(), "opened in passthrough");
+    fs.release(fh).unwrap();
+    let v = fs.cache_view();
+    let f = v
+        .files
+        .iter()
+        .find(|f| f.path.contains("_gradient_") && f.size == data.len() as u64)
+        .unwrap_or_else(|| panic!("the gradient is not in memory: {v:?}"));
+    assert_eq!(f.next_use, Some(0), "held spare, not ranked first: {f:?}");
 }
 
 /// Creates `count` gradient files placed on the fast tier of a [`staged_fs`] (and no

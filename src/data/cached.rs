@@ -87,13 +87,15 @@ pub(crate) fn cache_on_open(
 }
 
 /// A DeepSpeed gradient swap file, whole on the tier the kernel serves with passthrough on:
-/// held spare ([`crate::cache::SPARE_RANK`]) when memory has room.
+/// held spare ([`crate::cache::SPARE_RANK`]) when memory has room. Not on a tier that
+/// refuses DeepSpeed's 1 KiB-aligned `O_DIRECT` tails: the kernel cannot serve its opens
+/// there, so the daemon does, and memory is worth its rank.
 fn spare_gradient(fs: &TierFs, st: &FileState, name: &OsStr) -> bool {
     crate::vfs::handles::passthrough_enabled(fs)
         && crate::cache::is_gradient(name.as_bytes())
         && crate::vfs::types::is_deepspeed_swap(name)
         && matches!(st.layout, crate::layout::FileLayout::Whole { tier }
-            if crate::vfs::handles::kernel_first(fs, tier))
+            if crate::vfs::handles::kernel_first(fs, tier) && fs.tiers[tier].small_direct_io)
 }
 
 /// Makes room and installs a cache entry (state lock held for writing).

@@ -77,7 +77,12 @@ pub const CPU_WAIT_LIMIT: f64 = 0.15;
 impl CpuWait {
     /// Whether the probe waited for cores too long to be trusted beyond this mount.
     pub fn busy(&self) -> bool {
-        self.worst().is_some_and(|w| w > CPU_WAIT_LIMIT)
+        self.exceeds(CPU_WAIT_LIMIT)
+    }
+
+    /// Whether either share passed `limit`.
+    pub fn exceeds(&self, limit: f64) -> bool {
+        self.worst().is_some_and(|w| w > limit)
     }
 
     /// The larger of the two shares that could be read.
@@ -100,6 +105,9 @@ pub struct ProbeOptions {
     pub queue_depth: usize,
     /// Request size.
     pub block_size: usize,
+    /// A result measured while tasks waited for a core more than this share of the time is
+    /// not cached ([`CPU_WAIT_LIMIT`]; 1.0 caches every result).
+    pub cpu_wait_limit: f64,
 }
 
 impl Default for ProbeOptions {
@@ -109,6 +117,7 @@ impl Default for ProbeOptions {
             min_time: Duration::from_secs(3),
             queue_depth: 8,
             block_size: 1 << 20,
+            cpu_wait_limit: CPU_WAIT_LIMIT,
         }
     }
 }
@@ -366,7 +375,7 @@ pub fn probe_cached(
         }
     }
     let r = probe_dir(dir, opts)?;
-    if let Some(w) = r.cpu_wait.filter(CpuWait::busy) {
+    if let Some(w) = r.cpu_wait.filter(|w| w.exceeds(opts.cpu_wait_limit)) {
         log::warn!(
             "probe of {}: tasks waited for a core {:.0} % of the probe's time, so its figures \
              (read {}, write {}) may measure the CPU rather than the tier: they are used now \
@@ -864,10 +873,12 @@ fn drop_cache(f: &File) {
 mod tests {
     use super::*;
 
+    /// Small and quick; cached whatever the load (tests run side by side on few cores).
     fn small() -> ProbeOptions {
         ProbeOptions {
             file_size: 8 << 20,
             min_time: Duration::from_millis(100),
+            cpu_wait_limit: 1.0,
             ..ProbeOptions::default()
         }
     }
@@ -900,6 +911,7 @@ mod tests {
             min_time: Duration::from_millis(20),
             queue_depth: 3,
             block_size: 100_001,
+            ..ProbeOptions::default()
         };
         let r = probe_dir(d.path(), &opts).unwrap();
         assert!(!r.direct_io);
@@ -916,6 +928,7 @@ mod tests {
             min_time: Duration::ZERO,
             queue_depth: 8,
             block_size: 3,
+            ..ProbeOptions::default()
         };
         let r = probe_dir(d.path(), &opts).unwrap();
         assert_eq!(r.bytes, 6);

@@ -12,7 +12,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("whole_file_choose_and_settle", |b| {
         b.iter(|| {
             dir = (dir + 1) % 64;
-            let ch = placer.choose(black_box(dir), &eligible).unwrap();
+            let ch = placer.choose(black_box(dir), &eligible, 0).unwrap();
             placer.settle(ch, 32 << 20)
         })
     });

@@ -334,7 +334,9 @@ fn enospc_everywhere_fails_loudly() {
 fn enospc_at_write_back_moves_a_cached_file() {
     require!(tmpfs_tier());
     let mut s = Setup::two("whole-file");
-    s.extra = "[cache]\nsize = \"64MiB\"\nwriteback_delay = 600.0\n".into();
+    // No passthrough: placement then counts no staging memory for the slower tier, and
+    // the first file lands on the fast one.
+    s.extra = "passthrough = \"off\"\n[cache]\nsize = \"64MiB\"\nwriteback_delay = 600.0\n".into();
     let tmp = Tmpfs::mount(&s.tier_path(0), "84m");
     let m = s.mount();
     std::fs::create_dir(m.path("rank0")).unwrap();

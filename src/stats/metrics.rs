@@ -573,6 +573,7 @@ pub(crate) mod tests {
             uptime_s: 12.5,
             layout: "whole-file".into(),
             passthrough: false,
+            held_bytes: 0,
             cache: None,
             tiers,
             files: vec![FileStats {

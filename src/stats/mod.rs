@@ -167,6 +167,10 @@ pub struct Snapshot {
     pub layout: String,
     /// Whether kernel passthrough is offered for whole files now.
     pub passthrough: bool,
+    /// Bytes of the slower tiers' files that whole-file placement counts staging memory to
+    /// hold (`placement::shares_with_held`); 0 where it counts none.
+    #[serde(default)]
+    pub held_bytes: u64,
     pub tiers: Vec<TierStats>,
     pub files: Vec<FileStats>,
     /// How many files the mount holds: the length of `files` where it is listed, counted
@@ -378,6 +382,13 @@ pub fn tiers_table(s: &Snapshot) -> String {
             .collect::<Vec<_>>()
             .join(" ")
     );
+    if s.held_bytes > 0 {
+        let _ = writeln!(
+            out,
+            "placement counts {} of staging memory as holding the slower tiers' files",
+            fmt_bytes(s.held_bytes)
+        );
+    }
     out
 }
 

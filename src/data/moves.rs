@@ -138,7 +138,11 @@ pub(crate) fn plan_layout(
             let parent = tree.nodes.get(&ino).map(|n| n.parent).unwrap_or(ROOT_INO);
             let c = fs
                 .placer
-                .choose(parent, &eligible, crate::vfs::files::held_for_placement(fs))
+                .choose(
+                    parent,
+                    &eligible,
+                    crate::vfs::handles::held_for_placement(fs),
+                )
                 .ok_or_else(|| backing::no_room(fs, want))?;
             (FileLayout::Whole { tier: c.tier }, Some(c))
         }

@@ -269,6 +269,17 @@ pub struct CacheStats {
     pub evictions: u64,
 }
 
+/// The `tierfs stat` line saying how much staging memory placement counts on, if any.
+fn held_line(s: &Snapshot) -> String {
+    if s.held_bytes == 0 {
+        return String::new();
+    }
+    format!(
+        "placement counts {} of staging memory as holding the slower tiers' files\n",
+        fmt_bytes(s.held_bytes)
+    )
+}
+
 /// The `tiers` file (and the body of `tierfs stat`).
 pub fn tiers_table(s: &Snapshot) -> String {
     let mut out = String::new();
@@ -382,13 +393,7 @@ pub fn tiers_table(s: &Snapshot) -> String {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    if s.held_bytes > 0 {
-        let _ = writeln!(
-            out,
-            "placement counts {} of staging memory as holding the slower tiers' files",
-            fmt_bytes(s.held_bytes)
-        );
-    }
+    out.push_str(&held_line(s));
     out
 }
 

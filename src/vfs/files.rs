@@ -22,24 +22,6 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Bytes of the slower tiers' files that staging memory is counted to hold when whole
-/// files are placed ([`placement::shares_with_held`]): a part of the staging budget where
-/// the fastest tier's files go to the kernel and the others' are staged, else 0 (with no
-/// kernel passthrough the cache holds every tier's files by their next use, so no tier's
-/// files can count on it).
-pub(crate) fn held_for_placement(fs: &TierFs) -> u64 {
-    match &fs.cache {
-        Some(c)
-            if fs.layout == Layout::WholeFile
-                && fs.tiers.len() > 1
-                && handles::passthrough_enabled(fs) =>
-        {
-            (c.budget() as f64 * placement::HELD_FRACTION) as u64
-        }
-        _ => 0,
-    }
-}
-
 /// Chooses the layout of a new file in `parent` (no tree lock needed).
 pub(crate) fn choose_layout(fs: &TierFs, parent: u64) -> Result<(FileLayout, Option<Charge>)> {
     let eligible: Vec<bool> = fs
@@ -51,7 +33,7 @@ pub(crate) fn choose_layout(fs: &TierFs, parent: u64) -> Result<(FileLayout, Opt
         Layout::WholeFile => {
             let c = fs
                 .placer
-                .choose(parent, &eligible, held_for_placement(fs))
+                .choose(parent, &eligible, handles::held_for_placement(fs))
                 .ok_or_else(|| backing::no_room(fs, 1 << 20))?;
             Ok((FileLayout::Whole { tier: c.tier }, Some(c)))
         }
@@ -170,7 +152,7 @@ pub(crate) fn create(
                 .collect();
             let c = fs
                 .placer
-                .choose(parent, &eligible, held_for_placement(fs))
+                .choose(parent, &eligible, handles::held_for_placement(fs))
                 .ok_or_else(|| backing::no_room(fs, 1 << 20))?;
             layout = FileLayout::Whole { tier: c.tier };
             charge = Some(c);

@@ -107,6 +107,24 @@ pub(crate) fn kernel_first(fs: &TierFs, tier: usize) -> bool {
     fs.cache.is_some() && fs.tiers.len() > 1 && Some(tier) == fastest_tier(fs)
 }
 
+/// Bytes of the slower tiers' files that staging memory is counted to hold when whole
+/// files are placed ([`crate::placement::shares_with_held`]): a part of the staging budget where
+/// the fastest tier's files go to the kernel and the others' are staged, else 0 (with no
+/// kernel passthrough the cache holds every tier's files by their next use, so no tier's
+/// files can count on it).
+pub(crate) fn held_for_placement(fs: &TierFs) -> u64 {
+    match &fs.cache {
+        Some(c)
+            if fs.layout == crate::config::Layout::WholeFile
+                && fs.tiers.len() > 1
+                && passthrough_enabled(fs) =>
+        {
+            (c.budget() as f64 * crate::placement::HELD_FRACTION) as u64
+        }
+        _ => 0,
+    }
+}
+
 /// Whether the cache should leave this open's file alone because kernel passthrough
 /// will serve it ([`kernel_first`]); asked before the open is admitted.
 pub(crate) fn leave_to_kernel(

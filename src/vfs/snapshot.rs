@@ -54,7 +54,7 @@ pub fn snapshot(fs: &TierFs, detail: Detail) -> Snapshot {
             crate::config::Layout::Stripe => "stripe".into(),
         },
         passthrough: fs.passthrough_enabled(),
-        held_bytes: crate::vfs::files::held_for_placement(fs),
+        held_bytes: crate::vfs::handles::held_for_placement(fs),
         tiers,
         files,
         file_count,

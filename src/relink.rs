@@ -22,12 +22,18 @@
 //! - the primary holds every old piece and no new one: the move never took effect, the
 //!   names keep their pieces, and the journal goes;
 //! - some new pieces but not all (a crash, or a failed rename, between the primary's own
-//!   renames), each of its entries old or new, and every old piece it lost still held by
-//!   another name (no name is re-linked before the primary has all its new pieces): the
-//!   move cannot be finished (its temporaries in limbo are gone), so it is undone instead:
-//!   each old piece linked back over the primary, each new piece on a tier the old layout
-//!   did not use removed, and the file reads as before the move under every name. Left
-//!   to the mount's other rules, the primary would be a mix of new and old stripes;
+//!   renames), and every new piece the primary lacks still at the move's temporary the
+//!   journal names (`pending`; the mount empties limbo only after the journals are
+//!   settled, sparing a held one's): the move is finished, each of those renamed in
+//!   ([`Step::Install`]) and then as above. The new pieces were whole and synced before
+//!   the journal was written, and they hold the writes a lazy migration took since it
+//!   began, which the old pieces never saw: undone, those acknowledged writes were lost;
+//! - otherwise, some new pieces but not all, each of the primary's entries old or new, and
+//!   every old piece it lost still held by another name (no name is re-linked before the
+//!   primary has all its new pieces): the move is undone: each old piece linked back over
+//!   the primary, each new piece on a tier the old layout did not use removed, and the
+//!   file reads as before the move under every name. Left to the mount's other rules,
+//!   the primary would be a mix of new and old stripes;
 //! - anything else (neither old nor new: the name moved since; an old piece no name
 //!   holds): the journal is held (below). A journal whose other names are no longer where
 //!   it says, once the rest is done, is set aside as `*.unfinished` with a warning.
@@ -79,7 +85,14 @@ pub struct Journal {
     /// the primary) of the old entries its renames replace, for a file with one name. On
     /// every verdict they are removed, never re-linked; a torn move is undone from them.
     pub keeps: bool,
+    /// (tier, path from the tier's folder) of each new piece's temporary (in limbo): what
+    /// finishes a move torn between the primary's renames. Empty in older journals.
+    pub pending: Vec<(usize, PathBuf)>,
 }
+
+/// The pseudo-name [`plan`]'s `ino` takes for a new piece's temporary on a tier
+/// ([`Journal::pending`]).
+pub const PENDING: usize = usize::MAX;
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
@@ -115,6 +128,9 @@ impl Journal {
         for (t, ino) in &self.old {
             s += &format!("old {t} {ino}\n");
         }
+        for (t, p) in &self.pending {
+            s += &format!("pending {t} {}\n", hex(p.as_os_str().as_bytes()));
+        }
         s + "end\n"
     }
 
@@ -127,7 +143,7 @@ impl Journal {
         }
         let path = |v: &str| Some(PathBuf::from(OsString::from_vec(unhex(v)?)));
         let (mut primary, mut names, mut new, mut old) = (None, vec![], vec![], vec![]);
-        let mut keeps = false;
+        let (mut keeps, mut pending) = (false, vec![]);
         for l in lines {
             let mut w = l.split(' ');
             match (w.next()?, w.next(), w.next()) {
@@ -136,6 +152,7 @@ impl Journal {
                 ("name", Some(v), None) => names.push(path(v)?),
                 ("new", Some(t), Some(i)) => new.push((t.parse().ok()?, i.parse().ok()?)),
                 ("old", Some(t), Some(i)) => old.push((t.parse().ok()?, i.parse().ok()?)),
+                ("pending", Some(t), Some(p)) => pending.push((t.parse().ok()?, path(p)?)),
                 ("end", None, None) => {
                     return Some(Journal {
                         primary: primary?,
@@ -143,6 +160,7 @@ impl Journal {
                         new,
                         old,
                         keeps,
+                        pending,
                     })
                 }
                 _ => return None,
@@ -157,6 +175,14 @@ impl Journal {
 
     fn new_ino(&self, t: usize) -> Option<u64> {
         self.new.iter().find(|(u, _)| *u == t).map(|(_, i)| *i)
+    }
+
+    /// The new piece's temporary on tier `t`, from the tier's folder.
+    pub fn pending_on(&self, t: usize) -> Option<&Path> {
+        self.pending
+            .iter()
+            .find(|(u, _)| *u == t)
+            .map(|(_, p)| p.as_path())
     }
 
     /// Every tier it names.
@@ -250,6 +276,9 @@ pub enum Step {
     /// Undoing a torn move: make the primary's entry on `tier` a link of `names[name]`'s
     /// (the old piece), replacing the new piece.
     RestorePrimary { name: usize, tier: usize },
+    /// Finishing a torn move: rename the new piece's temporary on `tier` over the
+    /// primary's entry there (done first, before any other name is touched).
+    Install { tier: usize },
 }
 
 /// What [`plan`] asks for: the steps, and the entries left alone as not the file's
@@ -281,8 +310,41 @@ pub enum Verdict {
 }
 
 /// The rule (module docs): `ino(name, tier)` gives the backing inode of a name's entry on
-/// a tier, `None` where it has none; name `None` is the primary.
+/// a tier, `None` where it has none; name `None` is the primary, [`PENDING`] the move's
+/// temporary there.
 pub fn plan(j: &Journal, ino: impl Fn(Option<usize>, usize) -> Option<u64>) -> Verdict {
+    // New pieces the primary lacks that are still at their temporaries, on tiers where
+    // the primary holds its old piece or nothing (not a file made there since).
+    let install: Vec<usize> = j
+        .new
+        .iter()
+        .filter(|&&(t, new)| {
+            let now = ino(None, t);
+            now != Some(new)
+                && (now.is_none() || now == j.old_ino(t))
+                && j.pending_on(t).is_some()
+                && ino(Some(PENDING), t) == Some(new)
+        })
+        .map(|&(t, _)| t)
+        .collect();
+    let whole = |t: usize, new: u64| ino(None, t) == Some(new) || install.contains(&t);
+    if !install.is_empty() && j.new.iter().all(|&(t, new)| whole(t, new)) {
+        let after = |n: Option<usize>, t: usize| match n {
+            None if install.contains(&t) => j.new_ino(t),
+            _ => ino(n, t),
+        };
+        let Verdict::Finish(mut p) = plan_switched(j, &after) else {
+            unreachable!("every new piece is the primary's")
+        };
+        let first = install.iter().map(|&tier| Step::Install { tier });
+        p.steps = first.chain(p.steps).collect();
+        return Verdict::Finish(p);
+    }
+    plan_switched(j, &ino)
+}
+
+/// [`plan`] once no new piece is to be installed.
+fn plan_switched(j: &Journal, ino: &impl Fn(Option<usize>, usize) -> Option<u64>) -> Verdict {
     let switched = j
         .new
         .iter()
@@ -292,19 +354,19 @@ pub fn plan(j: &Journal, ino: impl Fn(Option<usize>, usize) -> Option<u64>) -> V
         let unmoved = j.old.iter().all(|(t, old)| ino(None, *t) == Some(*old));
         if switched == 0 && unmoved {
             return Verdict::NotStarted(Plan {
-                steps: drop_keeps(j, &ino),
+                steps: drop_keeps(j, ino),
                 ..Plan::default()
             });
         }
-        return roll_back(j, &ino).map_or(Verdict::Unsettled, |mut p| {
-            p.steps.extend(drop_keeps(j, &ino));
+        return roll_back(j, ino).map_or(Verdict::Unsettled, |mut p| {
+            p.steps.extend(drop_keeps(j, ino));
             Verdict::RollBack(p)
         });
     }
     if j.keeps {
         // No user name to re-link: the primary's old pieces the move left, then the keeps.
-        let mut steps = unlink_left(j, &ino);
-        steps.extend(drop_keeps(j, &ino));
+        let mut steps = unlink_left(j, ino);
+        steps.extend(drop_keeps(j, ino));
         return Verdict::Finish(Plan {
             steps,
             ..Plan::default()
@@ -337,7 +399,7 @@ pub fn plan(j: &Journal, ino: impl Fn(Option<usize>, usize) -> Option<u64>) -> V
             }
         }
     }
-    steps.extend(unlink_left(j, &ino));
+    steps.extend(unlink_left(j, ino));
     Verdict::Finish(Plan {
         steps,
         foreign,
@@ -440,8 +502,13 @@ pub fn carry_out<'a>(
     on: impl Fn(usize) -> (Beneath<'a>, PathBuf),
 ) -> io::Result<Verdict> {
     let entry = |name: Option<usize>, t: usize| -> PathBuf {
-        let rel = name.map_or(&j.primary, |n| &j.names[n]);
-        on(t).1.join(rel)
+        let data = on(t).1;
+        match (name, j.pending_on(t)) {
+            // The temporary is in the tier's `.tierfs-meta/`, beside its data folder.
+            (Some(PENDING), Some(p)) => data.parent().unwrap_or(Path::new("")).join(p),
+            (Some(PENDING), None) => PathBuf::new(),
+            (name, _) => data.join(name.map_or(&j.primary, |n| &j.names[n])),
+        }
     };
     let ino = |name: Option<usize>, t: usize| -> Option<u64> {
         on(t).0.stat(&entry(name, t)).ok().map(|m| m.ino())
@@ -478,6 +545,11 @@ pub fn carry_out<'a>(
             Step::UnlinkPrimary { tier } => {
                 let e = entry(None, tier);
                 on(tier).0.unlink(&e)?;
+                (tier, e)
+            }
+            Step::Install { tier } => {
+                let e = entry(None, tier);
+                on(tier).0.rename(&entry(Some(PENDING), tier), &e, 0)?;
                 (tier, e)
             }
         };
@@ -527,11 +599,14 @@ pub struct Held {
     pub names: std::collections::BTreeMap<PathBuf, PathBuf>,
     /// Keeps (temporary names holding old pieces): not removed.
     pub keeps: std::collections::BTreeSet<PathBuf>,
+    /// The new pieces' temporaries (tier, path from the tier's folder): kept in limbo.
+    pub pending: std::collections::BTreeSet<(usize, PathBuf)>,
 }
 
 impl Held {
     /// Holds the names of `j`, the journal at `path`.
     pub fn hold(&mut self, j: Journal, path: &Path) {
+        self.pending.extend(j.pending);
         if j.keeps {
             self.keeps.extend(j.names);
         } else {
@@ -632,7 +707,8 @@ fn outcome(j: &Journal, r: io::Result<Verdict>) -> Result<String, String> {
         }
         Verdict::Finish(p) => Ok(format!(
             "finished the re-linking of /{primary}'s other names ({names}) after a move a \
-             crash cut short: {} entries changed{}",
+             crash cut short{}: {} entries changed{}",
+            installed(&p),
             p.steps.len(),
             if p.foreign.is_empty() {
                 String::new()
@@ -657,11 +733,30 @@ fn outcome(j: &Journal, r: io::Result<Verdict>) -> Result<String, String> {
     }
 }
 
+/// What a finishing plan says of the new pieces it puts in place, if any.
+fn installed(p: &Plan) -> String {
+    match p
+        .steps
+        .iter()
+        .filter(|s| matches!(s, Step::Install { .. }))
+        .count()
+    {
+        0 => String::new(),
+        n => format!(" ({n} of its new pieces renamed in from the move's temporaries)"),
+    }
+}
+
 /// [`outcome`] for a keep journal (a file with one name): its keeps are not names to
 /// speak of.
 fn keeps_outcome(j: &Journal, r: io::Result<Verdict>) -> Result<String, String> {
     let primary = j.primary.display();
     match r {
+        Ok(Verdict::Finish(p)) if !installed(&p).is_empty() => Ok(format!(
+            "finished a move of /{primary} cut short between its own renames{}: {} entries \
+             changed; it reads the bytes from after the move",
+            installed(&p),
+            p.steps.len()
+        )),
         Ok(Verdict::Finish(p)) => Ok(format!(
             "finished a move of /{primary} a crash cut short after its last rename: {} \
              entries removed",
@@ -719,6 +814,7 @@ mod tests {
             new: vec![(1, 21), (2, 22)],
             old: vec![(0, 10), (1, 11)],
             keeps: false,
+            pending: vec![],
         }
     }
 
@@ -824,6 +920,87 @@ mod tests {
         assert_eq!(plan_of(&j, &state), Verdict::Unsettled);
     }
 
+    /// The same tears with the move's temporaries still where the journal says: finished
+    /// instead (each temporary renamed in first, then every name re-linked), as the new
+    /// pieces hold writes the old ones never saw. A temporary that is not the new piece
+    /// (gone, or another file since), or a primary entry that is neither old nor new, and
+    /// the rule is the one above.
+    #[test]
+    fn a_torn_move_whose_temporaries_are_left_is_finished_from_them() {
+        let j = Journal {
+            pending: vec![(1, "m/t1".into()), (2, "m/t2".into())],
+            ..journal()
+        };
+        let names_old = [
+            ((Some(0), 0), 10),
+            ((Some(0), 1), 11),
+            ((Some(1), 0), 10),
+            ((Some(1), 1), 11),
+        ];
+        let tmps = [((Some(PENDING), 1), 21), ((Some(PENDING), 2), 22)];
+        let state = |primary: &[((Option<usize>, usize), u64)], tmps: &[_]| -> State {
+            names_old
+                .into_iter()
+                .chain(primary.iter().copied())
+                .chain(tmps.iter().copied())
+                .collect()
+        };
+        let relinked = |first: Vec<Step>| {
+            let mut steps = first;
+            for name in 0..2 {
+                steps.push(Step::Link { name, tier: 1 });
+                steps.push(Step::Link { name, tier: 2 });
+                steps.push(Step::Unlink { name, tier: 0 });
+            }
+            steps.push(Step::UnlinkPrimary { tier: 0 });
+            steps
+        };
+        // Tier 1 renamed in; tier 2's temporary still in limbo.
+        let s = state(&[((None, 0), 10), ((None, 1), 21)], &tmps[1..]);
+        let Verdict::Finish(p) = plan_of(&j, &s) else {
+            panic!("not finished")
+        };
+        assert_eq!(p.steps, relinked(vec![Step::Install { tier: 2 }]));
+        // Nothing renamed yet (a crash right after the journal): both go in.
+        let s = state(&[((None, 0), 10), ((None, 1), 11)], &tmps);
+        let Verdict::Finish(p) = plan_of(&j, &s) else {
+            panic!("not finished")
+        };
+        let both = vec![Step::Install { tier: 1 }, Step::Install { tier: 2 }];
+        assert_eq!(p.steps, relinked(both));
+        // Tier 2's temporary gone, or another file's: undone as before.
+        let s = state(&[((None, 0), 10), ((None, 1), 21)], &[]);
+        assert!(matches!(plan_of(&j, &s), Verdict::RollBack(_)));
+        let s = state(
+            &[((None, 0), 10), ((None, 1), 21)],
+            &[((Some(PENDING), 2), 99)],
+        );
+        assert!(matches!(plan_of(&j, &s), Verdict::RollBack(_)));
+        // The primary's entry on tier 2 is neither old nor new: not installed over.
+        let s = state(&[((None, 0), 10), ((None, 1), 21), ((None, 2), 77)], &tmps);
+        assert_eq!(plan_of(&j, &s), Verdict::Unsettled);
+        // A keep journal the same: installed, then the keep goes.
+        let k = Journal {
+            pending: j.pending.clone(),
+            ..keep_journal()
+        };
+        let s: State = [((None, 0), 10), ((None, 1), 21), ((Some(0), 1), 11)]
+            .into_iter()
+            .chain(tmps[1..].iter().copied())
+            .collect();
+        let Verdict::Finish(p) = plan_of(&k, &s) else {
+            panic!("not finished")
+        };
+        let want = [
+            Step::Install { tier: 2 },
+            Step::UnlinkPrimary { tier: 0 },
+            Step::Unlink { name: 0, tier: 1 },
+        ];
+        assert_eq!(p.steps, want);
+        // The journal carries them.
+        assert_eq!(Journal::decode(&k.encode()), Some(k));
+    }
+
     /// A file with one name, `d/a`, moving from tiers 0 and 1 (old pieces 10, 11) to
     /// tiers 1 and 2 (new 21, 22): the move kept its old entry on tier 1 (the only one a
     /// rename replaces) as `d/.tierfs-tmp-1`.
@@ -832,6 +1009,7 @@ mod tests {
             primary: "d/a".into(),
             names: vec![format!("d/{TMP_PREFIX}1").into()],
             keeps: true,
+            pending: vec![],
             ..journal()
         }
     }
@@ -970,6 +1148,7 @@ mod tests {
             new: vec![(0, 12345678), (1, ino(1, "a"))],
             old,
             keeps: false,
+            pending: vec![],
         };
         let meta = d.path().join("meta");
         std::fs::create_dir(&meta).unwrap();

@@ -76,7 +76,7 @@ pub(crate) fn keep_old(
     m: &Migration,
     rel: Option<&Path>,
     old: &FileLayout,
-    final_path: &impl Fn(usize) -> PathBuf,
+    (final_path, tmp): (&impl Fn(usize) -> PathBuf, &impl Fn(usize) -> PathBuf),
 ) -> Result<Keeps> {
     if m.layout.tiers().len() < 2 {
         return Ok(Keeps::default());
@@ -119,7 +119,7 @@ pub(crate) fn keep_old(
     // A tier that refused its link: the journal could not undo a tear there either.
     let journal = match (rel, &keep_rel) {
         (Some(r), Some(k)) if !kept.iter().any(|(_, k)| matches!(k, Keep::Refused(_))) => {
-            match write_keep_journal(fs, ino, m, r, k, old, final_path) {
+            match write_keep_journal(fs, ino, m, r, k, old, (final_path, tmp)) {
                 Ok(p) => Some(p),
                 Err(e) => {
                     drop_kept(fs, &kept);
@@ -143,11 +143,12 @@ fn write_keep_journal(
     rel: &Path,
     keep: &Path,
     old: &FileLayout,
-    final_path: &impl Fn(usize) -> PathBuf,
+    (final_path, tmp): (&impl Fn(usize) -> PathBuf, &impl Fn(usize) -> PathBuf),
 ) -> Result<(PathBuf, Vec<usize>)> {
     let new_tiers = m.layout.tiers();
-    let mut new = Vec::new();
+    let (mut new, mut pending) = (Vec::new(), Vec::new());
     for &t in &new_tiers {
+        pending.push((t, crate::data::linked::from_root(fs, t, &tmp(t))));
         let piece = m.pieces[t].as_ref().expect("made by begin_move");
         let meta = piece.file().metadata().map_err(|e| {
             backing::tier_err(fs, t, "fstat", Path::new("(the move's new piece)"), e)
@@ -179,6 +180,7 @@ fn write_keep_journal(
         new,
         old: olds,
         keeps: true,
+        pending,
     };
     let t = m.layout.primary();
     let meta = fs.tiers[t].root.join(crate::tier::META_DIR);

@@ -50,9 +50,10 @@ pub(crate) fn stage(
     }
     let mut links = Vec::new();
     let r = (|| -> Result<Journal> {
-        let mut new_inos = Vec::new();
+        let (mut new_inos, mut pending) = (Vec::new(), Vec::new());
         for t in new.tiers() {
             let piece = piece(t);
+            pending.push((t, from_root(fs, t, &piece)));
             let b = fs.tiers[t].fs();
             let i = b
                 .stat(&piece)
@@ -82,6 +83,7 @@ pub(crate) fn stage(
             new: new_inos,
             old: old_inos,
             keeps: false,
+            pending,
         })
     })();
     let written = r.and_then(|journal| {
@@ -103,6 +105,11 @@ pub(crate) fn stage(
             Err(e)
         }
     }
+}
+
+/// A move's temporary on tier `t` as a journal names it: from the tier's folder.
+pub(crate) fn from_root(fs: &TierFs, t: usize, p: &Path) -> PathBuf {
+    p.strip_prefix(&fs.tiers[t].root).unwrap_or(p).to_path_buf()
 }
 
 /// Undoes [`stage`] when the move stops before any of the primary name's pieces was

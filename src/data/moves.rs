@@ -149,9 +149,16 @@ pub(crate) fn plan_layout(
     })
 }
 
-/// Where a move's temporary piece on tier `t` is (limbo, which every mount empties).
+/// Where a move's temporary piece on tier `t` is: limbo, which every mount empties once
+/// the journals are settled, but for the temporaries a held journal names. Those outlive
+/// this process, and inode numbers start again at every mount: the name carries a
+/// number drawn once per process, so a later daemon's move never truncates one.
 pub(crate) fn tmp_path(fs: &TierFs, t: usize, ino: u64, suffix: &str) -> PathBuf {
-    fs.tiers[t].limbo.join(format!("{TMP_PREFIX}{ino}{suffix}"))
+    static DRAWN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let r = DRAWN.get_or_init(crate::layout::new_file_id);
+    fs.tiers[t]
+        .limbo
+        .join(format!("{TMP_PREFIX}{ino}-{r:016x}{suffix}"))
 }
 
 /// Step 1 of a move: the new pieces, as temporaries in limbo. On failure nothing is
@@ -214,10 +221,14 @@ pub(crate) fn begin_move(
     })
 }
 
-/// Removes a move's temporaries and returns its charge (it will not switch over).
+/// Removes a move's temporaries and returns its charge (it will not switch over). A
+/// failed inode's stay: a move torn between its own renames is finished from them by the
+/// next mount (its journal names them), and that mount empties limbo of the others.
 pub(crate) fn drop_move(fs: &TierFs, ino: u64, m: Migration) {
-    for t in m.layout.tiers() {
-        let _ = fs.tiers[t].fs().unlink(&tmp_path(fs, t, ino, m.suffix));
+    if !crate::vfs::contain::is_failed(fs, ino) {
+        for t in m.layout.tiers() {
+            let _ = fs.tiers[t].fs().unlink(&tmp_path(fs, t, ino, m.suffix));
+        }
     }
     if let Some(c) = m.charge {
         fs.placer.release(c);
@@ -358,7 +369,7 @@ pub(crate) fn switch_to(
     // between the renames by the next mount.
     let kept = match &staged {
         Some(_) => keep::Keeps::default(),
-        None => keep::keep_old(fs, ino, m, rel.as_deref(), &st.layout, &final_path)?,
+        None => keep::keep_old(fs, ino, m, rel.as_deref(), &st.layout, (&final_path, &tmp))?,
     };
     for (i, t) in layout.tiers().into_iter().enumerate() {
         let (from, to) = (tmp(t), final_path(t));

@@ -400,6 +400,7 @@ mod tests {
             new: vec![(0, 10)],
             old: vec![(1, 11)],
             keeps: false,
+            pending: vec![],
         };
         let meta = tiers[1].root.join(META_DIR);
         fs::write(meta.join("relink-7-ab.unfinished"), j.encode()).unwrap();

@@ -92,20 +92,38 @@ pub(super) fn check_format(name: &str, meta: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Empties the limbo folder: the lock is ours, so what a previous daemon left there is
-/// unreferenced now.
-pub(super) fn empty_limbo(name: &str, limbo: &Path) -> Result<()> {
-    if limbo.exists() {
-        if let Err(e) = std::fs::remove_dir_all(limbo) {
-            log::warn!("tier '{name}': cannot empty {}: {e}", limbo.display());
-        }
-    }
+/// Makes the limbo folder if it is missing. What a previous daemon left there stays
+/// until the mount's scan has settled the re-link journals ([`empty_limbo`]): a move torn
+/// between its own renames is finished from its temporaries there.
+pub(super) fn make_limbo(name: &str, limbo: &Path) -> Result<()> {
     if let Err(e) = std::fs::create_dir(limbo) {
         if e.kind() != std::io::ErrorKind::AlreadyExists {
             return Err(Error::tier(name, "mkdir", limbo, e));
         }
     }
     Ok(())
+}
+
+/// Empties the limbo folder of what a previous daemon left (the lock is ours, so it is
+/// unreferenced) but `spare`, the temporaries a held journal names (paths from the
+/// tier's folder `root`). Only for the mount's scan, before any move.
+pub fn empty_limbo(name: &str, root: &Path, limbo: &Path, spare: &[&Path]) {
+    let Ok(rd) = std::fs::read_dir(limbo) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if spare.iter().any(|s| root.join(s) == p) {
+            continue;
+        }
+        let r = match e.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(&p),
+            _ => std::fs::remove_file(&p),
+        };
+        if let Err(e) = r {
+            log::warn!("tier '{name}': cannot remove {}: {e}", p.display());
+        }
+    }
 }
 
 /// What a tier's file system accepts, found at mount, and its block device.

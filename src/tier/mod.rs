@@ -20,7 +20,7 @@ pub use estimate::{
     MIN_SAMPLE_BUSY_NS, MIN_SAMPLE_BYTES, QUEUE_LATENCY, QUEUE_MIN_BYTES, QUEUE_MIN_REQUESTS,
     QUEUE_THROUGHPUT, STALL_BUSY_NS,
 };
-pub use folder::{discard_contents, remove_folder};
+pub use folder::{discard_contents, empty_limbo, remove_folder};
 
 /// How a daemon takes a tier's lock ([`crate::lock`]).
 #[derive(Debug, Clone, Default)]
@@ -206,7 +206,7 @@ impl Tier {
         let limbo = meta.join(LIMBO_DIR);
         let lock = folder::take_lock(name, root, &meta, &data, req)?;
         folder::check_format(name, &meta)?;
-        folder::empty_limbo(name, &limbo)?;
+        folder::make_limbo(name, &limbo)?;
         let caps = folder::Capabilities::of(&meta, &data);
         Ok(Tier {
             index,

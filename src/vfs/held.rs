@@ -21,8 +21,9 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
 
-/// Settles the journals on every tier of the mount and removes the temporaries of journal
-/// writes a crash cut short. Returns what the unsettled ones hold, and whether the walk
+/// Settles the journals on every tier of the mount, removes the temporaries of journal
+/// writes a crash cut short, then empties each tier's limbo but for what a held journal
+/// names. Returns what the unsettled ones hold, and whether the walk
 /// must be cautious (a tier left out, or a journal that could not be read).
 pub(crate) fn finish_relinks(fs: &TierFs) -> (Held, bool) {
     let mut held = Held::default();
@@ -59,6 +60,19 @@ pub(crate) fn finish_relinks(fs: &TierFs) -> (Held, bool) {
                     }
                 }
             }
+        }
+    }
+    // Only now: a move torn between its renames was finished from its temporaries there.
+    // A journal that may be unseen may name some, so a cautious mount leaves them all.
+    if !cautious {
+        for t in &fs.tiers {
+            let spare: Vec<&Path> = held
+                .pending
+                .iter()
+                .filter(|(u, _)| *u == t.index)
+                .map(|(_, p)| p.as_path())
+                .collect();
+            crate::tier::empty_limbo(&t.name, &t.root, &t.limbo, &spare);
         }
     }
     (held, cautious)

@@ -150,10 +150,19 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
     for (ino, n) in &tree.nodes {
         if contain::is_failed(fs, *ino) {
             // Its state is not trusted: the next mount rebuilds it from the tiers as they
-            // are, without a pending move's writes (its temporaries are in limbo).
+            // are. A move torn between its own renames (`contain::mark_torn`) is finished
+            // there from its temporaries, which its journal names: its writes are kept.
+            // After a panic a pending move's writes are lost (no journal names them).
             if let NodeData::File(f) = &n.data {
                 let st = f.state.read();
-                if st.migration.is_some() && !f.gone.load(Ordering::Relaxed) {
+                let torn = contain::writes_back(fs, *ino);
+                if torn && st.migration.is_some() {
+                    log::warn!(
+                        "unmount: {} failed in its move, which the next mount finishes by its \
+                         journal (see the log)",
+                        namespace::describe_in(&tree, *ino)
+                    );
+                } else if st.migration.is_some() && !f.gone.load(Ordering::Relaxed) {
                     lost.push(format!(
                         "{}: failed while the writes since it was opened were being moved \
                          to a new layout (see the log): those writes are lost; the next \

@@ -32,6 +32,7 @@ use std::fs::{File, Metadata};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -96,6 +97,9 @@ static XATTR_AT: AtomicBool = AtomicBool::new(true);
 pub enum Fault {
     Link,
     Rename,
+    /// A rename that takes effect and still answers the error (an NFS reply lost and the
+    /// retransmitted RENAME finding its source gone: ENOENT).
+    RenameDone,
     Unlink,
     SyncDir,
 }
@@ -513,10 +517,32 @@ impl<'a> Beneath<'a> {
         flags: u32,
     ) -> io::Result<()> {
         injected(self.root, Fault::Rename)?;
+        // The entry `from` names, to tell a rename that failed from one that took effect
+        // and answered an error all the same (an NFS client whose reply was lost: its
+        // retransmission finds the source gone). Taken for failed, the caller would undo
+        // the other tiers' renames around this one and leave the object split.
+        let id = |b: &Beneath<'_>, p: &Path| b.stat(p).ok().map(|m| (m.dev(), m.ino()));
+        let before = (flags & libc::RENAME_EXCHANGE == 0)
+            .then(|| id(self, from))
+            .flatten();
         let f = self.parent(from)?;
         let t = dest.parent(to)?;
         // SAFETY: valid descriptors and names for the call.
-        check(unsafe { libc::renameat2(f.fd(), f.name.as_ptr(), t.fd(), t.name.as_ptr(), flags) })
+        let r = check(unsafe {
+            libc::renameat2(f.fd(), f.name.as_ptr(), t.fd(), t.name.as_ptr(), flags)
+        })
+        .and_then(|()| injected(self.root, Fault::RenameDone));
+        match (r, before) {
+            (Err(e), Some(b)) if id(&dest, to) == Some(b) && id(self, from) != Some(b) => {
+                log::warn!(
+                    "renaming {} to {} answered {e}, but it took effect: taken as done",
+                    from.display(),
+                    to.display()
+                );
+                Ok(())
+            }
+            (r, _) => r,
+        }
     }
 
     /// lchown of `p`; `None` leaves that id unchanged.

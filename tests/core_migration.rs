@@ -189,6 +189,13 @@ fn whole_rewrite_reads_nothing_from_the_old_layout() {
 }
 
 fn remount(d: &Path) -> (TierFs, u64) {
+    let fs = remount_fs(d);
+    let ino = fs.lookup(ROOT_INO, OsStr::new("f.swp")).unwrap().ino;
+    (fs, ino)
+}
+
+/// The tiers mounted again (no file looked up).
+fn remount_fs(d: &Path) -> TierFs {
     let text = format!(
         "[[tier]]\nname = \"fast\"\npath = \"{0}/a\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
          [[tier]]\nname = \"slow\"\npath = \"{0}/b\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
@@ -197,9 +204,7 @@ fn remount(d: &Path) -> (TierFs, u64) {
     );
     let config = MountConfig::parse(&text, Path::new("remount.toml")).unwrap();
     let tiers = tierfs::daemon::open_tiers(&config, false, |_| {}).unwrap();
-    let fs = TierFs::new(&config, tiers).unwrap();
-    let ino = fs.lookup(ROOT_INO, OsStr::new("f.swp")).unwrap().ino;
-    (fs, ino)
+    TierFs::new(&config, tiers).unwrap()
 }
 
 #[test]
@@ -1370,6 +1375,59 @@ fn a_files_move_cut_short_between_its_own_pieces_is_finished_by_the_next_mount()
         let (rep, text) = fsck(d.path(), false);
         assert_eq!(rep.problems(), 0, "{what}: fsck finds\n{text}");
     }
+}
+
+/// A tier's rename that takes effect and still answers an error (an NFS client whose reply
+/// was lost: its retransmission finds the source gone, ENOENT), on the second tier: in a
+/// move's switch, and in a user's rename of the striped file. Each is taken as done (the
+/// entry the source named is at the target, the source gone): the move finishes and the
+/// file reads its rewrite; the rename answers success and the file reads whole under its
+/// new name; after a remount too, with fsck clean.
+///
+/// Found (session 18): the error was believed. The move put the first tier's old piece
+/// back while the second kept the new one (a mix of old and new stripes served as the
+/// file); the rename moved the first tier's piece back while the second stayed at the new
+/// name (the file split in two halves across two names at the next mount).
+#[test]
+fn a_rename_that_answers_an_error_but_took_effect_is_taken_as_done() {
+    use tierfs::beneath::{fail_nth, faults_pending, Fault};
+    let d = tempfile::tempdir().unwrap();
+    let (old, new) = (pattern(SIZE, 41), pattern(SIZE, 42));
+    let (fs, ino) = setup(d.path(), &old);
+    let root = fs.tiers()[1].root.clone();
+    fail_nth(&root, Fault::RenameDone, 1, libc::ENOENT);
+    rewrite(&fs, ino, &new);
+    assert_eq!(faults_pending(&root), 0, "move: not reached");
+    assert!(!fs.is_failed(ino), "move: the inode failed");
+    assert_eq!(one_name_reads(&fs, &old, &new, "move"), "new");
+    assert!(fast_share(&layout(&fs)) > 0.8, "move: not re-laid out");
+    drop(fs);
+    let (fs, _) = remount(d.path());
+    assert_eq!(one_name_reads(&fs, &old, &new, "move, remounted"), "new");
+    fail_nth(&root, Fault::RenameDone, 1, libc::ENOENT);
+    let r = fs.rename(
+        ROOT_INO,
+        OsStr::new("f.swp"),
+        ROOT_INO,
+        OsStr::new("g.swp"),
+        0,
+    );
+    assert_eq!(r.map_err(|e| e.errno()), Ok(()), "rename");
+    assert_eq!(faults_pending(&root), 0, "rename: not reached");
+    assert_eq!(
+        read_by_name(&fs, "g.swp").as_deref(),
+        Ok(&new[..]),
+        "rename"
+    );
+    assert_eq!(read_by_name(&fs, "f.swp"), Err(libc::ENOENT), "rename");
+    drop(fs);
+    let fs = remount_fs(d.path());
+    assert_eq!(root_names(&fs), ["g.swp"], "rename, remounted");
+    assert_eq!(read_by_name(&fs, "g.swp").as_deref(), Ok(&new[..]));
+    drop(fs);
+    assert_eq!(move_leftovers(d.path()), Vec::<String>::new());
+    let (rep, text) = fsck(d.path(), false);
+    assert_eq!(rep.problems(), 0, "fsck finds\n{text}");
 }
 
 /// A file whole on the second tier spreads over both (its shares change), and the

@@ -314,21 +314,27 @@ pub enum Verdict {
 /// temporary there.
 pub fn plan(j: &Journal, ino: impl Fn(Option<usize>, usize) -> Option<u64>) -> Verdict {
     // New pieces the primary lacks that are still at their temporaries, on tiers where
-    // the primary holds its old piece or nothing (not a file made there since).
+    // the primary holds its old piece, or nothing where it had none (not a file made
+    // there since, nor one unlinked or renamed since: the journal outlived a move undone).
     let install: Vec<usize> = j
         .new
         .iter()
         .filter(|&&(t, new)| {
             let now = ino(None, t);
             now != Some(new)
-                && (now.is_none() || now == j.old_ino(t))
+                && now == j.old_ino(t)
                 && j.pending_on(t).is_some()
                 && ino(Some(PENDING), t) == Some(new)
         })
         .map(|&(t, _)| t)
         .collect();
     let whole = |t: usize, new: u64| ino(None, t) == Some(new) || install.contains(&t);
-    if !install.is_empty() && j.new.iter().all(|&(t, new)| whole(t, new)) {
+    let unmoved =
+        |t: usize, old: u64| matches!(ino(None, t), Some(i) if i == old || Some(i) == j.new_ino(t));
+    if !install.is_empty()
+        && j.new.iter().all(|&(t, new)| whole(t, new))
+        && j.old.iter().all(|&(t, old)| unmoved(t, old))
+    {
         let after = |n: Option<usize>, t: usize| match n {
             None if install.contains(&t) => j.new_ino(t),
             _ => ino(n, t),
@@ -979,6 +985,12 @@ mod tests {
         // The primary's entry on tier 2 is neither old nor new: not installed over.
         let s = state(&[((None, 0), 10), ((None, 1), 21), ((None, 2), 77)], &tmps);
         assert_eq!(plan_of(&j, &s), Verdict::Unsettled);
+        // The primary gone from a tier of the old layout (unlinked or renamed since: a
+        // journal that outlived its move): nothing brought back under its name.
+        let s = state(&[((None, 1), 21)], &tmps);
+        assert_eq!(plan_of(&j, &s), Verdict::Unsettled);
+        let s = state(&[], &tmps);
+        assert!(!matches!(plan_of(&j, &s), Verdict::Finish(_)));
         // A keep journal the same: installed, then the keep goes.
         let k = Journal {
             pending: j.pending.clone(),

@@ -124,6 +124,9 @@ pub(crate) struct Migration {
     pub(crate) pieces: Vec<Option<Arc<Piece>>>,
     pub(crate) charge: Option<Charge>,
     pub(crate) suffix: &'static str,
+    /// A number of this move alone, in its temporaries' names (`moves::tmp_of`): a journal
+    /// that outlives its move never names a later move's temporary.
+    pub(crate) tag: u64,
     /// The file's size when the migration began: blocks at or past it have no old bytes.
     pub(crate) old_size: u64,
     /// Per block below `old_size`: its bytes are in the new pieces. Set only once they are.

@@ -227,7 +227,10 @@ fn relocate_once(
 /// failed the inode (`contain::writes_back`); should the inode be one that is never
 /// written back, those bytes are lost: said now, and by the unmount.
 fn drop_cached_move(fs: &TierFs, ino: u64, st: &FileState, m: Migration) {
-    moves::drop_move(fs, ino, m);
+    // Its temporaries go even when the switch tore the file: a cached file's bytes are in
+    // memory and written back to its old pieces (a write may follow the tear), so the
+    // next mount must undo the move, not finish it from a copy older than those.
+    moves::drop_temporaries(fs, ino, m, false);
     if !crate::vfs::contain::writes_back(fs, ino) {
         log::error!(
             "inode {ino} failed in its move, whose copy is dropped or undone: its {} dirty \
@@ -264,7 +267,7 @@ fn copy_all(
             fs,
             t,
             "write",
-            &moves::tmp_path(fs, t, ino, m.suffix),
+            &moves::tmp_of(fs, t, ino, m),
             e,
         )),
     }
@@ -491,7 +494,7 @@ fn copy_blocks(
                     fs,
                     t,
                     "write",
-                    &moves::tmp_path(fs, t, ino, m.suffix),
+                    &moves::tmp_of(fs, t, ino, m),
                     e,
                 ));
                 break;

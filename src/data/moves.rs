@@ -30,7 +30,7 @@ use std::fs::{self};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// The unit a migration tracks: DeepSpeed's swap I/O writes whole 1 MiB pieces.
@@ -152,13 +152,19 @@ pub(crate) fn plan_layout(
 /// Where a move's temporary piece on tier `t` is: limbo, which every mount empties once
 /// the journals are settled, but for the temporaries a held journal names. Those outlive
 /// this process, and inode numbers start again at every mount: the name carries a
-/// number drawn once per process, so a later daemon's move never truncates one.
-pub(crate) fn tmp_path(fs: &TierFs, t: usize, ino: u64, suffix: &str) -> PathBuf {
+/// number drawn once per process, so a later daemon's move never truncates one, and the
+/// move's own `tag`, so a journal left by one move never names another's.
+fn tmp_path(fs: &TierFs, t: usize, ino: u64, suffix: &str, tag: u64) -> PathBuf {
     static DRAWN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let r = DRAWN.get_or_init(crate::layout::new_file_id);
     fs.tiers[t]
         .limbo
-        .join(format!("{TMP_PREFIX}{ino}-{r:016x}{suffix}"))
+        .join(format!("{TMP_PREFIX}{ino}-{r:016x}-{tag}{suffix}"))
+}
+
+/// [`tmp_path`] of move `m`'s piece on tier `t`.
+pub(crate) fn tmp_of(fs: &TierFs, t: usize, ino: u64, m: &Migration) -> PathBuf {
+    tmp_path(fs, t, ino, m.suffix, m.tag)
 }
 
 /// Step 1 of a move: the new pieces, as temporaries in limbo. On failure nothing is
@@ -173,6 +179,8 @@ pub(crate) fn begin_move(
     size: u64,
 ) -> Result<Migration> {
     let primary = st.layout.primary();
+    static MOVES: AtomicU64 = AtomicU64::new(0);
+    let tag = MOVES.fetch_add(1, Ordering::Relaxed);
     let made = (|| -> Result<Vec<Option<Arc<Piece>>>> {
         let meta = backing::open_piece(fs, st, primary, "move")?
             .file()
@@ -180,7 +188,7 @@ pub(crate) fn begin_move(
             .map_err(|e| backing::tier_err(fs, primary, "fstat", Path::new("(open file)"), e))?;
         let mut pieces: Vec<Option<Arc<Piece>>> = vec![None; fs.tiers.len()];
         for t in layout.tiers() {
-            let p = tmp_path(fs, t, ino, suffix);
+            let p = tmp_path(fs, t, ino, suffix, tag);
             match Piece::open_new_in(
                 &fs.tiers[t].root,
                 &p,
@@ -191,7 +199,7 @@ pub(crate) fn begin_move(
                 Err(e) => {
                     for u in layout.tiers() {
                         if pieces[u].is_some() {
-                            let _ = fs.tiers[u].fs().unlink(&tmp_path(fs, u, ino, suffix));
+                            let _ = fs.tiers[u].fs().unlink(&tmp_path(fs, u, ino, suffix, tag));
                         }
                     }
                     return Err(backing::tier_err(fs, t, "create", &p, e));
@@ -215,6 +223,7 @@ pub(crate) fn begin_move(
         pieces,
         charge,
         suffix,
+        tag,
         old_size: size,
         moved: (0..blocks).map(|_| AtomicBool::new(false)).collect(),
         locks: (0..MIGRATION_LOCKS).map(|_| Mutex::new(())).collect(),
@@ -225,9 +234,26 @@ pub(crate) fn begin_move(
 /// failed inode's stay: a move torn between its own renames is finished from them by the
 /// next mount (its journal names them), and that mount empties limbo of the others.
 pub(crate) fn drop_move(fs: &TierFs, ino: u64, m: Migration) {
-    if !crate::vfs::contain::is_failed(fs, ino) {
+    let keep = crate::vfs::contain::is_failed(fs, ino);
+    drop_temporaries(fs, ino, m, keep);
+}
+
+/// Whether every new piece of `m` still has a name on its tier (its temporary, or the
+/// file's entry it was renamed to): what a torn move's journal needs for the next mount
+/// to finish it. A put-back that replaced an entry after failing to link the new piece
+/// back leaves that piece nameless, and the move is then undone without its writes.
+pub(crate) fn all_named(m: &Migration) -> bool {
+    m.pieces
+        .iter()
+        .flatten()
+        .all(|p| p.file().metadata().is_ok_and(|x| x.nlink() > 0))
+}
+
+/// [`drop_move`], the temporaries removed or `keep`.
+pub(crate) fn drop_temporaries(fs: &TierFs, ino: u64, m: Migration, keep: bool) {
+    if !keep {
         for t in m.layout.tiers() {
-            let _ = fs.tiers[t].fs().unlink(&tmp_path(fs, t, ino, m.suffix));
+            let _ = fs.tiers[t].fs().unlink(&tmp_of(fs, t, ino, &m));
         }
     }
     if let Some(c) = m.charge {
@@ -322,7 +348,7 @@ pub(crate) fn switch_to(
         Some(r) => fs.tiers[t].path(r),
         None => fs.tiers[t].limbo_path(ino),
     };
-    let tmp = |t: usize| tmp_path(fs, t, ino, m.suffix);
+    let tmp = |t: usize| tmp_of(fs, t, ino, m);
     let layout = &m.layout;
     let size = node.size();
     let primary = st.layout.primary();
@@ -445,7 +471,7 @@ pub(crate) fn prepare_pieces(
     let encoded = layout.encode_with_id(Some(crate::layout::new_file_id()));
     for t in layout.tiers() {
         let piece = m.pieces[t].as_ref().expect("made by begin_move");
-        let p = tmp_path(fs, t, ino, m.suffix);
+        let p = tmp_of(fs, t, ino, m);
         // Holes at the end of a piece still count toward the file's size.
         piece
             .file()
@@ -454,10 +480,6 @@ pub(crate) fn prepare_pieces(
         let _ = piece
             .file()
             .set_permissions(fs::Permissions::from_mode(meta.mode() & 0o7777));
-        piece
-            .file()
-            .sync_all()
-            .map_err(|e| backing::tier_err(fs, t, "fsync", &p, e))?;
         let tfs = fs.tiers[t].fs();
         if let Err(e) = tfs.setxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0) {
             if matches!(layout, FileLayout::Stripe(_)) {
@@ -470,6 +492,12 @@ pub(crate) fn prepare_pieces(
                 let _ = tfs.setxattr(&p, OsStr::from_bytes(n), v, 0);
             }
         }
+        // Last, so its layout xattr is durable too: a journal may have the next mount
+        // rename this piece in as it is.
+        piece
+            .file()
+            .sync_all()
+            .map_err(|e| backing::tier_err(fs, t, "fsync", &p, e))?;
     }
     Ok(())
 }

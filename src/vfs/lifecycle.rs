@@ -155,8 +155,12 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
             // After a panic a pending move's writes are lost (no journal names them).
             if let NodeData::File(f) = &n.data {
                 let st = f.state.read();
-                let torn = contain::writes_back(fs, *ino);
-                if torn && st.migration.is_some() {
+                let finishable = contain::writes_back(fs, *ino)
+                    && st
+                        .migration
+                        .as_ref()
+                        .is_some_and(crate::data::moves::all_named);
+                if finishable {
                     log::warn!(
                         "unmount: {} failed in its move, which the next mount finishes by its \
                          journal (see the log)",

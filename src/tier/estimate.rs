@@ -12,12 +12,20 @@ pub struct Busy {
     total: AtomicU64,
 }
 
+static EPOCH_AT: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
 pub(super) fn epoch_ns() -> u64 {
-    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    EPOCH
+    EPOCH_AT
         .get_or_init(std::time::Instant::now)
         .elapsed()
         .as_nanos() as u64
+}
+
+/// [`epoch_ns`] of the instant `t` (0 before the epoch).
+pub(crate) fn epoch_ns_of(t: std::time::Instant) -> u64 {
+    epoch_ns();
+    let e = *EPOCH_AT.get().expect("set by epoch_ns");
+    t.saturating_duration_since(e).as_nanos() as u64
 }
 
 /// Whether the [`epoch_ns`] time `t` (0 = never) is less than `ns` ago.
@@ -31,11 +39,19 @@ impl Busy {
             self.since.store(epoch_ns(), Ordering::Release);
         }
     }
+    #[cfg(test)]
     pub(crate) fn end(&self) {
+        self.end_at(epoch_ns());
+    }
+    /// The end of a request that completed at [`epoch_ns`] time `t`, noted after
+    /// the fact (with the rest of its batch). Should another request have begun between
+    /// `t` and now, the gap counts as busy: a small over-count, against counting the
+    /// whole batch's wait as this tier's.
+    pub(crate) fn end_at(&self, t: u64) {
         if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             let since = self.since.load(Ordering::Acquire);
             self.total
-                .fetch_add(epoch_ns().saturating_sub(since), Ordering::Relaxed);
+                .fetch_add(t.saturating_sub(since), Ordering::Relaxed);
         }
     }
     /// Busy nanoseconds so far, the current busy period included.

@@ -14,6 +14,7 @@ use crate::lock::TierLock;
 
 mod estimate;
 mod folder;
+pub(crate) use estimate::epoch_ns_of;
 use estimate::{epoch_ns, within};
 pub use estimate::{
     judge_queueing, Busy, Estimate, NetBusy, Queueing, EWMA_ALPHA, EWMA_ALPHA_DOWN,

@@ -10,6 +10,8 @@ pub(super) struct InFlight<'a> {
     tier: &'a Tier,
     write: bool,
     start: std::time::Instant,
+    /// When it completed, if noted ([`InFlight::finish`]); else when it is dropped.
+    end: Option<std::time::Instant>,
 }
 
 impl<'a> InFlight<'a> {
@@ -31,16 +33,18 @@ impl<'a> InFlight<'a> {
             tier,
             write,
             start: std::time::Instant::now(),
+            end: None,
         })
     }
 
     /// Records the outcome: `done` is the bytes moved, `None` for a failure (counted by
-    /// the caller with the tier's errors); `core_wait_ns`, how long the submitting thread
-    /// waited for a core meanwhile, is split from the request's time.
-    pub(super) fn finish(self, done: Option<u64>, core_wait_ns: u64) {
+    /// the caller with the tier's errors), `at` when it completed; `core_wait_ns`, how
+    /// long the submitting thread waited for a core meanwhile, is split from its time.
+    pub(super) fn finish(mut self, done: Option<u64>, core_wait_ns: u64, at: std::time::Instant) {
+        self.end = Some(at);
         let Some(done) = done else { return };
         let c = &self.tier.counters;
-        let ns = self.start.elapsed().as_nanos() as u64;
+        let ns = at.saturating_duration_since(self.start).as_nanos() as u64;
         let wait = core_wait_ns.min(ns);
         if self.write {
             c.writes.fetch_add(1, Ordering::Relaxed);
@@ -59,12 +63,13 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         let c = &self.tier.counters;
+        let t = crate::tier::epoch_ns_of(self.end.unwrap_or_else(std::time::Instant::now));
         if self.write {
-            c.write_busy.end();
+            c.write_busy.end_at(t);
         } else {
-            c.read_busy.end();
+            c.read_busy.end_at(t);
         }
-        c.io_busy.end();
+        c.io_busy.end_at(t);
         c.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }

@@ -17,6 +17,7 @@ use super::piece::{note_bounce, AlignedBuf, Piece, ALIGN};
 use super::sched::Class;
 use std::cell::RefCell;
 use std::io;
+use std::time::Instant;
 
 /// One backing request of a batch.
 pub enum Op<'a> {
@@ -72,6 +73,16 @@ impl<'a> Op<'a> {
 pub trait Engine: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &'static str;
     fn run(&self, class: Class, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>>;
+
+    /// [`Engine::run`], with when each op completed. A tier's busy time ends with its own
+    /// requests, not with the batch: a batch holding a request to a tier that queues (a
+    /// PFS another job loads) would otherwise count that wait as every other tier's busy
+    /// time and drag their estimates down with it. By default, the batch's end for all.
+    fn run_timed(&self, class: Class, ops: &mut [Op<'_>]) -> Vec<(io::Result<usize>, Instant)> {
+        let r = self.run(class, ops);
+        let now = Instant::now();
+        r.into_iter().map(|x| (x, now)).collect()
+    }
 }
 
 /// One request after another.
@@ -85,6 +96,12 @@ impl Engine for Psync {
 
     fn run(&self, _class: Class, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>> {
         ops.iter_mut().map(|op| op.run_sync()).collect()
+    }
+
+    fn run_timed(&self, _class: Class, ops: &mut [Op<'_>]) -> Vec<(io::Result<usize>, Instant)> {
+        ops.iter_mut()
+            .map(|op| (op.run_sync(), Instant::now()))
+            .collect()
     }
 }
 
@@ -120,11 +137,19 @@ impl Engine for IoUring {
     }
 
     fn run(&self, class: Class, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>> {
+        self.run_timed(class, ops)
+            .into_iter()
+            .map(|(r, _)| r)
+            .collect()
+    }
+
+    fn run_timed(&self, class: Class, ops: &mut [Op<'_>]) -> Vec<(io::Result<usize>, Instant)> {
         if ops.len() <= 1 {
             // Nothing to overlap: a plain syscall costs less than a ring round trip.
-            return Psync.run(class, ops);
+            return Psync.run_timed(class, ops);
         }
-        let mut out: Vec<Option<io::Result<usize>>> = (0..ops.len()).map(|_| None).collect();
+        let mut out: Vec<Option<(io::Result<usize>, Instant)>> =
+            (0..ops.len()).map(|_| None).collect();
         for chunk_start in (0..ops.len()).step_by(RING_ENTRIES as usize) {
             let end = (chunk_start + RING_ENTRIES as usize).min(ops.len());
             let r = RING.with(|cell| {
@@ -143,7 +168,7 @@ impl Engine for IoUring {
                     .zip(&mut out[chunk_start..end])
                 {
                     if o.is_none() {
-                        *o = Some(op.run_sync());
+                        *o = Some((op.run_sync(), Instant::now()));
                     }
                 }
             }
@@ -154,12 +179,13 @@ impl Engine for IoUring {
     }
 }
 
-/// Submits every op of `ops` (at most the ring's size) and waits for all of them; ops
-/// that cannot or need not go through the ring are done in place.
+/// Submits every op of `ops` (at most the ring's size) and waits for all of them, noting
+/// when each completed (reaped as they come, not once all are done); ops that cannot or
+/// need not go through the ring are done in place.
 fn run_chunk(
     ring: &mut io_uring::IoUring,
     ops: &mut [Op<'_>],
-    out: &mut [Option<io::Result<usize>>],
+    out: &mut [Option<(io::Result<usize>, Instant)>],
 ) {
     use io_uring::{opcode, types};
     let mut subs: Vec<Option<Sub>> = (0..ops.len()).map(|_| None).collect();
@@ -171,12 +197,12 @@ fn run_chunk(
             Op::Write { piece, off, .. } => (*piece, *off, true),
         };
         if len == 0 || len > u32::MAX as usize {
-            out[i] = Some(op.run_sync());
+            out[i] = Some((op.run_sync(), Instant::now()));
             continue;
         }
         if write {
             if let Some(e) = piece.write_refusal() {
-                out[i] = Some(Err(e));
+                out[i] = Some((Err(e), Instant::now()));
                 continue;
             }
         }
@@ -222,7 +248,7 @@ fn run_chunk(
         // happens before this function returns.
         let ok = unsafe { ring.submission().push(&sqe).is_ok() };
         if !ok {
-            out[i] = Some(op.run_sync());
+            out[i] = Some((op.run_sync(), Instant::now()));
             continue;
         }
         subs[i] = Some(Sub { direct, bounce });
@@ -230,7 +256,7 @@ fn run_chunk(
     }
     let mut reaped = 0usize;
     while reaped < pushed {
-        match ring.submit_and_wait(pushed - reaped) {
+        match ring.submit_and_wait(1) {
             Ok(_) => {}
             Err(e)
                 if matches!(
@@ -248,10 +274,12 @@ fn run_chunk(
             .completion()
             .map(|c| (c.user_data() as usize, c.result()))
             .collect();
+        let at = Instant::now();
         for (i, res) in done {
             reaped += 1;
             let sub = subs[i].take().expect("one completion per submission");
-            out[i] = Some(finish(&mut ops[i], sub, res));
+            let r = finish(&mut ops[i], sub, res);
+            out[i] = Some((r, if res < 0 { Instant::now() } else { at }));
         }
     }
 }

@@ -76,18 +76,22 @@ impl<'a> Io<'a> {
         // request's (none read for a probe, which counts nothing).
         let counted = ios.iter().any(Option::is_some);
         let delay0 = counted.then(crate::sys::thread_run_delay_ns).flatten();
-        let results = self.engine.run(class, ops);
+        let timed = self.engine.run_timed(class, ops);
         let core_wait = delay0
             .and_then(|d0| Some(crate::sys::thread_run_delay_ns()?.saturating_sub(d0)))
             .unwrap_or(0);
-        for ((io, r), (t, op)) in ios.into_iter().zip(&results).zip(at.iter().zip(ops.iter())) {
+        let mut results = Vec::with_capacity(timed.len());
+        for ((io, (r, done_at)), (t, op)) in
+            ios.into_iter().zip(timed).zip(at.iter().zip(ops.iter()))
+        {
             let done = r.as_ref().ok().map(|n| *n as u64);
             if let Some(io) = io {
-                io.finish(done, core_wait);
+                io.finish(done, core_wait, done_at);
             }
-            if let Err(e) = r {
+            if let Err(e) = &r {
                 self.failed(*t, class, op.is_write(), e);
             }
+            results.push(r);
         }
         results
     }

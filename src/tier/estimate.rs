@@ -10,6 +10,9 @@ pub struct Busy {
     /// Nanoseconds since [`epoch`] when the current busy period began.
     since: AtomicU64,
     total: AtomicU64,
+    /// The latest end noted: a period closes there, not at the end of whichever request
+    /// happens to be noted last (ends are noted after the fact, with their batch).
+    last_end: AtomicU64,
 }
 
 static EPOCH_AT: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
@@ -44,14 +47,18 @@ impl Busy {
         self.end_at(epoch_ns());
     }
     /// The end of a request that completed at [`epoch_ns`] time `t`, noted after
-    /// the fact (with the rest of its batch). Should another request have begun between
-    /// `t` and now, the gap counts as busy: a small over-count, against counting the
-    /// whole batch's wait as this tier's.
+    /// the fact (with the rest of its batch). The period closes at the latest end noted,
+    /// so a request of another thread that began and ended meanwhile still counts; one
+    /// that began after `t` while this one was not yet noted makes the gap count as busy
+    /// (an over-count bounded by how late the note is), against counting the whole
+    /// batch's wait as this tier's.
     pub(crate) fn end_at(&self, t: u64) {
+        self.last_end.fetch_max(t, Ordering::AcqRel);
         if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             let since = self.since.load(Ordering::Acquire);
+            let end = self.last_end.load(Ordering::Acquire);
             self.total
-                .fetch_add(t.saturating_sub(since), Ordering::Relaxed);
+                .fetch_add(end.saturating_sub(since), Ordering::Relaxed);
         }
     }
     /// Busy nanoseconds so far, the current busy period included.
@@ -369,6 +376,28 @@ mod tests {
         let (p, n) = (plain.get().unwrap(), net.get().unwrap());
         assert!((p - 200e6).abs() < 1.0, "wall busy time halves it: {p}");
         assert!((n - 400e6).abs() < 1.0, "net busy time keeps it: {n}");
+    }
+
+    /// Ends noted late and out of order (a batch's requests, noted when it returns): the
+    /// period closes at the latest end, so another thread's request that began and ended
+    /// meanwhile counts, and so does the later of two ends noted in the other order.
+    #[test]
+    fn a_busy_period_closes_at_its_latest_end_whatever_order_they_are_noted_in() {
+        let b = Busy::default();
+        b.begin();
+        let t0 = b.since.load(Ordering::Relaxed);
+        b.begin();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        b.end(); // another thread's request, ended now
+        b.end_at(t0 + 1_000_000); // the batch's, completed 1 ms in, noted last
+        assert!(b.total_ns() >= 30_000_000, "{}", b.total_ns());
+        let c = Busy::default();
+        c.begin();
+        c.begin();
+        let s = c.since.load(Ordering::Relaxed);
+        c.end_at(s + 50_000_000);
+        c.end_at(s + 10_000_000);
+        assert_eq!(c.total_ns(), 50_000_000);
     }
 
     #[test]

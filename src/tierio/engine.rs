@@ -74,6 +74,13 @@ pub trait Engine: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &'static str;
     fn run(&self, class: Class, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>>;
 
+    /// Whether it runs a batch's ops one after another: each is then counted on its own
+    /// (`tierio::Io::submit`), as one waits behind the others of its batch, and that
+    /// wait is not its tier's.
+    fn sequential(&self) -> bool {
+        false
+    }
+
     /// [`Engine::run`], with when each op completed. A tier's busy time ends with its own
     /// requests, not with the batch: a batch holding a request to a tier that queues (a
     /// PFS another job loads) would otherwise count that wait as every other tier's busy
@@ -96,6 +103,10 @@ impl Engine for Psync {
 
     fn run(&self, _class: Class, ops: &mut [Op<'_>]) -> Vec<io::Result<usize>> {
         ops.iter_mut().map(|op| op.run_sync()).collect()
+    }
+
+    fn sequential(&self) -> bool {
+        true
     }
 
     fn run_timed(&self, _class: Class, ops: &mut [Op<'_>]) -> Vec<(io::Result<usize>, Instant)> {
@@ -278,8 +289,10 @@ fn run_chunk(
         for (i, res) in done {
             reaped += 1;
             let sub = subs[i].take().expect("one completion per submission");
+            let whole = res >= 0 && res as usize == ops[i].len();
             let r = finish(&mut ops[i], sub, res);
-            out[i] = Some((r, if res < 0 { Instant::now() } else { at }));
+            // One finished the `pread`/`pwrite` way completes when that is done.
+            out[i] = Some((r, if whole { at } else { Instant::now() }));
         }
     }
 }

@@ -67,26 +67,53 @@ impl<'a> Io<'a> {
             .iter()
             .map(|(t, id)| self.tiers[*t].queue.acquire(class, *id))
             .collect();
+        if self.engine.sequential() && ops.len() > 1 {
+            // One after another: each is counted from its own start.
+            return (0..ops.len())
+                .flat_map(|i| self.run_counted(class, &at[i..=i], &mut ops[i..=i]))
+                .collect();
+        }
+        self.run_counted(class, at, ops)
+    }
+
+    /// Runs `ops` as one engine batch and counts each on its tier: in flight from the
+    /// batch's start to its own completion.
+    fn run_counted(
+        &self,
+        class: Class,
+        at: &[usize],
+        ops: &mut [Op<'_>],
+    ) -> Vec<io::Result<usize>> {
         let ios: Vec<Option<InFlight>> = at
             .iter()
             .zip(ops.iter())
             .map(|(t, op)| InFlight::start(&self.tiers[*t], class, op.is_write()))
             .collect();
-        // The engine runs the whole batch on this thread: its wait for a core is every
-        // request's (none read for a probe, which counts nothing).
+        // The engine runs the whole batch on this thread: its wait for a core is shared
+        // among the requests by how long each was in flight (none read for a probe,
+        // which counts nothing).
         let counted = ios.iter().any(Option::is_some);
         let delay0 = counted.then(crate::sys::thread_run_delay_ns).flatten();
+        let start = std::time::Instant::now();
         let timed = self.engine.run_timed(class, ops);
         let core_wait = delay0
             .and_then(|d0| Some(crate::sys::thread_run_delay_ns()?.saturating_sub(d0)))
             .unwrap_or(0);
+        let took = |at: std::time::Instant| at.saturating_duration_since(start).as_nanos();
+        let longest = timed
+            .iter()
+            .map(|(_, at)| took(*at))
+            .max()
+            .unwrap_or(0)
+            .max(1);
         let mut results = Vec::with_capacity(timed.len());
         for ((io, (r, done_at)), (t, op)) in
             ios.into_iter().zip(timed).zip(at.iter().zip(ops.iter()))
         {
             let done = r.as_ref().ok().map(|n| *n as u64);
             if let Some(io) = io {
-                io.finish(done, core_wait, done_at);
+                let share = (core_wait as u128 * took(done_at) / longest) as u64;
+                io.finish(done, share, done_at);
             }
             if let Err(e) = &r {
                 self.failed(*t, class, op.is_write(), e);

@@ -256,10 +256,12 @@ fn a_requests_wait_for_a_core_is_counted_apart_from_its_time() {
 }
 
 /// Runs every op at once as the io_uring engine does, but the ops on one piece complete
-/// 300 ms after the others (a tier another job queues).
+/// 300 ms after the others (a tier another job queues); or, `sequential`, one after
+/// another as psync does, the slow piece's taking 300 ms.
 #[derive(Debug)]
 struct OneSlowPiece {
     slow: usize,
+    sequential: bool,
 }
 
 impl Engine for OneSlowPiece {
@@ -279,17 +281,31 @@ impl Engine for OneSlowPiece {
         class: Class,
         ops: &mut [Op<'_>],
     ) -> Vec<(io::Result<usize>, std::time::Instant)> {
+        let is_slow = |op: &Op<'_>| op.piece() as *const Piece as usize == self.slow;
+        if self.sequential {
+            return ops
+                .iter_mut()
+                .map(|op| {
+                    if is_slow(op) {
+                        std::thread::sleep(std::time::Duration::from_millis(300));
+                    }
+                    let r = Psync.run(class, std::slice::from_mut(op)).remove(0);
+                    (r, std::time::Instant::now())
+                })
+                .collect();
+        }
         let r = Psync.run(class, ops);
         let now = std::time::Instant::now();
         std::thread::sleep(std::time::Duration::from_millis(300));
         let late = std::time::Instant::now();
         r.into_iter()
             .zip(ops.iter())
-            .map(|(r, op)| {
-                let slow = op.piece() as *const Piece as usize == self.slow;
-                (r, if slow { late } else { now })
-            })
+            .map(|(r, op)| (r, if is_slow(op) { late } else { now }))
             .collect()
+    }
+
+    fn sequential(&self) -> bool {
+        self.sequential
     }
 }
 
@@ -301,37 +317,43 @@ impl Engine for OneSlowPiece {
 /// split by the two estimates hardly moved.
 #[test]
 fn each_tier_of_a_batch_is_busy_until_its_own_requests_complete() {
-    let d = tempfile::tempdir().unwrap();
-    let tiers = vec![tier(d.path(), 0), tier(d.path(), 1)];
-    let pieces: Vec<Piece> = tiers
-        .iter()
-        .map(|t| Piece::open_new(&t.data.join("f"), 0o600, false).unwrap())
-        .collect();
-    let engine = OneSlowPiece {
-        slow: &pieces[1] as *const Piece as usize,
-    };
-    let io = Io::new(&engine, &tiers);
-    let data = vec![7u8; 4096];
-    let mut ops: Vec<Op> = pieces
-        .iter()
-        .map(|piece| Op::Write {
-            piece,
-            buf: &data,
-            off: 0,
-        })
-        .collect();
-    let r = io.submit(Class::WriteBack, &[0, 1], &mut ops);
-    assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
-    let busy = |t: usize| tiers[t].counters.write_busy.total_ns();
-    let time = |t: usize| counter(&tiers[t], |c| &c.write_ns);
-    assert!(
-        busy(1) >= 300_000_000 && time(1) >= 300_000_000,
-        "slow tier"
-    );
-    assert!(
-        busy(0) < 100_000_000 && time(0) < 100_000_000,
-        "the fast tier counted the slow one's wait: busy {} ns, request time {} ns",
-        busy(0),
-        time(0)
-    );
+    // At once (io_uring), and one after another with the slow tier's request first (psync).
+    for sequential in [false, true] {
+        let d = tempfile::tempdir().unwrap();
+        let tiers = vec![tier(d.path(), 0), tier(d.path(), 1)];
+        let pieces: Vec<Piece> = tiers
+            .iter()
+            .map(|t| Piece::open_new(&t.data.join("f"), 0o600, false).unwrap())
+            .collect();
+        let engine = OneSlowPiece {
+            slow: &pieces[1] as *const Piece as usize,
+            sequential,
+        };
+        let io = Io::new(&engine, &tiers);
+        let data = vec![7u8; 4096];
+        let mut ops: Vec<Op> = pieces
+            .iter()
+            .rev()
+            .map(|piece| Op::Write {
+                piece,
+                buf: &data,
+                off: 0,
+            })
+            .collect();
+        let r = io.submit(Class::WriteBack, &[1, 0], &mut ops);
+        assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
+        let busy = |t: usize| tiers[t].counters.write_busy.total_ns();
+        let time = |t: usize| counter(&tiers[t], |c| &c.write_ns);
+        assert!(
+            busy(1) >= 300_000_000 && time(1) >= 300_000_000,
+            "slow tier"
+        );
+        assert!(
+            busy(0) < 100_000_000 && time(0) < 100_000_000,
+            "sequential {sequential}: the fast tier counted the slow one's wait: busy {} ns, \
+             request time {} ns",
+            busy(0),
+            time(0)
+        );
+    }
 }

@@ -21,13 +21,11 @@
 //!   as is a name with no entry of the file at all (removed since);
 //! - the primary holds every old piece and no new one: the move never took effect, the
 //!   names keep their pieces, and the journal goes;
-//! - some new pieces but not all (a crash, or a failed rename, between the primary's own
-//!   renames), and every new piece the primary lacks still at the move's temporary the
-//!   journal names (`pending`; the mount empties limbo only after the journals are
-//!   settled, sparing a held one's): the move is finished, each of those renamed in
-//!   ([`Step::Install`]) and then as above. The new pieces were whole and synced before
-//!   the journal was written, and they hold the writes a lazy migration took since it
-//!   began, which the old pieces never saw: undone, those acknowledged writes were lost;
+//! - some new pieces but not all (a crash or a failed rename between the primary's own
+//!   renames), each one missing still at the temporary the journal names (`pending`;
+//!   limbo is emptied only once the journals are settled): finished, those renamed in
+//!   ([`Step::Install`]), then as above. The new pieces were whole and synced before the
+//!   journal, and hold a lazy migration's writes the old pieces never saw;
 //! - otherwise, some new pieces but not all, each of the primary's entries old or new, and
 //!   every old piece it lost still held by another name (no name is re-linked before the
 //!   primary has all its new pieces): the move is undone: each old piece linked back over
@@ -90,8 +88,7 @@ pub struct Journal {
     pub pending: Vec<(usize, PathBuf)>,
 }
 
-/// The pseudo-name [`plan`]'s `ino` takes for a new piece's temporary on a tier
-/// ([`Journal::pending`]).
+/// The pseudo-name [`plan`]'s `ino` takes for a new piece's temporary ([`Journal::pending`]).
 pub const PENDING: usize = usize::MAX;
 
 fn hex(b: &[u8]) -> String {
@@ -313,18 +310,14 @@ pub enum Verdict {
 /// a tier, `None` where it has none; name `None` is the primary, [`PENDING`] the move's
 /// temporary there.
 pub fn plan(j: &Journal, ino: impl Fn(Option<usize>, usize) -> Option<u64>) -> Verdict {
-    // New pieces the primary lacks that are still at their temporaries, on tiers where
-    // the primary holds its old piece, or nothing where it had none (not a file made
-    // there since, nor one unlinked or renamed since: the journal outlived a move undone).
+    // New pieces the primary lacks still at their temporaries, where it holds its old
+    // piece (or none, as before): not where a file was made, unlinked or renamed since.
     let install: Vec<usize> = j
         .new
         .iter()
         .filter(|&&(t, new)| {
             let now = ino(None, t);
-            now != Some(new)
-                && now == j.old_ino(t)
-                && j.pending_on(t).is_some()
-                && ino(Some(PENDING), t) == Some(new)
+            now != Some(new) && now == j.old_ino(t) && ino(Some(PENDING), t) == Some(new)
         })
         .map(|&(t, _)| t)
         .collect();

@@ -148,15 +148,18 @@ fn a_cached_files_torn_move_writes_its_memory_back() {
 }
 
 /// As above with one name, but the first tier refuses the link that would keep its old
-/// piece (a file system without hard links), so the move writes no journal, and the
-/// second tier's rename fails after the first's: that old piece is then reachable only
-/// through the open handle, and blocks written back into it would vanish. They are not
-/// written back: the unmount reports them LOST.
+/// piece (a file system without hard links), and the second tier's rename fails after the
+/// first's: that old piece is then reachable only through the open handle, and blocks
+/// written back into it would vanish. They are not written back: the unmount reports
+/// them (a write after the failure would be lost); the move's copy of them is kept, and
+/// the next mount finishes the move by its keep journal, written all the same: the file
+/// reads the rewrite.
 ///
 /// Found by review: the torn rule wrote them back into that unlinked piece and reported
-/// nothing.
+/// nothing. Then (session 18): no journal was written, and the next mount found pieces
+/// of two layouts.
 #[test]
-fn a_cached_files_torn_move_without_a_journal_reports_its_memory_lost() {
+fn a_cached_files_torn_move_with_a_refused_keep_is_finished_from_its_copy() {
     let d = tempfile::tempdir().unwrap();
     let (old, new) = (pattern(12 * MIB, 5), pattern(12 * MIB, 6));
     let fs = mount(d.path());
@@ -177,4 +180,6 @@ fn a_cached_files_torn_move_without_a_journal_reports_its_memory_lost() {
         lost.len() == 1 && lost[0].starts_with("/f.swp: failed"),
         "not reported: {lost:?}"
     );
+    drop(fs);
+    assert!(remounted(d.path(), new.len()) == new, "not the rewrite");
 }

@@ -116,17 +116,17 @@ pub(crate) fn keep_old(
             }
         }
     }
-    // A tier that refused its link: the journal could not undo a tear there either.
+    // Written even where a tier refused its link: that tier's old piece cannot be put
+    // back, but the journal's temporaries let the next mount finish a torn move, where
+    // without it the file would be left a mix of old and new pieces.
     let journal = match (rel, &keep_rel) {
-        (Some(r), Some(k)) if !kept.iter().any(|(_, k)| matches!(k, Keep::Refused(_))) => {
-            match write_keep_journal(fs, ino, m, r, k, old, (final_path, tmp)) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    drop_kept(fs, &kept);
-                    return Err(e);
-                }
+        (Some(r), Some(k)) => match write_keep_journal(fs, ino, m, r, k, old, (final_path, tmp)) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                drop_kept(fs, &kept);
+                return Err(e);
             }
-        }
+        },
         _ => None,
     };
     Ok(Keeps { kept, journal })
@@ -267,26 +267,32 @@ pub(crate) fn put_back(
             }
         }
         (true, None) => {}
-        // With no journal (a tier refused its keep, or an unlinked file's in limbo) the
-        // old piece of a tier renamed may be reachable only through the open handle:
-        // blocks written back into it would vanish, so they are reported lost instead.
-        (false, j) => (if j.is_some() {
-            crate::vfs::contain::mark_torn
-        } else {
-            crate::vfs::contain::mark_failed
-        })(
-            fs,
-            ino,
-            &format!(
+        (false, j) => {
+            // Where a tier refused its keep (or with no journal: an unlinked file's, in
+            // limbo) the old piece of a tier renamed may be reachable only through the
+            // open handle: blocks written back into it would vanish, so they are
+            // reported lost instead, and the next mount cannot undo the move.
+            let undoable = !kept[..done]
+                .iter()
+                .any(|(_, k)| matches!(k, Keep::Refused(_)));
+            let why = format!(
                 "its move stopped between its own pieces and its old pieces could not all be \
                  put back ({}){}",
                 failed.join("; "),
-                j.map_or(String::new(), |j| format!(
-                    "; the next mount puts them back by the journal {}",
+                j.as_ref().map_or(String::new(), |j| format!(
+                    "; the next mount finishes the move from its temporaries by the journal {}",
                     j.display()
                 ))
-            ),
-        ),
+            );
+            if j.is_some() {
+                crate::vfs::contain::mark_journaled(fs, ino);
+            }
+            if j.is_some() && undoable {
+                crate::vfs::contain::mark_torn(fs, ino, &why)
+            } else {
+                crate::vfs::contain::mark_failed(fs, ino, &why)
+            }
+        }
     }
 }
 

@@ -129,6 +129,7 @@ pub(crate) fn abandon(fs: &TierFs, s: Staged) {
 /// mount, whose scan undoes the move by the journal: the other names, which no step had
 /// touched yet, give the primary its old pieces back ([`crate::relink`]).
 pub(crate) fn torn(fs: &TierFs, ino: u64, s: Staged) {
+    crate::vfs::contain::mark_journaled(fs, ino);
     let why = format!(
         "its move stopped between its own pieces; the journal {} is settled at the next \
          mount",

@@ -229,8 +229,12 @@ fn relocate_once(
 fn drop_cached_move(fs: &TierFs, ino: u64, st: &FileState, m: Migration) {
     // Its temporaries go even when the switch tore the file: a cached file's bytes are in
     // memory and written back to its old pieces (a write may follow the tear), so the
-    // next mount must undo the move, not finish it from a copy older than those.
-    moves::drop_temporaries(fs, ino, m, false);
+    // next mount must undo the move, not finish it from a copy older than those. Unless
+    // they are not written back (a tier that refused its keep, a panic): finishing from
+    // the copy is then all that keeps the bytes memory held at the move.
+    let failed = crate::vfs::contain::is_failed(fs, ino);
+    let keep = failed && !crate::vfs::contain::writes_back(fs, ino);
+    moves::drop_temporaries(fs, ino, m, keep);
     if !crate::vfs::contain::writes_back(fs, ino) {
         log::error!(
             "inode {ino} failed in its move, whose copy is dropped or undone: its {} dirty \

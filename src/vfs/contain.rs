@@ -111,6 +111,17 @@ pub(crate) fn mark_torn(fs: &TierFs, ino: u64, why: &str) {
     mark_failed(fs, ino, why);
 }
 
+/// Notes that `ino`'s move tore with a journal naming its new pieces' temporaries, which
+/// the next mount renames in: its pending writes are not lost ([`is_journaled`]).
+pub(crate) fn mark_journaled(fs: &TierFs, ino: u64) {
+    fs.contain.journaled.write().insert(ino);
+}
+
+/// Whether `ino`'s torn move has a journal the next mount finishes it by.
+pub(crate) fn is_journaled(fs: &TierFs, ino: u64) -> bool {
+    fs.contain.journaled.read().contains(&ino)
+}
+
 /// Whether the inode's dirty cached blocks may be written to its pieces: not after a
 /// panic, which may have left its layout and open pieces out of step (its data on the
 /// tiers stays as it was, and the unmount reports the blocks lost). A torn move's are:

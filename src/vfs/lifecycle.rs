@@ -133,6 +133,12 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
         lost.push(match e {
             // Not written back (`cached::write_back_locked`); a cached file's move the
             // failure cut short left nothing pending either: its copy was dropped.
+            Error::Failed { .. } if contain::is_journaled(fs, ino) => format!(
+                "{what}: failed in a move (see the log) while {dirty} bytes written to it were \
+                 only in memory, not written over its pieces: the move's copy holds those \
+                 written before it, which the next mount puts in place by the move's \
+                 journal; any written after the failure are lost"
+            ),
             Error::Failed { .. } => format!(
                 "{what}: failed (see the log) while {dirty} bytes written to it were only \
                  in memory: those writes are lost, never written over its pieces; the next \
@@ -150,12 +156,12 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
     for (ino, n) in &tree.nodes {
         if contain::is_failed(fs, *ino) {
             // Its state is not trusted: the next mount rebuilds it from the tiers as they
-            // are. A move torn between its own renames (`contain::mark_torn`) is finished
-            // there from its temporaries, which its journal names: its writes are kept.
-            // After a panic a pending move's writes are lost (no journal names them).
+            // are. A move torn between its own renames with a journal
+            // (`contain::mark_journaled`) is finished there from its temporaries, which
+            // the journal names: its writes are kept. Others' pending writes are lost.
             if let NodeData::File(f) = &n.data {
                 let st = f.state.read();
-                let finishable = contain::writes_back(fs, *ino)
+                let finishable = contain::is_journaled(fs, *ino)
                     && st
                         .migration
                         .as_ref()

@@ -84,6 +84,9 @@ pub(crate) struct Containment {
     /// panic): their cached blocks are still written back, through the old pieces their
     /// handles hold, which the next mount keeps or puts back by the move's journal.
     pub(crate) torn: RwLock<HashSet<u64>>,
+    /// Failed inodes whose move tore with a journal naming its temporaries: the next
+    /// mount finishes it from them (`relink`), so a pending migration's writes are kept.
+    pub(crate) journaled: RwLock<HashSet<u64>>,
     /// Set with the first failed inode: the common case (none) costs one load per request.
     pub(crate) any_failed: AtomicBool,
     pub(crate) panics: AtomicU64,

@@ -205,8 +205,10 @@ fn drop_kept(fs: &TierFs, kept: &[(usize, Keep)]) {
 /// renamed before it gets its new piece back under its temporary name (the move stays
 /// whole, to be tried again) and its old entry back in place, the file is as it was,
 /// and the other kept links and the journal go. Should that fail, the inode fails (EIO,
-/// never a mix of old and new pieces) until the next mount, which puts the old pieces
-/// back by the keep journal (an unlinked file's, kept in limbo, are lost with limbo).
+/// never a mix of old and new pieces) until the next mount, which settles the move by
+/// the keep journal (an unlinked file's, kept in limbo, are lost with limbo). A move that
+/// renamed a tier which kept no old piece cannot be undone: nothing is put back, and the
+/// next mount finishes it from its temporaries by the journal.
 pub(crate) fn put_back(
     fs: &TierFs,
     ino: u64,
@@ -216,6 +218,25 @@ pub(crate) fn put_back(
     tmp: &impl Fn(usize) -> PathBuf,
 ) {
     let kept = &keeps.kept;
+    let refused = kept[..done]
+        .iter()
+        .any(|(_, k)| matches!(k, Keep::Refused(_)));
+    if let (true, Some((j, _))) = (refused, &keeps.journal) {
+        // Put back, the other tiers would hold old pieces beside this one's new piece and
+        // their own new pieces maybe nameless: a mix neither finished nor undone.
+        crate::vfs::contain::mark_journaled(fs, ino);
+        crate::vfs::contain::mark_failed(
+            fs,
+            ino,
+            &format!(
+                "its move stopped between its own pieces after renaming a tier that keeps no \
+                 second name, so it cannot be undone; the next mount finishes it from its \
+                 temporaries by the journal {}",
+                j.display()
+            ),
+        );
+        return;
+    }
     let mut failed = Vec::new();
     for (t, k) in &kept[..done] {
         let (b, entry, tmp) = (fs.tiers[*t].fs(), final_path(*t), tmp(*t));
@@ -272,22 +293,19 @@ pub(crate) fn put_back(
             // limbo) the old piece of a tier renamed may be reachable only through the
             // open handle: blocks written back into it would vanish, so they are
             // reported lost instead, and the next mount cannot undo the move.
-            let undoable = !kept[..done]
-                .iter()
-                .any(|(_, k)| matches!(k, Keep::Refused(_)));
             let why = format!(
                 "its move stopped between its own pieces and its old pieces could not all be \
                  put back ({}){}",
                 failed.join("; "),
                 j.as_ref().map_or(String::new(), |j| format!(
-                    "; the next mount finishes the move from its temporaries by the journal {}",
+                    "; the next mount settles the move by the journal {}",
                     j.display()
                 ))
             );
             if j.is_some() {
                 crate::vfs::contain::mark_journaled(fs, ino);
             }
-            if j.is_some() && undoable {
+            if j.is_some() && !refused {
                 crate::vfs::contain::mark_torn(fs, ino, &why)
             } else {
                 crate::vfs::contain::mark_failed(fs, ino, &why)

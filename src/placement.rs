@@ -49,13 +49,15 @@ pub fn shares(bandwidths: &[f64]) -> Vec<f64> {
         .collect()
 }
 
-/// Of the staging memory, the part counted as holding the slower tiers' files whole in
-/// [`shares_with_held`]. Half: the rest is room for the files read ahead and written
-/// behind beyond it, for gradient files held spare, and for the memory watch to shrink the
-/// budget without the layout counting on it. Measured with real DeepSpeed (2 ranks, 0.78 GB
-/// of swap files, 405 MiB of staging; docs/PERFORMANCE.md, "Staging memory counted in the
-/// layout"): the slower tier at 45-50 % of the bytes ran 0.80-0.83x the nvme tier alone
-/// against 0.88x at its Eq. 1 share of 35 %.
+/// Of the staging budget, the most counted as holding the slower tiers' files whole in
+/// [`shares_with_held`]; what is counted is only what the cache has really admitted for
+/// them (`vfs::handles::held_for_placement`), never memory it merely could hold. Half: the
+/// rest is room for the files read ahead and written behind beyond it, for gradient files
+/// held spare, and for the memory watch to shrink the budget without the layout counting
+/// on it. Measured with real DeepSpeed (2 ranks, 0.78 GB of swap files, 405 MiB of
+/// staging; docs/PERFORMANCE.md, "Staging memory counted in the layout"): the slower tier
+/// at 45-50 % of the bytes ran 0.80-0.83x the nvme tier alone against 0.88x at its Eq. 1
+/// share of 35 %.
 pub const HELD_FRACTION: f64 = 0.5;
 
 /// The least part of its Eq. 1 share the fastest tier keeps in [`shares_with_held`]: a

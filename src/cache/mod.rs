@@ -372,6 +372,19 @@ impl Cache {
             .collect()
     }
 
+    /// Budget held by the ranked (not spare) files that `counts` picks: the memory the
+    /// cache has really admitted for them, read under its lock without collecting them.
+    pub fn admitted_for(&self, counts: impl Fn(&FileNode) -> bool) -> u64 {
+        self.inner
+            .lock()
+            .files
+            .values()
+            .filter(|r| !r.entry.spare)
+            .filter(|r| r.node.upgrade().is_some_and(|n| counts(&n)))
+            .map(|r| r.entry.reserved())
+            .sum()
+    }
+
     pub fn rank_of_entry(&self, e: &Entry) -> u64 {
         let orders = self.orders.lock();
         self.rank_locked(&orders, e.dir, e.ino, e.gradient, Some(e))

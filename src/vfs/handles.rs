@@ -107,11 +107,15 @@ pub(crate) fn kernel_first(fs: &TierFs, tier: usize) -> bool {
     fs.cache.is_some() && fs.tiers.len() > 1 && Some(tier) == fastest_tier(fs)
 }
 
-/// Bytes of the slower tiers' files that staging memory is counted to hold when whole
-/// files are placed ([`crate::placement::shares_with_held`]): a part of the staging budget where
-/// the fastest tier's files go to the kernel and the others' are staged, else 0 (with no
-/// kernel passthrough the cache holds every tier's files by their next use, so no tier's
-/// files can count on it).
+/// Bytes of the slower tiers' files that staging memory holds, as placement counts them
+/// for whole files ([`crate::placement::shares_with_held`]): only where the fastest tier's
+/// files go to the kernel and the others' are staged, and only memory the cache has
+/// admitted for such files (ranked, not spare), at most [`crate::placement::HELD_FRACTION`]
+/// of the budget. Counting the budget instead (what the cache *could* hold) put three of
+/// four fresh 1 GiB fio files on the slow tier with nothing staged, and a first big file
+/// there too (issue 38): a file the cache does not hold is placed by Eq. 1. Without kernel
+/// passthrough the cache holds every tier's files by their next use, so no tier's files
+/// can count on it.
 pub(crate) fn held_for_placement(fs: &TierFs) -> u64 {
     match &fs.cache {
         Some(c)
@@ -119,7 +123,12 @@ pub(crate) fn held_for_placement(fs: &TierFs) -> u64 {
                 && fs.tiers.len() > 1
                 && passthrough_enabled(fs) =>
         {
-            (c.budget() as f64 * crate::placement::HELD_FRACTION) as u64
+            let Some(fast) = fastest_tier(fs) else {
+                return 0;
+            };
+            let cap = (c.budget() as f64 * crate::placement::HELD_FRACTION) as u64;
+            let slower = |n: &FileNode| n.counted() && n.primary.load(Ordering::Relaxed) != fast;
+            c.admitted_for(slower).min(cap)
         }
         _ => 0,
     }

@@ -423,7 +423,7 @@ _tierfs() {
             return 0
             ;;
         tierfs__subcmd__mount)
-            opts="-c -f -h --config --foreground --force --reprobe --degraded --break-lock --scratch --no-scratch --allow-other --help"
+            opts="-c -f -h --config --foreground --force --reprobe --degraded --break-lock --scratch --no-scratch --allow-other --nonempty --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

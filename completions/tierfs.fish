@@ -48,6 +48,7 @@ complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l break-lock -d 'T
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l scratch -d 'Scratch data: unmounting discards it and removes the tier folders and the mountpoint (also `scratch = true` under [mount])'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l no-scratch -d 'Keep the data at unmount even if the config says `scratch = true`'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l allow-other -d 'Let other users in (also `allow_other = true` under [mount]; a non-root user needs `user_allow_other` in /etc/fuse.conf)'
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l nonempty -d 'Mount even if MOUNTPOINT is not empty: what it holds is hidden (not changed) until the mount goes'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s h -l help -d 'Print help'
 complete -c tierfs -n "__fish_tierfs_using_subcommand unmount" -l stats-dir -d 'Name of the stats folder if the config changed it' -r
 complete -c tierfs -n "__fish_tierfs_using_subcommand unmount" -s h -l help -d 'Print help'

@@ -64,6 +64,11 @@ pub const OPTIONS: &[(&str, Treatment, &str)] = &[
         Treatment::Own,
         "measure the tiers' bandwidth again (--reprobe)",
     ),
+    (
+        "nonempty",
+        Treatment::Own,
+        "mount over a mountpoint that is not empty, hiding its files (--nonempty)",
+    ),
     ("rw", Treatment::NoEffect, "tierfs mounts are read-write"),
     ("defaults", Treatment::NoEffect, "fstab's placeholder"),
     ("auto", Treatment::NoEffect, "read by mount -a"),
@@ -332,6 +337,7 @@ pub fn plan(h: &HelperArgs) -> Result<Plan, Failure> {
         allow_other: false,
         break_lock: false,
         scratch: None,
+        nonempty: false,
     };
     let mut notes = Vec::new();
     let mut refused = Vec::new();
@@ -342,6 +348,7 @@ pub fn plan(h: &HelperArgs) -> Result<Plan, Failure> {
                 "degraded" => m.degraded = true,
                 "force" => m.force = true,
                 "reprobe" => m.reprobe = true,
+                "nonempty" => m.nonempty = true,
                 _ => unreachable!("OPTIONS lists an own option that plan() does not map: {o}"),
             },
             Some((Treatment::NoEffect, _)) => {}
@@ -379,6 +386,7 @@ pub fn describe(m: &MountOptions) -> String {
         (m.degraded, " --degraded"),
         (m.force, " --force"),
         (m.reprobe, " --reprobe"),
+        (m.nonempty, " --nonempty"),
     ] {
         if on {
             s.push_str(flag);

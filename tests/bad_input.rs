@@ -582,6 +582,60 @@ fn tier_folder_rows() {
     assert!(!d.p("new").exists());
 }
 
+/// Writes a tier folder's format file as a mount of pool `pool` with `tiers` leaves it.
+fn formatted(dir: &Path, name: &str, pool: &str, tiers: &str) {
+    std::fs::create_dir_all(dir.join(".tierfs-meta")).unwrap();
+    std::fs::write(
+        dir.join(".tierfs-meta/format"),
+        format!(
+            "tierfs tier format {}\nname {name}\npool {pool}\ntiers {tiers}\n",
+            tierfs::layout::FORMAT_VERSION
+        ),
+    )
+    .unwrap();
+}
+
+/// Issue 38, points 2 and 3: folders a mount must not take as they are (no FUSE needed:
+/// each is refused before anything is mounted).
+#[test]
+fn tier_identity_and_scratch_rows() {
+    let d = Dir::new();
+    std::fs::create_dir_all(d.p("a/data")).unwrap();
+    std::fs::write(d.p("a/data/old.txt"), b"keep").unwrap();
+    tier_row(
+        "T13",
+        &d,
+        &format!("{}[mount]\nscratch = true\n", d.two()),
+        &[("DIR", &d.s("a"))],
+    );
+    assert_eq!(std::fs::read(d.p("a/data/old.txt")).unwrap(), b"keep");
+    formatted(&d.p("a"), "a", "p1", "a b");
+    tier_row(
+        "T14",
+        &d,
+        &d.two(),
+        &[("DIR", &d.s("b")), ("OTHER", &d.s("a"))],
+    );
+    assert!(
+        !d.p("b/.tierfs-meta").exists(),
+        "T14: the blank folder was written"
+    );
+    formatted(&d.p("b"), "b", "p2", "x b");
+    tier_row(
+        "T15",
+        &d,
+        &d.two(),
+        &[("DIR", &d.s("b")), ("POOL", "p1"), ("OTHERPOOL", "p2")],
+    );
+    formatted(&d.p("b"), "b", "p1", "a b");
+    tier_row(
+        "T16",
+        &d,
+        &d.tiers(&[("a", "b"), ("b", "a")]),
+        &[("DIR", &d.s("b"))],
+    );
+}
+
 /// A mountpoint row: `check-config FILE MNT` and `mount --config FILE MNT` both say what
 /// row `id` says (FILE and MNT bound, and `vars`), and nothing is mounted (issue #21 bug 6:
 /// such a mount hung).
@@ -729,6 +783,33 @@ fn command_line_rows() {
         &tierfs(&["mount", "--config", &cfg, &d.s("plain")]),
         &[("MNT", &d.s("plain"))],
     );
+    // A mountpoint with a file in it: refused; --nonempty mounts over it, hiding the file
+    // until the unmount.
+    let busy = d.p("busy");
+    std::fs::create_dir(&busy).unwrap();
+    std::fs::write(busy.join("a.txt"), b"mine").unwrap();
+    expect(
+        "L20",
+        "mount over a non-empty folder",
+        &tierfs(&["mount", "--config", &cfg, &d.s("busy")]),
+        &[("MNT", &d.s("busy"))],
+    );
+    assert!(!tierfs::daemon::is_mountpoint(&busy), "L20: mounted anyway");
+    if have(fuse().is_ok(), "L20 --nonempty mounts FUSE") {
+        let o = tierfs(&["mount", "--nonempty", "--config", &cfg, &d.s("busy")]);
+        assert!(
+            o.status.success(),
+            "L20 --nonempty: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            !busy.join("a.txt").exists(),
+            "the mount does not cover the folder"
+        );
+        let o = tierfs(&["unmount", &d.s("busy")]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    assert_eq!(std::fs::read(busy.join("a.txt")).unwrap(), b"mine");
     expect(
         "L07",
         "unmount DIR",

@@ -346,3 +346,166 @@ fn bug_folder_rename_in_a_degraded_mount_splits_striped_files() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+fn new_env(prefix: &str) -> (Env, Guard) {
+    let env = Env {
+        dir: tempfile::Builder::new().prefix(prefix).tempdir().unwrap(),
+    };
+    std::fs::create_dir_all(env.dir.path().join("nvme")).unwrap();
+    std::fs::create_dir_all(env.pfs()).unwrap();
+    std::fs::create_dir_all(env.mnt()).unwrap();
+    let guard = Guard(env.mnt());
+    (env, guard)
+}
+
+fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Issue 38, point 3: the PFS not mounted while its folder exists (here: an empty folder in
+/// place of the slow tier's). The mount took it for a new tier and exited 0 saying nothing;
+/// every stripe there read as zeros, and a file rewritten through that mount alternated new
+/// and old pieces once the real folder was back. Now the mount is refused naming the folder
+/// and the fix, `--degraded` leaves the tier out (EIO, never zeros) without writing into
+/// the blank folder, and with the real folder back every byte is there.
+#[test]
+fn a_blank_folder_standing_in_for_a_tier_is_refused() {
+    require!(fuse());
+    let (env, _guard) = new_env("tierfs-blank-tier-");
+    assert!(env.mount(&env.config(false), &[]).status.success());
+    let mut content = Vec::new();
+    for i in 0..3u64 {
+        let d = pattern(5 * MIB + 3000, 30 + i);
+        std::fs::write(env.mnt().join(format!("f{i}")), &d).unwrap();
+        content.push(d);
+    }
+    env.unmount();
+    let tier = env.pfs().join("tier");
+    assert!(tier.join("data/f0").exists(), "f0 is not striped");
+    let away = env.dir.path().join("tier.away");
+    std::fs::rename(&tier, &away).unwrap();
+    std::fs::create_dir(&tier).unwrap();
+
+    let check = Command::new(tierfs_bin())
+        .arg("check-config")
+        .arg(env.config(false))
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(2), "{}", stderr_of(&check));
+    assert!(
+        stderr_of(&check).contains("is not a tierfs tier"),
+        "{}",
+        stderr_of(&check)
+    );
+
+    let out = env.mount(&env.config(false), &[]);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    for want in [
+        "tier 'slow'",
+        &format!("{} is not a tierfs tier", tier.display()),
+        "is its file system mounted",
+        "--degraded",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in: {err}");
+    }
+    assert_eq!(
+        std::fs::read_dir(&tier).unwrap().count(),
+        0,
+        "the blank folder was written"
+    );
+
+    let out = env.mount(&env.config(false), &["--degraded"]);
+    let err = stderr_of(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("WARNING") && err.contains("tier 'slow'"),
+        "{err}"
+    );
+    for i in 0..3 {
+        assert_eio(
+            std::fs::read(env.mnt().join(format!("f{i}"))),
+            &format!("read of f{i}"),
+        );
+    }
+    let fresh = pattern(3 * MIB, 77);
+    std::fs::write(env.mnt().join("new"), &fresh).unwrap();
+    env.unmount();
+    assert_eq!(
+        std::fs::read_dir(&tier).unwrap().count(),
+        0,
+        "the blank folder was written"
+    );
+
+    std::fs::remove_dir(&tier).unwrap();
+    std::fs::rename(&away, &tier).unwrap();
+    assert!(env.mount(&env.config(false), &[]).status.success());
+    for (i, c) in content.iter().enumerate() {
+        assert!(
+            &std::fs::read(env.mnt().join(format!("f{i}"))).unwrap() == c,
+            "f{i} differs with the tier back"
+        );
+    }
+    assert!(std::fs::read(env.mnt().join("new")).unwrap() == fresh);
+    env.unmount();
+}
+
+/// Issue 38, point 3: a tier folder of another tierfs (another pool), or this tierfs's
+/// tiers with their paths swapped, are refused: their stripes would be read as this pool's.
+#[test]
+fn a_tier_of_another_tierfs_or_swapped_paths_are_refused() {
+    require!(fuse());
+    let (env, _guard) = new_env("tierfs-foreign-tier-");
+    assert!(env.mount(&env.config(false), &[]).status.success());
+    std::fs::write(env.mnt().join("a"), pattern(4 * MIB, 1)).unwrap();
+    env.unmount();
+    // Another pool: the same config shape over other folders.
+    let other = env.dir.path().join("other");
+    std::fs::create_dir_all(other.join("pfs")).unwrap();
+    let text = std::fs::read_to_string(env.config(false)).unwrap();
+    let mine = text
+        .replace(
+            &env.fast().display().to_string(),
+            &other.join("fast").display().to_string(),
+        )
+        .replace(
+            &env.pfs().display().to_string(),
+            &other.join("pfs").display().to_string(),
+        );
+    let other_cfg = env.dir.path().join("other.toml");
+    std::fs::write(&other_cfg, &mine).unwrap();
+    assert!(env.mount(&other_cfg, &[]).status.success());
+    env.unmount();
+    // This config's slow tier pointed at the other pool's.
+    let mixed = text.replace(
+        &format!("{}/tier", env.pfs().display()),
+        &other.join("pfs/tier").display().to_string(),
+    );
+    let mixed_cfg = env.dir.path().join("mixed.toml");
+    std::fs::write(&mixed_cfg, mixed).unwrap();
+    let out = env.mount(&mixed_cfg, &[]);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("tier 'slow'") && err.contains("a tier of another tierfs"),
+        "{err}"
+    );
+    // Swapped: the fast tier's path given to the slow tier and the other way round.
+    let swapped = text
+        .replace(&env.fast().display().to_string(), "@FAST@")
+        .replace(
+            &format!("{}/tier", env.pfs().display()),
+            &env.fast().display().to_string(),
+        )
+        .replace("@FAST@", &format!("{}/tier", env.pfs().display()));
+    let swapped_cfg = env.dir.path().join("swapped.toml");
+    std::fs::write(&swapped_cfg, swapped).unwrap();
+    let out = env.mount(&swapped_cfg, &[]);
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("swapped or out of order"), "{err}");
+    // The right config still mounts, and the file is whole.
+    assert!(env.mount(&env.config(false), &[]).status.success());
+    assert!(std::fs::read(env.mnt().join("a")).unwrap() == pattern(4 * MIB, 1));
+    env.unmount();
+}

@@ -277,6 +277,81 @@ fn scratch_mode_removes_the_tier_folders_and_the_mountpoint() {
     assert!(s.backing(0, "h").exists() || s.backing(1, "h").exists());
 }
 
+/// Issue 38, point 2: `--scratch` removed a tier folder whole at unmount, with the files it
+/// already held (`data/old.txt` of an earlier, kept mount). A scratch mount now refuses a
+/// folder holding anything it did not create (check-config says so too), and keeps a
+/// folder that was there before, emptied of what it made.
+#[test]
+fn scratch_mode_removes_only_what_it_created() {
+    require!(root_with_fuse());
+    // An earlier mount that kept its data.
+    let s = Setup::two("stripe");
+    let m = s.mount();
+    std::fs::write(m.path("old.txt"), b"keep me").unwrap();
+    m.unmount();
+    let holder = (0..2)
+        .find(|i| s.backing(*i, "old.txt").exists())
+        .expect("old.txt on a tier");
+    let cfg = s.write_config();
+    let o = tierfs(&[
+        "mount",
+        "--scratch",
+        "--config",
+        cfg.to_str().unwrap(),
+        s.mountpoint().to_str().unwrap(),
+    ]);
+    let err = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("data/old.txt") && err.contains("cannot take scratch data"),
+        "{err}"
+    );
+    assert!(
+        err.contains(&s.tier_path(holder).display().to_string()),
+        "{err}"
+    );
+    assert!(
+        !tierfs::daemon::is_mountpoint(&s.mountpoint()),
+        "mounted anyway"
+    );
+    let mut scratch = s.config_text();
+    scratch = scratch.replace("[mount]\n", "[mount]\nscratch = true\n");
+    assert!(scratch.contains("scratch = true"), "{scratch}");
+    let scfg = s.dir.path().join("scratch.toml");
+    std::fs::write(&scfg, scratch).unwrap();
+    let o = tierfs(&["check-config", scfg.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("data/old.txt"), "{}", text(&o));
+    assert_eq!(
+        std::fs::read(s.backing(holder, "old.txt")).unwrap(),
+        b"keep me"
+    );
+
+    // Folders that were there before, empty: kept, empty, at unmount.
+    let s = scratch_setup();
+    for i in 0..2 {
+        std::fs::create_dir(s.tier_path(i)).unwrap();
+    }
+    let o = tierfs(&["check-config", s.write_config().to_str().unwrap()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("the folder kept"), "{}", text(&o));
+    let m = s.mount();
+    std::fs::write(m.path("f"), pattern(3 * MIB, 4)).unwrap();
+    m.unmount();
+    for i in 0..2 {
+        let left: Vec<_> = std::fs::read_dir(s.tier_path(i))
+            .unwrap()
+            .flatten()
+            .collect();
+        assert!(left.is_empty(), "tier {i}: {left:?}");
+    }
+    assert!(
+        log_of(&s).contains("kept: it was there before"),
+        "{}",
+        log_of(&s)
+    );
+}
+
 /// Scratch data is not written back at unmount: a dirty file in the host-memory cache
 /// never reaches its tier. The piece's inode is kept alive by a hard link outside the tier
 /// folder, so what was written to it can be read after the folder is gone; without scratch

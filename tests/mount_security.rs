@@ -156,6 +156,48 @@ fn user_mount_is_private_to_its_owner() {
     assert!(s.tiers_holding("root-was-here").is_empty());
 }
 
+/// Issue 38, point 5: on a root mount with `allow_other`, `.tierfs/files` and `stats.json`
+/// were 0444 and listed a file in a 0700 folder (name, size, layout, tier) to any user. The
+/// views that list files are now the owner's (0400), `stats.json` shows others only its
+/// counters, and the counters (`tiers`, `metrics`) stay public.
+#[test]
+fn names_in_the_stats_views_do_not_leak_to_other_users() {
+    require!(as_test_user());
+    let mut s = Setup::two("whole-file");
+    s.extra = "allow_other = true\n".into();
+    let m = s.mount();
+    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir(m.path("private")).unwrap();
+    std::fs::set_permissions(m.path("private"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(m.path("private/topsecret-plan.txt"), b"plan").unwrap();
+    let st = q(&m.root().join(".tierfs"));
+    user_fails(
+        "ls of the 0700 folder",
+        &format!("ls {}", q(&m.path("private"))),
+        "Permission denied",
+    );
+    for view in ["files", "cache"] {
+        user_fails(view, &format!("cat {st}/{view}"), "Permission denied");
+    }
+    let json = user_ok("stats.json", &format!("cat {st}/stats.json"));
+    assert!(
+        !json.contains("topsecret"),
+        "stats.json names the file to others:\n{json}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["file_count"], 1, "the counters are there: {json}");
+    for view in ["tiers", "metrics"] {
+        let out = user_ok(view, &format!("cat {st}/{view}"));
+        assert!(!out.contains("topsecret"), "{view}:\n{out}");
+    }
+    // The owner (root here) sees every name.
+    assert!(std::fs::read_to_string(m.root().join(".tierfs/files"))
+        .unwrap()
+        .contains("topsecret"));
+    assert!(m.stats_json().to_string().contains("topsecret"));
+    m.unmount();
+}
+
 /// allow_other + default_permissions: permission bits and ownership hold for other users.
 #[test]
 fn allow_other_enforces_modes_and_owners() {

@@ -37,7 +37,7 @@ pub enum Cmd {
         /// The TOML config naming the tiers.
         #[arg(long, short)]
         config: PathBuf,
-        /// Where to mount (an existing, empty directory).
+        /// Where to mount (an existing, empty directory; see --nonempty).
         mountpoint: PathBuf,
         /// Stay attached and log to stderr (or the config's log_file).
         #[arg(long, short)]
@@ -67,6 +67,10 @@ pub enum Cmd {
         /// needs `user_allow_other` in /etc/fuse.conf).
         #[arg(long)]
         allow_other: bool,
+        /// Mount even if MOUNTPOINT is not empty: what it holds is hidden (not changed)
+        /// until the mount goes.
+        #[arg(long)]
+        nonempty: bool,
     },
     /// Unmount and wait until the daemon has exited.
     #[command(

@@ -60,6 +60,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             scratch,
             no_scratch,
             allow_other,
+            nonempty,
         } => daemon::mount(&MountOptions {
             config,
             mountpoint,
@@ -74,6 +75,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
                 _ => None,
             },
             allow_other,
+            nonempty,
         }),
         Cmd::Unmount {
             mountpoint,
@@ -438,6 +440,11 @@ fn check_config(path: &Path, mountpoint: Option<&Path>) -> Result<(), Failure> {
     if let Some(mp) = mountpoint {
         problems.extend(cfg.mountpoint_overlaps(mp));
     }
+    problems.extend(
+        crate::daemon::identity_problems(&cfg, &[])
+            .into_iter()
+            .map(|(_, m)| m),
+    );
     for t in &cfg.tiers {
         let state = match std::fs::metadata(&t.path) {
             Ok(m) if m.is_dir() => "exists",
@@ -464,7 +471,18 @@ fn check_config(path: &Path, mountpoint: Option<&Path>) -> Result<(), Failure> {
     }
     println!("layout {}", cfg.placement.layout.as_str());
     if cfg.mount.scratch {
-        println!("scratch: unmounting discards the data and removes the tier folders");
+        println!("scratch: unmounting discards the data the mount wrote");
+        for (t, plan) in cfg.tiers.iter().zip(crate::daemon::scratch_plans(&cfg)) {
+            match plan {
+                Ok(p) => println!(
+                    "scratch: tier {}: {} {}",
+                    t.name,
+                    t.path.display(),
+                    p.describe()
+                ),
+                Err(why) => problems.push(why),
+            }
+        }
     }
     if problems.is_empty() {
         println!("{}: ok", path.display());

@@ -108,6 +108,9 @@ fn daemon_command(exe: PathBuf, opts: &MountOptions) -> Command {
     if opts.allow_other {
         cmd.arg("--allow-other");
     }
+    if opts.nonempty {
+        cmd.arg("--nonempty");
+    }
     cmd
 }
 

@@ -31,8 +31,8 @@ pub use mountinfo::{
     Daemon, MountEntry, MountpointState,
 };
 pub use options::MountOptions;
-pub use scratch::sweep_stale_scratch;
-pub use tiers::{open_tiers, open_tiers_degraded};
+pub use scratch::{scratch_plans, sweep_stale_scratch};
+pub use tiers::{identity_problems, open_tiers, open_tiers_degraded};
 pub use unmount::{clear_dead_mount, unmount, unmount_path, UnmountError};
 
 use crate::config::MountConfig;
@@ -61,6 +61,37 @@ fn check_mountpoint(opts: &MountOptions) -> Result<(), Failure> {
     }
 }
 
+/// Refuses a mountpoint that holds anything: mounting over it would hide its files from
+/// every program until the mount goes, which looks like data loss.
+fn refuse_nonempty(mp: &std::path::Path) -> Result<(), Failure> {
+    let mut names: Vec<String> = match std::fs::read_dir(mp) {
+        Ok(rd) => rd
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+        // Unreadable to us: the kernel decides whether we may mount there.
+        Err(_) => return Ok(()),
+    };
+    if names.is_empty() {
+        return Ok(());
+    }
+    names.sort();
+    let n = names.len();
+    names.truncate(3);
+    let more = if n > 3 {
+        format!(" and {} more", n - 3)
+    } else {
+        String::new()
+    };
+    Err(Failure::usage(format!(
+        "mountpoint {} is not empty (it holds {}{more}); mounting over it would hide them \
+         until unmount: mount on an empty folder, or add --nonempty (-o nonempty) to mount \
+         over it anyway",
+        mp.display(),
+        names.join(", ")
+    )))
+}
+
 /// `tierfs mount`.
 pub fn mount(opts: &MountOptions) -> Result<(), Failure> {
     let mut config = MountConfig::load(&opts.config).map_err(|e| Failure::usage(e.to_string()))?;
@@ -68,13 +99,28 @@ pub fn mount(opts: &MountOptions) -> Result<(), Failure> {
         config.mount.scratch = scratch;
     }
     config.mount.allow_other |= opts.allow_other;
-    config
-        .prepare_tier_dirs_degraded(opts.degraded || config.mount.degraded)
+    let degraded = opts.degraded || config.mount.degraded;
+    let scratch = match config.mount.scratch {
+        true => Some(scratch::plan(&config)?),
+        false => None,
+    };
+    let mut missing = config
+        .prepare_tier_dirs_degraded(degraded)
         .map_err(|e| Failure::usage(e.to_string()))?;
+    // Refused here too, so the command reports it itself; the daemon announces what a
+    // degraded mount leaves out.
+    tiers::check_identities(&config, &mut missing, degraded)?;
     check_mountpoint(opts)?;
     let overlaps = config.mountpoint_overlaps(&opts.mountpoint);
     if !overlaps.is_empty() {
         return Err(Failure::usage(overlaps.join("\n")));
+    }
+    // After the overlaps: a tier folder inside the mountpoint is the sharper message.
+    if !opts.nonempty && mountpoint_state(&opts.mountpoint) == MountpointState::Usable {
+        refuse_nonempty(&opts.mountpoint)?;
+    }
+    if let Some(plans) = &scratch {
+        scratch::mark(&config, plans)?;
     }
     if opts.foreground || background::is_background_child() {
         serve::run_daemon(opts, &config)

@@ -18,4 +18,6 @@ pub struct MountOptions {
     pub scratch: Option<bool>,
     /// Let other users in (also `[mount] allow_other`); the mount helper's `-o allow_other`.
     pub allow_other: bool,
+    /// Mount over a mountpoint that is not empty, hiding what it holds (`--nonempty`).
+    pub nonempty: bool,
 }

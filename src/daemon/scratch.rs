@@ -1,6 +1,8 @@
 //! Scratch mounts (`[mount] scratch`): their data lives only as long as the mount, so the
-//! daemon discards it and removes the tier folders and the mountpoint when it leaves, and
-//! the next mount on the host clears what a killed scratch daemon left behind.
+//! daemon discards it and removes the tier folders it created and the mountpoint when it
+//! leaves, and the next mount on the host clears what a killed scratch daemon left behind.
+//! A scratch mount takes only tier folders that are new, empty or its own
+//! ([`crate::tier::scratch`]), so what it removes is only ever what it made.
 //!
 //! A daemon that was killed leaves its scratch folders behind, marked as such in their lock
 //! records; the next mount on that host that finds them next to its own tier folders
@@ -9,13 +11,84 @@
 use super::mountinfo::{daemon_of, mount_at, Daemon};
 use super::unmount::clear_dead_mount;
 use crate::config::MountConfig;
+use crate::failure::Failure;
+use crate::tier::scratch::Plan as ScratchPlan;
 use crate::vfs::TierFs;
 use std::path::Path;
 
-/// Scratch mode, at the end: the data is discarded and each tier folder removed (what is
-/// not tierfs's in one is kept, with a warning), then the mountpoint if it is empty.
+/// What a scratch mount of `config` would do with each tier folder, or why it must refuse
+/// the folder (it holds what no scratch mount of ours made), in the words of the refusal.
+pub fn scratch_plans(config: &MountConfig) -> Vec<Result<ScratchPlan, String>> {
+    config
+        .tiers
+        .iter()
+        .map(|t| {
+            crate::tier::scratch::inspect(&t.path).map_err(|why| {
+                format!(
+                    "{}: tier '{}': {} cannot take scratch data: {why}. Scratch mode removes \
+                 what it creates at unmount, so it takes a new or empty folder: point `path` \
+                 at one (e.g. a folder named after ${{SLURM_JOB_ID}}), or mount without \
+                 --scratch",
+                    config.source.display(),
+                    t.name,
+                    t.path.display()
+                )
+            })
+        })
+        .collect()
+}
+
+/// Before a scratch mount creates anything: what it will do with each tier folder, or the
+/// folders it must refuse, every one named.
+pub(super) fn plan(config: &MountConfig) -> Result<Vec<ScratchPlan>, Failure> {
+    let (plans, refused): (Vec<_>, Vec<_>) =
+        scratch_plans(config).into_iter().partition(Result::is_ok);
+    let plans: Vec<ScratchPlan> = plans.into_iter().filter_map(Result::ok).collect();
+    let refused: Vec<String> = refused.into_iter().filter_map(Result::err).collect();
+    if refused.is_empty() {
+        Ok(plans)
+    } else {
+        Err(Failure::usage(refused.join("\n")))
+    }
+}
+
+/// Once the tier folders exist: marks each new or empty one as this scratch mount's,
+/// saying whether the mount made it (`plans` from [`plan`], taken before they were made).
+pub(super) fn mark(config: &MountConfig, plans: &[ScratchPlan]) -> Result<(), Failure> {
+    for (t, p) in config.tiers.iter().zip(plans) {
+        let created = match p {
+            ScratchPlan::Create if t.path.is_dir() => true,
+            ScratchPlan::Empty => false,
+            // Not made (a degraded mount's missing tier), or marked already.
+            _ => continue,
+        };
+        crate::tier::scratch::mark(&t.path, created).map_err(|e| {
+            Failure::runtime(format!(
+                "tier '{}': cannot mark {} as scratch: {e}",
+                t.name,
+                t.path.display()
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+/// A mount that keeps its data: any scratch marker on its tiers goes (a killed scratch
+/// mount's data, taken over by this one, is kept from now on).
+pub(super) fn unmark(tiers: &[crate::tier::Tier]) {
+    for t in tiers.iter().filter(|t| !t.missing) {
+        if let Err(e) = crate::tier::scratch::unmark(&t.root) {
+            log::warn!("tier '{}': cannot remove its scratch marker: {e}", t.name);
+        }
+    }
+}
+
+/// Scratch mode, at the end: the data is discarded and each tier folder the mount created
+/// removed (what is not tierfs's in one is kept, with a warning; a folder that was there
+/// before is kept, empty), then the mountpoint if it is empty.
 pub(super) fn remove_scratch(fs: &TierFs, mountpoint: &Path) {
     for t in fs.tiers().iter().filter(|t| !t.missing) {
+        let created = crate::tier::scratch::marked(&t.root).unwrap_or(false);
         if let Err(e) = crate::tier::discard_contents(&t.root) {
             log::warn!(
                 "scratch: cannot remove the data of tier '{}' in {}: {e}",
@@ -24,7 +97,11 @@ pub(super) fn remove_scratch(fs: &TierFs, mountpoint: &Path) {
             );
         }
         t.release_lock();
-        match crate::tier::remove_folder(&t.root) {
+        match crate::tier::remove_folder(&t.root, created) {
+            Ok(()) if !created => log::info!(
+                "scratch: emptied tier folder {} (kept: it was there before)",
+                t.root.display()
+            ),
             Ok(()) => log::info!("scratch: removed tier folder {}", t.root.display()),
             Err(e) => log::warn!("scratch: tier '{}': {e}", t.name),
         }
@@ -46,7 +123,8 @@ fn remove_empty_mountpoint(mountpoint: &Path) {
 
 /// Removes the scratch tier folders that a killed daemon of this host left beside this
 /// config's tier folders (the folders in the same parents): their lock records say scratch,
-/// this host, and a process that is gone. Their lock is taken first, under the node lock,
+/// this host, and a process that is gone, and their scratch marker is there (what an
+/// older tierfs's scratch mount left, unmarked, is not known to be all scratch data). Their lock is taken first, under the node lock,
 /// so a daemon still using one, or another mount sweeping at the same moment, is never in
 /// the way. The dead mount such a daemon left is detached. Folders of other users, other
 /// hosts or without a record are never touched. The config's own tier folders are handled
@@ -88,6 +166,9 @@ pub fn sweep_stale_scratch(
             if !h.scratch || h.host.is_empty() || !h.is_this_host() || h.is_alive() {
                 continue;
             }
+            let Some(created) = crate::tier::scratch::marked(&dir) else {
+                continue;
+            };
             let me = Holder::me("cleanup", None, false);
             let Ok((lock, Some(TakenOver::Stale(h)))) = TierLock::acquire(&dir, &meta, me, false)
             else {
@@ -116,11 +197,12 @@ pub fn sweep_stale_scratch(
             drop(lock);
             let msg = match discarded
                 .map_err(|e| e.to_string())
-                .and_then(|_| crate::tier::remove_folder(&dir))
+                .and_then(|_| crate::tier::remove_folder(&dir, created))
             {
                 Ok(()) => format!(
-                    "removed the scratch tier folder {} left by a tierfs daemon that was \
+                    "{} the scratch tier folder {} left by a tierfs daemon that was \
                      killed ({})",
+                    if created { "removed" } else { "emptied" },
                     dir.display(),
                     h.describe()
                 ),

@@ -47,6 +47,10 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
         ready.say(&format!("MSG {m}"))
     })?;
     check_tiers(config, &tiers, &mountpoint)?;
+    super::tiers::record_identities(config, &tiers);
+    if !config.mount.scratch {
+        super::scratch::unmark(&tiers);
+    }
     // A report of an earlier daemon on these tiers is stale now.
     let lost_report = lost_report_path(&tiers[0].root);
     prepare_lost_report(&lost_report);
@@ -84,9 +88,10 @@ fn missing_tiers(
     ready: &mut Ready,
 ) -> Result<Vec<(usize, String)>, Failure> {
     let degraded = opts.degraded || config.mount.degraded;
-    let missing = config
+    let mut missing = config
         .prepare_tier_dirs_degraded(degraded)
         .map_err(|e| Failure::usage(e.to_string()))?;
+    super::tiers::check_identities(config, &mut missing, degraded)?;
     for (i, why) in &missing {
         let msg = format!(
             "tier '{}' is missing, mounting degraded without it: files with pieces on it \

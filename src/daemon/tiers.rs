@@ -67,6 +67,85 @@ pub fn open_tiers_degraded(
     Ok(tiers)
 }
 
+/// Refuses the tier folders that are not this tierfs's tiers as they stand
+/// ([`crate::tier::identity::check`]: a blank folder where the pool says a tier holds data,
+/// a tier of another pool or position, a format file that cannot be read). With
+/// `degraded`, any but the first is left out instead: added to `missing` with why.
+pub fn check_identities(
+    config: &MountConfig,
+    missing: &mut Vec<(usize, String)>,
+    degraded: bool,
+) -> Result<(), Failure> {
+    let skip: Vec<usize> = missing.iter().map(|(i, _)| *i).collect();
+    let mut refused = Vec::new();
+    for (index, msg) in identity_problems(config, &skip) {
+        if degraded && index > 0 {
+            missing.push((index, msg));
+        } else {
+            refused.push(msg);
+        }
+    }
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::usage(refused.join("\n")))
+    }
+}
+
+/// The tier folders of `config` that are not its tiers as they stand (`skip`: left out
+/// already), each with the whole message (what `tierfs check-config` reports too).
+pub fn identity_problems(config: &MountConfig, skip: &[usize]) -> Vec<(usize, String)> {
+    let named: Vec<_> = config
+        .tiers
+        .iter()
+        .map(|t| (t.name.as_str(), t.path.as_path()))
+        .collect();
+    crate::tier::identity::check(&named, skip)
+        .into_iter()
+        .map(|r| {
+            let msg = format!(
+                "{}: tier '{}': {}",
+                config.source.display(),
+                config.tiers[r.index].name,
+                r.why
+            );
+            (r.index, msg)
+        })
+        .collect()
+}
+
+/// Writes into every opened tier which pool it belongs to and the pool's tiers (the id of
+/// the first tier that has one, else a new one), so a later mount can tell a blank or
+/// foreign folder from this tierfs's tier. A tier that cannot take it is only warned of:
+/// the mount works, without that check for it.
+pub fn record_identities(config: &MountConfig, tiers: &[Tier]) {
+    use crate::tier::identity::{self, Identity, Seen};
+    let present = || tiers.iter().filter(|t| !t.missing);
+    let pool = present()
+        .find_map(|t| match identity::read(&t.root) {
+            Seen::Tier(Identity { pool: Some(p), .. }) => Some(p),
+            _ => None,
+        })
+        .unwrap_or_else(identity::new_pool_id);
+    let names: Vec<String> = config.tiers.iter().map(|t| t.name.clone()).collect();
+    for t in present() {
+        let id = Identity {
+            format: Some(crate::layout::FORMAT_VERSION),
+            name: Some(t.name.clone()),
+            pool: Some(pool.clone()),
+            tiers: names.clone(),
+        };
+        if let Err(e) = identity::record(&t.root, &id) {
+            log::warn!(
+                "tier '{}': cannot record its pool in {}: {e}; a later mount cannot tell \
+                 a blank folder there from this tier",
+                t.name,
+                t.root.display()
+            );
+        }
+    }
+}
+
 /// This node's own measurement of a tier (read, write bytes/s), cached in the tier.
 fn probe_here(t: &TierConfig, reprobe: bool) -> Result<(f64, f64), String> {
     let cache = Tier::probe_cache(&t.path);

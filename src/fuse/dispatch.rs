@@ -449,7 +449,7 @@ impl Dispatcher {
                 let a = fs.link(*oldnodeid, ino, newname).map_err(to_errno)?;
                 out.extend_from_slice(entry_out(&a).bytes())
             }
-            Op::Open(o) => self.open(ino, o, out)?,
+            Op::Open(o) => self.open(ino, o, ctx, out)?,
             Op::Read(_) => return Err(libc::EPROTO),
             Op::Write { arg, data } => {
                 self.write(ino, arg, |fs| fs.write(arg.fh, arg.offset, data), out)?
@@ -525,12 +525,12 @@ impl Dispatcher {
     }
 
     #[inline]
-    fn open(&self, ino: u64, o: &abi::OpenIn, out: &mut Vec<u8>) -> Result<(), i32> {
+    fn open(&self, ino: u64, o: &abi::OpenIn, ctx: Ctx, out: &mut Vec<u8>) -> Result<(), i32> {
         let fs = &self.fs;
         if o.open_flags & abi::OPEN_KILL_SUIDGID != 0 && fs.kill_suidgid(ino).map_err(to_errno)? {
             self.invalidate_attr(ino);
         }
-        let (fh, info) = fs.open(ino, o.flags as i32).map_err(to_errno)?;
+        let (fh, info) = fs.open_as(ino, o.flags as i32, ctx).map_err(to_errno)?;
         out.extend_from_slice(self.open_out(ino, fh, &info).bytes());
         Ok(())
     }

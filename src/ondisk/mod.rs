@@ -93,6 +93,20 @@ pub fn tier_dirs(cfg: &MountConfig) -> Result<Vec<TierDir>, Failure> {
             data: t.path.join(DATA_DIR),
         });
     }
+    // A blank folder standing in for a tier (a PFS not mounted) would read as a tier whose
+    // pieces are all gone, and a repair would make them anew: refused as a mount refuses it.
+    let named: Vec<_> = cfg
+        .tiers
+        .iter()
+        .map(|t| (t.name.as_str(), t.path.as_path()))
+        .collect();
+    let refused: Vec<String> = crate::tier::identity::check(&named, &[])
+        .into_iter()
+        .map(|r| format!("tier '{}': {}", cfg.tiers[r.index].name, r.why))
+        .collect();
+    if !refused.is_empty() {
+        return Err(Failure::usage(refused.join("\n")));
+    }
     Ok(out)
 }
 

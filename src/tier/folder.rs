@@ -193,11 +193,12 @@ pub fn discard_contents(root: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Scratch mode, part two (lock released): removes `.tierfs-meta/` and the tier folder
-/// itself. Anything in the folder that is not tierfs's (a user's file next to `data/`) is
-/// kept, and with it the folder: the error lists it. A tier somebody locked meanwhile is
-/// left alone.
-pub fn remove_folder(root: &Path) -> std::result::Result<(), String> {
+/// Scratch mode, part two (lock released): removes `.tierfs-meta/`, and the tier folder
+/// itself if the scratch mount `created` it ([`super::scratch`]); a folder that existed
+/// before is kept, empty. Anything in the folder that is not tierfs's (a user's file next
+/// to `data/`) is kept, and with it the folder: the error lists it. A tier somebody locked
+/// meanwhile is left alone.
+pub fn remove_folder(root: &Path, created: bool) -> std::result::Result<(), String> {
     let meta = root.join(META_DIR);
     if let Some(h) = crate::lock::holder_of(&meta) {
         return Err(format!(
@@ -207,6 +208,9 @@ pub fn remove_folder(root: &Path) -> std::result::Result<(), String> {
         ));
     }
     remove_if_there(&meta).map_err(|e| format!("cannot remove {}: {e}", meta.display()))?;
+    if !created {
+        return Ok(());
+    }
     match std::fs::remove_dir(root) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),

@@ -14,6 +14,8 @@ use crate::lock::TierLock;
 
 mod estimate;
 mod folder;
+pub mod identity;
+pub mod scratch;
 pub(crate) use estimate::epoch_ns_of;
 use estimate::{epoch_ns, within};
 pub use estimate::{
@@ -626,10 +628,22 @@ mod tests {
         assert!(!t.data.exists());
         assert!(root.join(META_DIR).join(crate::lock::RECORD).exists());
         // Still locked: part two refuses.
-        assert!(remove_folder(&root).unwrap_err().contains("locked again"));
+        assert!(remove_folder(&root, true)
+            .unwrap_err()
+            .contains("locked again"));
         t.release_lock();
-        remove_folder(&root).unwrap();
+        remove_folder(&root, true).unwrap();
         assert!(!root.exists());
+
+        // A folder the scratch mount did not create is kept, emptied of what it made.
+        std::fs::create_dir(&root).unwrap();
+        let t = Tier::open_for(0, "t", &root, None, &req).unwrap();
+        std::fs::write(t.data.join("x.swp"), b"x").unwrap();
+        discard_contents(&root).unwrap();
+        t.release_lock();
+        remove_folder(&root, false).unwrap();
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "emptied");
+        std::fs::remove_dir(&root).unwrap();
 
         // A user's own file next to data/ keeps the folder.
         std::fs::create_dir(&root).unwrap();
@@ -637,7 +651,7 @@ mod tests {
         std::fs::write(root.join("notes.txt"), b"mine").unwrap();
         discard_contents(&root).unwrap();
         t.release_lock();
-        let e = remove_folder(&root).unwrap_err();
+        let e = remove_folder(&root, true).unwrap_err();
         assert!(e.contains("notes.txt"), "{e}");
         assert_eq!(std::fs::read(root.join("notes.txt")).unwrap(), b"mine");
         assert!(!root.join(META_DIR).exists() && !root.join(DATA_DIR).exists());

@@ -131,7 +131,7 @@ pub(crate) fn create(
         drop(tree);
         // The request ran on the folder: the file it opens answers as a failed one does.
         crate::vfs::contain::check_failed(fs, existing)?;
-        let (fh, info) = open(fs, existing, flags)?;
+        let (fh, info) = open(fs, existing, flags, ctx.uid)?;
         let a = attr::getattr(fs, existing)?;
         attr::remember(fs, &fs.tree.read(), existing);
         return Ok((a, fh, info));
@@ -207,7 +207,9 @@ pub(crate) fn create(
     ))
 }
 
-pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32) -> Result<(u64, OpenInfo)> {
+/// Opens `ino` for the user `uid` (who sees the file names in `.tierfs/` views only if the
+/// mount's owner or root: [`crate::vfs::snapshot::shows_names_to`]).
+pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, OpenInfo)> {
     let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
     if let Some(v) = Virtual::from_ino(ino) {
         if v == Virtual::Control {
@@ -229,7 +231,8 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32) -> Result<(u64, OpenInfo)>
         if v == Virtual::Dir {
             return Err(Error::IsDir);
         }
-        let content = crate::vfs::snapshot::render(fs, v);
+        let names = crate::vfs::snapshot::shows_names_to(fs, uid);
+        let content = crate::vfs::snapshot::render(fs, v, names);
         return Ok((
             handles::new_fh(fs, Handle::Virtual(Arc::new(content))),
             OpenInfo {

@@ -257,7 +257,13 @@ impl TierFs {
     }
 
     pub fn open(&self, ino: u64, flags: i32) -> Result<(u64, OpenInfo)> {
-        files::open(self, ino, flags)
+        files::open(self, ino, flags, self.euid)
+    }
+
+    /// [`TierFs::open`] by the user `ctx`: the `.tierfs/` views list file names only to the
+    /// mount's owner and root (through `allow_other` anyone may read them).
+    pub fn open_as(&self, ino: u64, flags: i32, ctx: Ctx) -> Result<(u64, OpenInfo)> {
+        files::open(self, ino, flags, ctx.uid)
     }
 
     /// `close(2)` of a handle (FLUSH, which the caller waits for, unlike RELEASE): brings a

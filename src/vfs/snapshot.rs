@@ -143,24 +143,42 @@ fn cpu_stats(fs: &TierFs, tiers: &[TierStats]) -> CpuStats {
     }
 }
 
-/// The bytes of one virtual file.
-pub fn render(fs: &TierFs, v: Virtual) -> Vec<u8> {
+/// Whether the user `uid` may see the names of the mount's files in the `.tierfs/` views:
+/// the mount's owner and root. With `allow_other` anyone may open the views, and a file's
+/// name, size and tier in a folder only its owner may search is not theirs to read; the
+/// views that exist to list files (`files`, `cache`) are the owner's alone (mode 0400),
+/// `stats.json` shows others its counters without the list.
+pub fn shows_names_to(fs: &TierFs, uid: u32) -> bool {
+    uid == 0 || uid == fs.euid
+}
+
+/// The bytes of one virtual file; `names`: the per-file list too ([`shows_names_to`]).
+pub fn render(fs: &TierFs, v: Virtual, names: bool) -> Vec<u8> {
+    let detail = if names {
+        Detail::Files
+    } else {
+        Detail::Counters
+    };
     match v {
         Virtual::Dir => Vec::new(),
         Virtual::Config => fs.config_text().as_bytes().to_vec(),
         Virtual::StatsJson => {
-            let mut s =
-                serde_json::to_string_pretty(&snapshot(fs, Detail::Files)).unwrap_or_default();
+            let mut s = serde_json::to_string_pretty(&snapshot(fs, detail)).unwrap_or_default();
             s.push('\n');
             s.into_bytes()
         }
         Virtual::Tiers => tiers_table(&snapshot(fs, Detail::Counters)).into_bytes(),
-        Virtual::Files => files_table(&snapshot(fs, Detail::Files)).into_bytes(),
+        Virtual::Files => files_table(&snapshot(fs, detail)).into_bytes(),
         Virtual::Metrics => {
             crate::stats::metrics::render(&snapshot(fs, Detail::Counters)).into_bytes()
         }
         Virtual::Cache => {
-            let mut s = serde_json::to_string_pretty(&fs.cache_view()).unwrap_or_default();
+            let mut view = fs.cache_view();
+            if !names {
+                view.files.clear();
+                view.orders.clear();
+            }
+            let mut s = serde_json::to_string_pretty(&view).unwrap_or_default();
             s.push('\n');
             s.into_bytes()
         }

@@ -16,12 +16,17 @@
 #   CPU     the FUSE daemon's utime+stime (/proc/PID/stat) over the replay and over fio, per GB
 #           moved (tierfs: PID from MNT/.tierfs/stats.json; mergerfs: the process we started)
 # Failures (mergerfs rejects O_DIRECT writes) are recorded, not fatal.
+# The defaults: target default mounts a config of only the two [[tier]] entries (as root:
+# whole files, passthrough "auto", automatic staging memory); default-cg the same with the
+# daemon in a memory cgroup of MEMCG_LIMIT (default 1G), so staging is bounded as at real
+# scale. A target ending in @before runs the binary BEFORE=path instead (side by side).
 # As an ordinary user: targets direct-user and stripe-user run the replay and fio as
 # BENCH_USER (default tierfs-test), stripe-user with the mount made by that user through
 # fusermount3 (no passthrough without root).
 # Results: $OUT/results.tsv, per-run JSON and logs, a PNG plot, and (unless --no-doc) the
 # generated block of docs/PERFORMANCE.md under "## DeepSpeed replay and side-by-side".
-# Environment: TIERBED, BENCH_DIR (work folder), NVME_TIER, PFS_TIER, MERGERFS_OPTS.
+# Environment: TIERBED, BENCH_DIR (work folder), NVME_TIER, PFS_TIER, MERGERFS_OPTS,
+# MEMCG_LIMIT, BEFORE.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 CMDLINE="tools/bench-tiers.sh $*"
@@ -105,8 +110,16 @@ unmount_all() {
     DAEMON_PID=""
   fi
 }
+MEMCG_LIMIT=${MEMCG_LIMIT:-1G}
+MEMCG=/sys/fs/cgroup/memory/tierfs-bench-tiers-$$
+memcg_remove() {
+  [ -d "$MEMCG" ] || return 0
+  for p in $(cat "$MEMCG/cgroup.procs" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+  sleep 0.2; rmdir "$MEMCG" 2>/dev/null || true
+}
 cleanup() {
   unmount_all || true
+  memcg_remove
   bash "$TIERBED" down "$NVME_TIER" >/dev/null 2>&1 || true
   bash "$TIERBED" down "$PFS_TIER" --purge >/dev/null 2>&1 || true
 }
@@ -131,6 +144,11 @@ log "probing the tiers (tierfs probe --fresh) ..."
 "$TIERFS" probe --config "$BENCH_DIR/probe.toml" --fresh --size 1GiB --secs 3 2>/dev/null | tee "$OUT/probe.txt" >&2
 
 config() {  # TARGET -> config path (bandwidths come from the cached probe)
+  case $1 in
+    default*)  # only the tiers: every other key at its default
+      { cat "$BENCH_DIR/probe.toml"; printf '[mount]\nlog_file = "%s"\n' "$BENCH_DIR/daemon-$1.log"; } >"$BENCH_DIR/$1.toml"
+      echo "$BENCH_DIR/$1.toml"; return ;;
+  esac
   local c=$BENCH_DIR/$1.toml layout=${1%-pt} extra=""
   layout=${layout%-user}
   local logf=$BENCH_DIR/daemon-$1.log
@@ -173,6 +191,17 @@ mount_target() {  # TARGET -> sets DIR, DAEMON_PID and AS; fails if the mount fa
       for _ in $(seq 50); do mountpoint -q "$MNT" && break; sleep 0.1; done
       mountpoint -q "$MNT" || return 1
       DAEMON_PID=$MFS_PID; DIR=$MNT/bench ;;
+    default|default-cg|default@before|default-cg@before)
+      local bin=$TIERFS cg=()
+      [[ $1 == *@before ]] && bin=${BEFORE:?"target $1 needs BEFORE=path of the other binary"}
+      if [[ $1 == default-cg* ]]; then
+        memcg_remove; mkdir "$MEMCG"
+        numfmt --from=iec "${MEMCG_LIMIT%B}" >"$MEMCG/memory.limit_in_bytes"
+        cg=(bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$MEMCG")
+      fi
+      "${cg[@]}" "$bin" mount --config "$(config "${1%@before}")" "$MNT" >/dev/null 2>>"$OUT/tierfs-mount.log" || return 1
+      DAEMON_PID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$MNT/.tierfs/stats.json")
+      DIR=$MNT/bench ;;
     whole-file|whole-file-pt|stripe)
       "$TIERFS" mount --config "$(config "$1")" "$MNT" >/dev/null 2>>"$OUT/tierfs-mount.log" || return 1
       DAEMON_PID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$MNT/.tierfs/stats.json")
@@ -267,7 +296,13 @@ EOF
   [ "$t" = mergerfs ] && put "$t" placement "$(du -sm "$NVME/mfs" | cut -f1) MiB on nvme, $(du -sm "$PFS/mfs" | cut -f1) MiB on pfs"
   "${AS[@]}" rm -rf "$DIR/fio" "$DIR"
   UNMOUNT_LAG=0
-  [[ "$t" == direct* ]] || unmount_all
+  if [[ "$t" != direct* ]]; then
+    # Where the daemon put the bytes, before they go.
+    [ -n "$DAEMON_PID" ] && [ -f "$MNT/.tierfs/stats.json" ] &&
+      cp "$MNT/.tierfs/stats.json" "$OUT/stats-$tag.json" 2>/dev/null || true
+    unmount_all
+  fi
+  memcg_remove
   AS=()
   [ "$UNMOUNT_LAG" = 0 ] || put "$t" unmount_lag_s "$(awk -v i="$UNMOUNT_LAG" 'BEGIN{print i/10}')"
   rm -rf "$NVME/mfs" "$PFS/mfs"

@@ -4,7 +4,7 @@
 //! the new layout when the writer closes (or on fsync), with its old pieces and the
 //! temporaries gone.
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use tierfs::config::MountConfig;
 use tierfs::layout::FileLayout;
@@ -612,7 +612,7 @@ fn ino_on(d: &Path, t: &str, name: &str) -> Option<u64> {
 fn journals(d: &Path) -> Vec<std::path::PathBuf> {
     ["a", "b"]
         .iter()
-        .flat_map(|t| tierfs::relink::list(&d.join(t).join(".tierfs-meta")))
+        .flat_map(|t| tierfs::relink::list(&d.join(t).join(".tierfs-meta")).unwrap())
         .map(|(p, _)| p)
         .collect()
 }
@@ -1342,9 +1342,10 @@ fn a_files_move_cut_short_between_its_own_pieces_is_finished_by_the_next_mount()
             // Killed right after the first rename, before any put-back: the second tier's
             // old entry is still kept too.
             let (_, j) = tierfs::relink::list(&d.path().join("a/.tierfs-meta"))
+                .unwrap()
                 .pop()
                 .unwrap();
-            let j = j.expect("the journal parses");
+            let j = j.unwrap().expect("the journal parses");
             assert!(j.keeps, "{what}: not a keep journal");
             let data = d.path().join("b/data");
             std::fs::hard_link(data.join("f.swp"), data.join(&j.names[0])).unwrap();
@@ -1900,4 +1901,117 @@ fn renames_not_synced_leave_the_old_piece(linked: bool) {
     );
     assert!(journals(d.path()).is_empty(), "the journal is left");
     assert!(temporaries(d.path()).is_empty(), "keeps are left");
+}
+
+/// A crash between a file's own renames (as in
+/// `a_files_move_cut_short_between_its_own_pieces_is_finished_by_the_next_mount`): the
+/// first tier holds its new piece, the second its old one, the keep beside the name, the
+/// second tier's new piece at its temporary in limbo and the keep journal on the first
+/// tier. Returns the keep, limbo and the journal's path.
+fn torn_with_journal(d: &Path, old: &[u8], new: &[u8]) -> (Vec<String>, Vec<String>, PathBuf) {
+    let (fs, ino) = setup(d, old);
+    rewrite_torn(&fs, ino, new, "torn");
+    drop(fs);
+    let kept = temporaries(d);
+    assert_eq!(kept.len(), 1, "not one keep: {kept:?}");
+    let pending = limbo(d);
+    assert!(
+        pending.iter().any(|n| n.starts_with("b/")),
+        "no temporary on the second tier: {pending:?}"
+    );
+    let js = journals(d);
+    assert_eq!(js.len(), 1, "not one journal: {js:?}");
+    (kept, pending, js[0].clone())
+}
+
+/// The torn file's journal can be neither read nor stat-ed at the next mount (here a
+/// symlink to itself: ELOOP; on a failing tier EIO, ESTALE or ENOTCONN). What it names
+/// cannot be told, so the mount is cautious: it removes neither the move's keep nor its
+/// temporaries in limbo, and holds the torn file (its pieces disagree) with EIO. Once the
+/// journal reads again, a mount finishes the move and the file reads its rewrite.
+///
+/// Found (issue 38, point 4): `Path::exists()` is false on any stat error, so the mount
+/// took the journal for gone ("cannot read it"), removed the keep and emptied limbo; the
+/// move could then be neither finished nor undone, and the file was held for good.
+#[test]
+fn a_journal_whose_read_and_stat_fail_keeps_every_temporary() {
+    let d = tempfile::tempdir().unwrap();
+    let (old, new) = (pattern(SIZE, 33), pattern(SIZE, 34));
+    let (kept, pending, j) = torn_with_journal(d.path(), &old, &new);
+    let stash = d.path().join("journal");
+    std::fs::rename(&j, &stash).unwrap();
+    std::os::unix::fs::symlink(j.file_name().unwrap(), &j).unwrap();
+    assert!(std::fs::read(&j).is_err() && std::fs::metadata(&j).is_err());
+    let (fs, _) = remount(d.path());
+    assert_eq!(one_name_reads(&fs, &old, &new, "cautious"), "EIO");
+    drop(fs);
+    assert_eq!(temporaries(d.path()), kept, "the keep was removed");
+    assert_eq!(
+        limbo(d.path()),
+        pending,
+        "the move's temporaries were removed"
+    );
+    std::fs::rename(&stash, &j).unwrap();
+    let (fs, _) = remount(d.path());
+    assert_eq!(one_name_reads(&fs, &old, &new, "readable again"), "new");
+    drop(fs);
+    assert!(journals(d.path()).is_empty(), "journal left");
+    assert_eq!(move_leftovers(d.path()), Vec::<String>::new());
+    assert_eq!(limbo(d.path()), Vec::<String>::new(), "left in limbo");
+}
+
+/// The same journal, unreadable, before `fsck --repair`: fsck reports it as a journal it
+/// cannot read and repairs nothing it may name: the keep, the torn file's pieces and the
+/// journal stay as they are, for a mount (or fsck) that can read it.
+///
+/// Found (issue 38, point 4): fsck listed it as "not a re-link journal this tierfs
+/// reads", then removed the keep as a leftover temporary and set the torn file's second
+/// piece aside as a conflict.
+#[test]
+fn fsck_repair_past_a_journal_it_cannot_read_removes_no_temporary() {
+    let d = tempfile::tempdir().unwrap();
+    let (old, new) = (pattern(SIZE, 35), pattern(SIZE, 36));
+    let (kept, _, j) = torn_with_journal(d.path(), &old, &new);
+    let torn = ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp"));
+    let stash = d.path().join("journal");
+    std::fs::rename(&j, &stash).unwrap();
+    std::os::unix::fs::symlink(j.file_name().unwrap(), &j).unwrap();
+    let (rep, text) = fsck(d.path(), true);
+    assert!(text.contains("cannot read"), "{text}");
+    assert_eq!(rep.repaired(), 0, "fsck repaired something:\n{text}");
+    assert_eq!(
+        temporaries(d.path()),
+        kept,
+        "fsck removed the keep:\n{text}"
+    );
+    assert_eq!(["a", "b"].map(|t| ino_on(d.path(), t, "f.swp")), torn);
+    std::fs::rename(&stash, &j).unwrap();
+    let (rep, text) = fsck(d.path(), true);
+    assert_eq!(rep.repaired(), rep.problems(), "fsck left\n{text}");
+    let (fs, _) = remount(d.path());
+    assert_eq!(one_name_reads(&fs, &old, &new, "repaired"), "new");
+}
+
+/// The torn file's journal does not parse (a newer tierfs's, or bytes gone bad). The
+/// mount sets it aside as `*.unfinished`, as before, but cannot tell what it names: that
+/// mount and every later one while it is there remove neither the keep nor the
+/// temporaries, and hold the torn file (EIO) rather than serve a mix.
+///
+/// Found (issue 38, point 7a): the mount that set it aside went on to remove the keep as a
+/// leftover temporary and to empty limbo, and served the file as a mix of old and new
+/// stripes (`tierfs fsck` said the mount "removes no temporary").
+#[test]
+fn a_journal_that_does_not_parse_keeps_every_temporary() {
+    let d = tempfile::tempdir().unwrap();
+    let (old, new) = (pattern(SIZE, 37), pattern(SIZE, 38));
+    let (kept, pending, j) = torn_with_journal(d.path(), &old, &new);
+    std::fs::write(&j, "tierfs-relink v9\nfrom a newer tierfs\n").unwrap();
+    for n in ["first", "second"] {
+        let (fs, _) = remount(d.path());
+        assert_eq!(one_name_reads(&fs, &old, &new, n), "EIO", "{n} mount");
+        drop(fs);
+        assert!(journals(d.path()).is_empty(), "{n}: not set aside");
+        assert_eq!(temporaries(d.path()), kept, "{n}: the keep was removed");
+        assert_eq!(limbo(d.path()), pending, "{n}: temporaries removed");
+    }
 }

@@ -42,38 +42,54 @@ pub fn remove_torn_writes(meta: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The journals in `meta` (a tier's `.tierfs-meta/`): (path, journal, or `None` when
-/// it does not parse).
-pub fn list(meta: &Path) -> Vec<(PathBuf, Option<Journal>)> {
+/// A journal file as read: `Ok(Some(..))`, `Ok(None)` when it does not parse, `Err` when it
+/// could not be read (an I/O error, a stale handle: anything but its being gone).
+pub type Listed = (PathBuf, io::Result<Option<Journal>>);
+
+/// The journals in `meta` (a tier's `.tierfs-meta/`; none when it does not exist). `Err`
+/// when the folder, or an entry of it, cannot be listed: a journal there may go unseen.
+pub fn list(meta: &Path) -> io::Result<Vec<Listed>> {
     read_journals(meta, false)
 }
 
 /// The journals in `meta` set aside as `*.unfinished` ([`set_aside`]), never to be
 /// replayed: each names a file whose bytes may be mixed from before and after its move.
-pub fn list_set_aside(meta: &Path) -> Vec<(PathBuf, Option<Journal>)> {
+pub fn list_set_aside(meta: &Path) -> io::Result<Vec<Listed>> {
     read_journals(meta, true)
 }
 
-fn read_journals(meta: &Path, set_aside: bool) -> Vec<(PathBuf, Option<Journal>)> {
-    let Ok(rd) = std::fs::read_dir(meta) else {
-        return Vec::new();
+fn read_journals(meta: &Path, set_aside: bool) -> io::Result<Vec<Listed>> {
+    let rd = match std::fs::read_dir(meta) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
     };
-    let mut out: Vec<(PathBuf, Option<Journal>)> = rd
-        .flatten()
-        .filter(|e| {
-            let n = e.file_name();
-            let n = n.as_bytes();
-            n.starts_with(JOURNAL_PREFIX.as_bytes()) && n.ends_with(b".unfinished") == set_aside
-        })
-        .map(|e| {
-            let j = std::fs::read_to_string(e.path())
-                .ok()
-                .and_then(|s| Journal::decode(&s));
-            (e.path(), j)
-        })
-        .collect();
+    let mut out = Vec::new();
+    for e in rd {
+        let e = e?;
+        let n = e.file_name();
+        let n = n.as_bytes();
+        if !n.starts_with(JOURNAL_PREFIX.as_bytes()) || n.ends_with(b".unfinished") != set_aside {
+            continue;
+        }
+        let j = match read(&e.path()) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            j => j,
+        };
+        out.push((e.path(), j));
+    }
     out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
+    Ok(out)
+}
+
+/// Reads the journal at `path`: `Ok(None)` when it does not parse (bytes that are not
+/// UTF-8 included), `Err` when it cannot be read.
+pub fn read(path: &Path) -> io::Result<Option<Journal>> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => Ok(Journal::decode(&s)),
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Makes the removal or renaming of a journal in `meta` durable (best effort: the

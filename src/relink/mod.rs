@@ -52,13 +52,17 @@
 //! it is settled or a person removes it ([`NotSettled::held`]). Served on their own, a later
 //! replay would throw away what was written to them; set aside, the mix would be served
 //! as a file. Only a journal whose primary is whole is set aside as `*.unfinished` (its
-//! other names no longer where it says), and one that does not parse. `tierfs export`
+//! other names no longer where it says), and one that does not parse. A stat of an entry
+//! that fails (but for its absence) holds the journal too. One that cannot be read (but
+//! for its being gone), or does not parse, leaves what it names untold: the mount's scan
+//! and `fsck` are cautious (no temporary removed, no file whose pieces disagree resolved)
+//! while it is there, set aside or not ([`NotSettled::cautious`]). `tierfs export`
 //! only reads, so it refuses to copy while a journal is pending; past one set aside it
 //! copies, and warns that the file it names may be mixed.
 
 mod files;
 
-pub use files::{list, list_set_aside, remove_torn_writes, set_aside, write};
+pub use files::{list, list_set_aside, read, remove_torn_writes, set_aside, write, Listed};
 
 use crate::beneath::Beneath;
 use crate::vfs::types::TMP_PREFIX;
@@ -444,9 +448,22 @@ pub fn carry_out<'a>(
             (name, _) => data.join(name.map_or(&j.primary, |n| &j.names[n])),
         }
     };
-    let ino = |name: Option<usize>, t: usize| -> Option<u64> {
-        on(t).0.stat(&entry(name, t)).ok().map(|m| m.ino())
-    };
+    // Every entry the rule may look at, stat-ed once. One that cannot be (anything but
+    // its absence: EIO, ESTALE) leaves the journal unsettled: taken for missing, a torn
+    // move would be undone while its temporaries hold writes the old pieces never saw.
+    let mut seen = std::collections::HashMap::new();
+    let names = (0..j.names.len()).map(Some).chain([None, Some(PENDING)]);
+    for (name, t) in names.flat_map(|n| j.tiers().into_iter().map(move |t| (n, t))) {
+        let e = entry(name, t);
+        let i = match on(t).0.stat(&e) {
+            _ if e.as_os_str().is_empty() => None,
+            Ok(m) => Some(m.ino()),
+            Err(x) if x.kind() == io::ErrorKind::NotFound => None,
+            Err(x) => return Err(io::Error::new(x.kind(), format!("{}: {x}", e.display()))),
+        };
+        seen.insert((name, t), i);
+    }
+    let ino = |name: Option<usize>, t: usize| seen.get(&(name, t)).copied().flatten();
     let v = plan(j, ino);
     let (Verdict::Finish(p) | Verdict::RollBack(p) | Verdict::NotStarted(p)) = &v else {
         return Ok(v);
@@ -507,8 +524,12 @@ pub struct NotSettled {
     pub why: String,
     /// The journal when it stays in place: its names may be a mix of old and new pieces
     /// and must not be served, nor their entries and keeps changed, until it is settled.
-    /// `None` when it was set aside (its primary is whole) or could not be read.
+    /// `None` when it was set aside or could not be read.
     pub held: Option<Box<Journal>>,
+    /// The scan must be cautious (remove no temporary, hold a file whose pieces
+    /// disagree): what the journal names cannot be told (it could not be read, or does
+    /// not parse), or it stays in place although carried out.
+    pub cautious: bool,
 }
 
 impl std::fmt::Display for NotSettled {
@@ -550,29 +571,56 @@ const HELD: &str = "the journal stays, and the mount answers EIO for its names u
                     tiers hold them instead (they may mix bytes from before and after the \
                     move), remove the journal";
 
+/// What a journal that cannot be read leaves undecided, and until when.
+const UNTOLD: &str = "what it names cannot be told, so no move's temporary or kept old \
+                      piece is removed and a file whose pieces disagree answers EIO until a \
+                      mount (or `tierfs fsck --repair`) can read it or a person removes it";
+
+/// The same for one that does not parse, set aside: never read again.
+const NO_PARSE: &str = "it does not parse (a newer tierfs's, or bytes gone bad): what it names \
+                        cannot be told, so while it is there no mount removes a move's \
+                        temporary or kept old piece, and a file whose pieces disagree answers \
+                        EIO; settle those by hand, then remove it";
+
 /// Settles the journal at `path` for the mount's scan and `fsck --repair` alike, on the
 /// tiers `on(t)` gives (`None` for a tier that is not there): carried out and removed, or
 /// removed when its move never took effect. One that cannot be settled is held (stays in
 /// place: a tier missing, an I/O error, neither finished nor undone) or, when its primary
-/// is whole and only other names are in doubt, set aside as `*.unfinished`. `Ok` says
-/// what was done.
+/// is whole and only other names are in doubt, set aside as `*.unfinished`. One that
+/// cannot be read (but for its being gone) or does not parse (set aside too) leaves what
+/// it names untold: [`NotSettled::cautious`]. `Ok` says what was done.
 pub fn finish<'a>(
     path: &Path,
     on: impl Fn(usize) -> Option<(Beneath<'a>, PathBuf)>,
 ) -> Result<String, NotSettled> {
-    let text = std::fs::read_to_string(path).map_err(|e| NotSettled {
-        why: format!("cannot read it: {e}"),
-        held: None,
-    })?;
-    let Some(j) = Journal::decode(&text) else {
-        return Err(NotSettled {
-            why: set_aside(path, "it does not parse"),
-            held: None,
-        });
+    let j = match files::read(path) {
+        Ok(Some(j)) => j,
+        Ok(None) => {
+            return Err(NotSettled {
+                why: set_aside(path, NO_PARSE),
+                held: None,
+                cautious: true,
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(NotSettled {
+                why: "it is gone (removed since it was listed)".into(),
+                held: None,
+                cautious: false,
+            })
+        }
+        Err(e) => {
+            return Err(NotSettled {
+                why: format!("cannot read it ({e}); {UNTOLD}"),
+                held: None,
+                cautious: true,
+            })
+        }
     };
     let hold = |why: String| NotSettled {
         why: format!("{why}; {HELD}"),
         held: Some(Box::new(j.clone())),
+        cautious: false,
     };
     if let Some(t) = j.tiers().into_iter().find(|t| on(*t).is_none()) {
         return Err(hold(format!(
@@ -589,6 +637,7 @@ pub fn finish<'a>(
             return Err(NotSettled {
                 why: set_aside(path, &why),
                 held: None,
+                cautious: false,
             })
         }
         Err(why) => return Err(hold(why)),
@@ -596,6 +645,7 @@ pub fn finish<'a>(
     std::fs::remove_file(path).map_err(|e| NotSettled {
         why: format!("{done}, but the journal stays: {e}"),
         held: None,
+        cautious: true,
     })?;
     sync_folder(path.parent());
     Ok(done)
@@ -1089,7 +1139,11 @@ mod tests {
             "{not}"
         );
         assert_eq!(not.held.as_deref(), Some(&j), "not held");
-        assert_eq!(list(&meta).len(), 1, "a held journal is not kept for later");
+        assert_eq!(
+            list(&meta).unwrap().len(),
+            1,
+            "a held journal is not kept for later"
+        );
         std::fs::remove_file(&p).unwrap();
         // Its primary torn with an old piece no name holds: held too, never set aside.
         std::fs::write(roots[0].join("data/c"), b"x").unwrap();
@@ -1112,7 +1166,7 @@ mod tests {
             "{not}"
         );
         assert!(
-            list(&meta).is_empty(),
+            list(&meta).unwrap().is_empty(),
             "a set-aside journal is listed again"
         );
         // The primary holds its (now) only piece, the old one of a move not begun.
@@ -1125,5 +1179,60 @@ mod tests {
         let p = write(&meta, "notbegun", &j).unwrap();
         assert!(finish(&p, on).unwrap().contains("never took effect"));
         assert!(!p.exists());
+    }
+
+    /// A move torn between its own renames (tier 0 renamed, tier 1 not), its keep journal
+    /// naming tier 1's new piece at its temporary; at the next mount that temporary cannot
+    /// be stat-ed (here a symlink on its path: ELOOP; on a failing tier EIO or ESTALE).
+    /// What it holds cannot be told: the journal is held in place, nothing is changed.
+    ///
+    /// Found (issue 38, point 4): a stat error counted as no entry, so the move was undone
+    /// from the keep and its journal removed; the mount then emptied limbo, and the writes
+    /// only the temporaries held (a lazy migration's) were lost.
+    #[test]
+    fn a_journal_whose_temporary_cannot_be_stat_ed_is_held() {
+        let d = tempfile::tempdir().unwrap();
+        let roots: Vec<PathBuf> = (0..2).map(|t| d.path().join(format!("t{t}"))).collect();
+        let ino = |p: PathBuf| std::fs::symlink_metadata(p).unwrap().ino();
+        for r in &roots {
+            std::fs::create_dir_all(r.join("data")).unwrap();
+            std::fs::create_dir_all(r.join("meta/real")).unwrap();
+            std::fs::write(r.join("data/a"), b"old").unwrap();
+            std::fs::hard_link(r.join("data/a"), r.join("data/k")).unwrap();
+        }
+        let old = vec![
+            (0, ino(roots[0].join("data/a"))),
+            (1, ino(roots[1].join("data/a"))),
+        ];
+        std::fs::write(roots[0].join("data/n"), b"new").unwrap();
+        std::fs::rename(roots[0].join("data/n"), roots[0].join("data/a")).unwrap();
+        std::fs::write(roots[1].join("meta/real/p"), b"new").unwrap();
+        std::os::unix::fs::symlink("real", roots[1].join("meta/limbo")).unwrap();
+        let new = vec![
+            (0, ino(roots[0].join("data/a"))),
+            (1, ino(roots[1].join("meta/real/p"))),
+        ];
+        let j = Journal {
+            primary: "a".into(),
+            names: vec!["k".into()],
+            new: new.clone(),
+            old,
+            keeps: true,
+            pending: vec![(1, "meta/limbo/p".into())],
+        };
+        let meta = d.path().join("journals");
+        std::fs::create_dir(&meta).unwrap();
+        let p = write(&meta, "torn", &j).unwrap();
+        let on = |t: usize| roots.get(t).map(|r| (Beneath::new(r), r.join("data")));
+        let not = finish(&p, on).unwrap_err();
+        assert!(not.held.is_some() && p.exists(), "{not}");
+        assert_eq!(ino(roots[0].join("data/a")), new[0].1, "undone");
+        assert!(roots[0].join("data/k").exists(), "the keep went");
+        // Its path readable again: finished from the temporary.
+        std::fs::remove_file(roots[1].join("meta/limbo")).unwrap();
+        std::fs::rename(roots[1].join("meta/real"), roots[1].join("meta/limbo")).unwrap();
+        assert!(finish(&p, on).unwrap().contains("renamed in"));
+        assert_eq!(ino(roots[1].join("data/a")), new[1].1, "not finished");
+        assert!(!p.exists() && !roots[0].join("data/k").exists());
     }
 }

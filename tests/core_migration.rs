@@ -670,6 +670,44 @@ fn a_file_with_hard_links_moves_and_every_name_follows() {
     assert!(read_all(&fs2, ino2, SIZE) == new);
 }
 
+/// `f.swp` (striped, bytes `old`) with the other name `g.swp`, moved whole onto the first
+/// tier (the rewrite returned), then left as a crash right after the primary's renames
+/// leaves it: `g.swp` on the old pieces, the move's journal on the first tier. Returns the
+/// rewrite.
+fn cut_short_before_the_other_names(d: &Path, old: &[u8]) -> Vec<u8> {
+    use std::os::unix::fs::MetadataExt;
+    let (fs, ino) = setup(d, old);
+    fs.link(ino, ROOT_INO, OsStr::new("g.swp")).unwrap();
+    // Keep the old pieces alive beside the tiers, to put back as the crash left them.
+    let mut old_inos = Vec::new();
+    for (i, t) in ["a", "b"].iter().enumerate() {
+        let p = d.join(t).join("data/g.swp");
+        std::fs::hard_link(&p, d.join(format!("{t}-old"))).unwrap();
+        old_inos.push((i, std::fs::metadata(&p).unwrap().ino()));
+    }
+    fs.placer().set_shares(vec![1.0, 0.0]);
+    let new = pattern(SIZE, 10);
+    let (fh, _) = fs.open(ino, libc::O_RDWR).unwrap();
+    fs.write(fh, 0, &new).unwrap();
+    fs.release(fh).unwrap();
+    assert_eq!(layout(&fs), FileLayout::Whole { tier: 0 });
+    drop(fs);
+    // The crash's state: g.swp on the old pieces, and the journal of the move.
+    for t in ["a", "b"] {
+        std::fs::rename(d.join(format!("{t}-old")), d.join(t).join("data/g.swp")).unwrap();
+    }
+    let j = tierfs::relink::Journal {
+        primary: "f.swp".into(),
+        names: vec!["g.swp".into()],
+        new: vec![(0, ino_on(d, "a", "f.swp").unwrap())],
+        old: old_inos,
+        keeps: false,
+        pending: vec![],
+    };
+    tierfs::relink::write(&d.join("a/.tierfs-meta"), "crash", &j).unwrap();
+    new
+}
+
 /// A crash right after a move renamed its new pieces over the primary name, before any
 /// other name was re-linked: the other name still holds the old pieces (the old bytes)
 /// and the journal is there. `tierfs fsck` reports it and `--repair` finishes it; the
@@ -677,43 +715,10 @@ fn a_file_with_hard_links_moves_and_every_name_follows() {
 /// pieces and the old pieces are gone.
 #[test]
 fn a_move_cut_short_before_the_other_names_is_finished_by_fsck_or_the_mount() {
-    use std::os::unix::fs::MetadataExt;
     for by in ["fsck", "mount"] {
         let d = tempfile::tempdir().unwrap();
         let old = pattern(SIZE, 9);
-        let (fs, ino) = setup(d.path(), &old);
-        fs.link(ino, ROOT_INO, OsStr::new("g.swp")).unwrap();
-        // Keep the old pieces alive beside the tiers, to put back as the crash left them.
-        let mut old_inos = Vec::new();
-        for (i, t) in ["a", "b"].iter().enumerate() {
-            let p = d.path().join(t).join("data/g.swp");
-            std::fs::hard_link(&p, d.path().join(format!("{t}-old"))).unwrap();
-            old_inos.push((i, std::fs::metadata(&p).unwrap().ino()));
-        }
-        fs.placer().set_shares(vec![1.0, 0.0]);
-        let new = pattern(SIZE, 10);
-        let (fh, _) = fs.open(ino, libc::O_RDWR).unwrap();
-        fs.write(fh, 0, &new).unwrap();
-        fs.release(fh).unwrap();
-        assert_eq!(layout(&fs), FileLayout::Whole { tier: 0 });
-        drop(fs);
-        // The crash's state: g.swp on the old pieces, and the journal of the move.
-        for t in ["a", "b"] {
-            std::fs::rename(
-                d.path().join(format!("{t}-old")),
-                d.path().join(t).join("data/g.swp"),
-            )
-            .unwrap();
-        }
-        let j = tierfs::relink::Journal {
-            primary: "f.swp".into(),
-            names: vec!["g.swp".into()],
-            new: vec![(0, ino_on(d.path(), "a", "f.swp").unwrap())],
-            old: old_inos,
-            keeps: false,
-            pending: vec![],
-        };
-        tierfs::relink::write(&d.path().join("a/.tierfs-meta"), "crash", &j).unwrap();
+        let new = cut_short_before_the_other_names(d.path(), &old);
         if by == "fsck" {
             let text = format!(
                 "[[tier]]\nname = \"fast\"\npath = \"{0}/a\"\n[[tier]]\nname = \"slow\"\npath = \"{0}/b\"\n",
@@ -2078,4 +2083,35 @@ fn a_journal_write_cut_short_is_removed_by_the_next_mount() {
     assert!(!torn.exists(), "the torn journal write is left");
     assert!(!temp.exists(), "the mount was cautious");
     assert!(journals(d.path()).is_empty());
+}
+
+/// A documented limit (docs/DESIGN.md, "Moves re-link every name"): a file with several
+/// names whose move a crash cut short after the primary's renames, and whose journal the
+/// next mount cannot read. The mount is cautious, but which file the journal names cannot
+/// be told, and the other name's pieces agree among themselves: it is served as the tiers
+/// hold it, the bytes from before the move (the primary reads the rewrite), and nothing is
+/// removed. Once the journal reads, a mount re-links it: every name reads the rewrite.
+#[test]
+fn a_linked_files_other_name_reads_the_old_bytes_while_its_journal_cannot_be_read() {
+    let d = tempfile::tempdir().unwrap();
+    let old = pattern(SIZE, 42);
+    let new = cut_short_before_the_other_names(d.path(), &old);
+    let [j] = &journals(d.path())[..] else {
+        panic!("not one journal")
+    };
+    let stash = d.path().join("journal");
+    std::fs::rename(j, &stash).unwrap();
+    std::os::unix::fs::symlink(j.file_name().unwrap(), j).unwrap();
+    let before = ["a", "b"].map(|t| ino_on(d.path(), t, "g.swp"));
+    let fs = remount_fs(d.path());
+    assert!(read_by_name(&fs, "f.swp").unwrap() == new, "f.swp");
+    assert!(read_by_name(&fs, "g.swp").unwrap() == old, "g.swp");
+    drop(fs);
+    assert_eq!(["a", "b"].map(|t| ino_on(d.path(), t, "g.swp")), before);
+    std::fs::rename(&stash, j).unwrap();
+    let fs = remount_fs(d.path());
+    assert!(read_by_name(&fs, "g.swp").unwrap() == new, "not re-linked");
+    drop(fs);
+    assert_one_file(d.path(), &["g.swp"], "once the journal reads");
+    assert!(journals(d.path()).is_empty(), "journal left");
 }

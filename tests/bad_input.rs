@@ -911,6 +911,19 @@ fn command_line_rows() {
     );
     assert!(!d.p("out").exists(), "export copied something");
     std::fs::remove_file(&journal).unwrap();
+    // A tier's .tierfs-meta/ that cannot be listed (a symlink to itself: ELOOP, as EIO
+    // or ESTALE would): a journal there would go unseen.
+    let meta = d.p("a/.tierfs-meta");
+    std::fs::remove_dir_all(&meta).unwrap();
+    std::os::unix::fs::symlink(".tierfs-meta", &meta).unwrap();
+    expect(
+        "L20",
+        "export while a tier's .tierfs-meta/ cannot be listed",
+        &tierfs(&["export", "--config", &cfg, &d.s("out")]),
+        &[("TIER", "a"), ("META", meta.to_str().unwrap())],
+    );
+    assert!(!d.p("out").exists(), "export copied something");
+    std::fs::remove_file(&meta).unwrap();
 }
 
 /// Rows that need a live mount: a mounted mountpoint, tiers in use.

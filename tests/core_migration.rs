@@ -4,7 +4,7 @@
 //! the new layout when the writer closes (or on fsync), with its old pieces and the
 //! temporaries gone.
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use tierfs::config::MountConfig;
 use tierfs::layout::FileLayout;
@@ -612,7 +612,7 @@ fn ino_on(d: &Path, t: &str, name: &str) -> Option<u64> {
 fn journals(d: &Path) -> Vec<std::path::PathBuf> {
     ["a", "b"]
         .iter()
-        .flat_map(|t| tierfs::relink::list(&d.join(t).join(".tierfs-meta")))
+        .flat_map(|t| tierfs::relink::list(&d.join(t).join(".tierfs-meta")).unwrap())
         .map(|(p, _)| p)
         .collect()
 }
@@ -670,6 +670,44 @@ fn a_file_with_hard_links_moves_and_every_name_follows() {
     assert!(read_all(&fs2, ino2, SIZE) == new);
 }
 
+/// `f.swp` (striped, bytes `old`) with the other name `g.swp`, moved whole onto the first
+/// tier (the rewrite returned), then left as a crash right after the primary's renames
+/// leaves it: `g.swp` on the old pieces, the move's journal on the first tier. Returns the
+/// rewrite.
+fn cut_short_before_the_other_names(d: &Path, old: &[u8]) -> Vec<u8> {
+    use std::os::unix::fs::MetadataExt;
+    let (fs, ino) = setup(d, old);
+    fs.link(ino, ROOT_INO, OsStr::new("g.swp")).unwrap();
+    // Keep the old pieces alive beside the tiers, to put back as the crash left them.
+    let mut old_inos = Vec::new();
+    for (i, t) in ["a", "b"].iter().enumerate() {
+        let p = d.join(t).join("data/g.swp");
+        std::fs::hard_link(&p, d.join(format!("{t}-old"))).unwrap();
+        old_inos.push((i, std::fs::metadata(&p).unwrap().ino()));
+    }
+    fs.placer().set_shares(vec![1.0, 0.0]);
+    let new = pattern(SIZE, 10);
+    let (fh, _) = fs.open(ino, libc::O_RDWR).unwrap();
+    fs.write(fh, 0, &new).unwrap();
+    fs.release(fh).unwrap();
+    assert_eq!(layout(&fs), FileLayout::Whole { tier: 0 });
+    drop(fs);
+    // The crash's state: g.swp on the old pieces, and the journal of the move.
+    for t in ["a", "b"] {
+        std::fs::rename(d.join(format!("{t}-old")), d.join(t).join("data/g.swp")).unwrap();
+    }
+    let j = tierfs::relink::Journal {
+        primary: "f.swp".into(),
+        names: vec!["g.swp".into()],
+        new: vec![(0, ino_on(d, "a", "f.swp").unwrap())],
+        old: old_inos,
+        keeps: false,
+        pending: vec![],
+    };
+    tierfs::relink::write(&d.join("a/.tierfs-meta"), "crash", &j).unwrap();
+    new
+}
+
 /// A crash right after a move renamed its new pieces over the primary name, before any
 /// other name was re-linked: the other name still holds the old pieces (the old bytes)
 /// and the journal is there. `tierfs fsck` reports it and `--repair` finishes it; the
@@ -677,43 +715,10 @@ fn a_file_with_hard_links_moves_and_every_name_follows() {
 /// pieces and the old pieces are gone.
 #[test]
 fn a_move_cut_short_before_the_other_names_is_finished_by_fsck_or_the_mount() {
-    use std::os::unix::fs::MetadataExt;
     for by in ["fsck", "mount"] {
         let d = tempfile::tempdir().unwrap();
         let old = pattern(SIZE, 9);
-        let (fs, ino) = setup(d.path(), &old);
-        fs.link(ino, ROOT_INO, OsStr::new("g.swp")).unwrap();
-        // Keep the old pieces alive beside the tiers, to put back as the crash left them.
-        let mut old_inos = Vec::new();
-        for (i, t) in ["a", "b"].iter().enumerate() {
-            let p = d.path().join(t).join("data/g.swp");
-            std::fs::hard_link(&p, d.path().join(format!("{t}-old"))).unwrap();
-            old_inos.push((i, std::fs::metadata(&p).unwrap().ino()));
-        }
-        fs.placer().set_shares(vec![1.0, 0.0]);
-        let new = pattern(SIZE, 10);
-        let (fh, _) = fs.open(ino, libc::O_RDWR).unwrap();
-        fs.write(fh, 0, &new).unwrap();
-        fs.release(fh).unwrap();
-        assert_eq!(layout(&fs), FileLayout::Whole { tier: 0 });
-        drop(fs);
-        // The crash's state: g.swp on the old pieces, and the journal of the move.
-        for t in ["a", "b"] {
-            std::fs::rename(
-                d.path().join(format!("{t}-old")),
-                d.path().join(t).join("data/g.swp"),
-            )
-            .unwrap();
-        }
-        let j = tierfs::relink::Journal {
-            primary: "f.swp".into(),
-            names: vec!["g.swp".into()],
-            new: vec![(0, ino_on(d.path(), "a", "f.swp").unwrap())],
-            old: old_inos,
-            keeps: false,
-            pending: vec![],
-        };
-        tierfs::relink::write(&d.path().join("a/.tierfs-meta"), "crash", &j).unwrap();
+        let new = cut_short_before_the_other_names(d.path(), &old);
         if by == "fsck" {
             let text = format!(
                 "[[tier]]\nname = \"fast\"\npath = \"{0}/a\"\n[[tier]]\nname = \"slow\"\npath = \"{0}/b\"\n",
@@ -1342,9 +1347,10 @@ fn a_files_move_cut_short_between_its_own_pieces_is_finished_by_the_next_mount()
             // Killed right after the first rename, before any put-back: the second tier's
             // old entry is still kept too.
             let (_, j) = tierfs::relink::list(&d.path().join("a/.tierfs-meta"))
+                .unwrap()
                 .pop()
                 .unwrap();
-            let j = j.expect("the journal parses");
+            let j = j.unwrap().expect("the journal parses");
             assert!(j.keeps, "{what}: not a keep journal");
             let data = d.path().join("b/data");
             std::fs::hard_link(data.join("f.swp"), data.join(&j.names[0])).unwrap();
@@ -1900,4 +1906,212 @@ fn renames_not_synced_leave_the_old_piece(linked: bool) {
     );
     assert!(journals(d.path()).is_empty(), "the journal is left");
     assert!(temporaries(d.path()).is_empty(), "keeps are left");
+}
+
+/// A crash between a file's own renames (as in
+/// `a_files_move_cut_short_between_its_own_pieces_is_finished_by_the_next_mount`): the
+/// first tier holds its new piece, the second its old one, the keep beside the name, the
+/// second tier's new piece at its temporary in limbo and the keep journal on the first
+/// tier. Returns the keep, limbo and the journal's path.
+fn torn_with_journal(d: &Path, old: &[u8], new: &[u8]) -> (Vec<String>, Vec<String>, PathBuf) {
+    let (fs, ino) = setup(d, old);
+    rewrite_torn(&fs, ino, new, "torn");
+    drop(fs);
+    let kept = temporaries(d);
+    assert_eq!(kept.len(), 1, "not one keep: {kept:?}");
+    let pending = limbo(d);
+    assert!(
+        pending.iter().any(|n| n.starts_with("b/")),
+        "no temporary on the second tier: {pending:?}"
+    );
+    let js = journals(d);
+    assert_eq!(js.len(), 1, "not one journal: {js:?}");
+    (kept, pending, js[0].clone())
+}
+
+/// The torn file's journal can be neither read nor stat-ed at the next mount (here a
+/// symlink to itself: ELOOP; on a failing tier EIO, ESTALE or ENOTCONN). What it names
+/// cannot be told, so the mount is cautious: it removes neither the move's keep nor its
+/// temporaries in limbo, and holds the torn file (its pieces disagree) with EIO. Once the
+/// journal reads again, a mount finishes the move and the file reads its rewrite.
+///
+/// Found (issue 38, point 4): `Path::exists()` is false on any stat error, so the mount
+/// took the journal for gone ("cannot read it"), removed the keep and emptied limbo; the
+/// move could then be neither finished nor undone, and the file was held for good.
+#[test]
+fn a_journal_whose_read_and_stat_fail_keeps_every_temporary() {
+    let d = tempfile::tempdir().unwrap();
+    let (old, new) = (pattern(SIZE, 33), pattern(SIZE, 34));
+    let (kept, pending, j) = torn_with_journal(d.path(), &old, &new);
+    let stash = d.path().join("journal");
+    std::fs::rename(&j, &stash).unwrap();
+    std::os::unix::fs::symlink(j.file_name().unwrap(), &j).unwrap();
+    assert!(std::fs::read(&j).is_err() && std::fs::metadata(&j).is_err());
+    let (fs, _) = remount(d.path());
+    assert_eq!(one_name_reads(&fs, &old, &new, "cautious"), "EIO");
+    drop(fs);
+    assert_eq!(temporaries(d.path()), kept, "the keep was removed");
+    assert_eq!(
+        limbo(d.path()),
+        pending,
+        "the move's temporaries were removed"
+    );
+    std::fs::rename(&stash, &j).unwrap();
+    let (fs, _) = remount(d.path());
+    assert_eq!(one_name_reads(&fs, &old, &new, "readable again"), "new");
+    drop(fs);
+    assert!(journals(d.path()).is_empty(), "journal left");
+    assert_eq!(move_leftovers(d.path()), Vec::<String>::new());
+    assert_eq!(limbo(d.path()), Vec::<String>::new(), "left in limbo");
+}
+
+/// The same journal, unreadable, before `fsck --repair`: fsck reports it as a journal it
+/// cannot read and repairs nothing it may name: the keep, the torn file's pieces and the
+/// journal stay as they are, for a mount (or fsck) that can read it.
+///
+/// Found (issue 38, point 4): fsck listed it as "not a re-link journal this tierfs
+/// reads", then removed the keep as a leftover temporary and set the torn file's second
+/// piece aside as a conflict.
+#[test]
+fn fsck_repair_past_a_journal_it_cannot_read_removes_no_temporary() {
+    let d = tempfile::tempdir().unwrap();
+    let (old, new) = (pattern(SIZE, 35), pattern(SIZE, 36));
+    let (kept, _, j) = torn_with_journal(d.path(), &old, &new);
+    let torn = ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp"));
+    let stash = d.path().join("journal");
+    std::fs::rename(&j, &stash).unwrap();
+    std::os::unix::fs::symlink(j.file_name().unwrap(), &j).unwrap();
+    let (rep, text) = fsck(d.path(), true);
+    assert!(text.contains("cannot read"), "{text}");
+    assert_eq!(rep.repaired(), 0, "fsck repaired something:\n{text}");
+    assert_eq!(
+        temporaries(d.path()),
+        kept,
+        "fsck removed the keep:\n{text}"
+    );
+    assert_eq!(["a", "b"].map(|t| ino_on(d.path(), t, "f.swp")), torn);
+    std::fs::rename(&stash, &j).unwrap();
+    let (rep, text) = fsck(d.path(), true);
+    assert_eq!(rep.repaired(), rep.problems(), "fsck left\n{text}");
+    let (fs, _) = remount(d.path());
+    assert_eq!(one_name_reads(&fs, &old, &new, "repaired"), "new");
+}
+
+/// The torn file's journal does not parse (a newer tierfs's, or bytes gone bad). The
+/// mount sets it aside as `*.unfinished`, as before, but cannot tell what it names: that
+/// mount and every later one while it is there remove neither the keep nor the
+/// temporaries, and hold the torn file (EIO) rather than serve a mix.
+///
+/// Found (issue 38, point 7a): the mount that set it aside went on to remove the keep as a
+/// leftover temporary and to empty limbo, and served the file as a mix of old and new
+/// stripes (`tierfs fsck` said the mount "removes no temporary").
+#[test]
+fn a_journal_that_does_not_parse_keeps_every_temporary() {
+    let d = tempfile::tempdir().unwrap();
+    let (old, new) = (pattern(SIZE, 37), pattern(SIZE, 38));
+    let (kept, pending, j) = torn_with_journal(d.path(), &old, &new);
+    std::fs::write(&j, "tierfs-relink v9\nfrom a newer tierfs\n").unwrap();
+    for n in ["first", "second"] {
+        let (fs, _) = remount(d.path());
+        assert_eq!(one_name_reads(&fs, &old, &new, n), "EIO", "{n} mount");
+        drop(fs);
+        assert!(journals(d.path()).is_empty(), "{n}: not set aside");
+        assert_eq!(temporaries(d.path()), kept, "{n}: the keep was removed");
+        assert_eq!(limbo(d.path()), pending, "{n}: temporaries removed");
+    }
+}
+
+/// A file's move whose rename fails between its own pieces is put back (as in
+/// `a_files_move_failing_between_its_own_pieces_puts_the_old_ones_back`), and the sync of
+/// the folder the put-back renamed in fails (EIO). Its keep journal stays: the first
+/// tier's put-back might not be on disk, and a power cut that kept the journal's removal
+/// but lost it would leave a new stripe beside old ones with nothing to settle them. The
+/// inode is served (the file is as it was, the move pending, its new pieces back at the
+/// temporaries the journal names); after a crash the next mount finishes the move from
+/// them by the journal, and the file reads its rewrite.
+///
+/// Found (issue 38, point 7f; fixed in bd6f688, this test is new): the put-back's renames
+/// and removals were not synced before its journal went.
+#[test]
+fn a_put_backs_renames_are_synced_before_its_journal_goes() {
+    let d = tempfile::tempdir().unwrap();
+    let (old, new) = (pattern(SIZE, 39), pattern(SIZE, 40));
+    let (fs, ino) = setup(d.path(), &old);
+    let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
+    tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EACCES);
+    tierfs::beneath::fail_nth(&roots[0], tierfs::beneath::Fault::SyncDir, 1, libc::EIO);
+    rewrite(&fs, ino, &new);
+    for r in &roots {
+        assert_eq!(
+            tierfs::beneath::faults_pending(r),
+            0,
+            "the put-back's folder was not synced"
+        );
+    }
+    assert_eq!(journals(d.path()).len(), 1, "the journal went unsynced");
+    assert!(!fs.is_failed(ino), "the inode failed");
+    assert_eq!(one_name_reads(&fs, &old, &new, "put back"), "new");
+    drop(fs);
+    let (fs, _) = remount(d.path());
+    assert_eq!(one_name_reads(&fs, &old, &new, "after a crash"), "new");
+    drop(fs);
+    assert!(journals(d.path()).is_empty(), "journal left");
+    assert_eq!(move_leftovers(d.path()), Vec::<String>::new());
+    assert_eq!(limbo(d.path()), Vec::<String>::new(), "left in limbo");
+    let (rep, text) = fsck(d.path(), false);
+    assert_eq!(rep.problems(), 0, "fsck finds\n{text}");
+}
+
+/// A journal write a crash cut short (`.relink-*.tmp` in `.tierfs-meta/`: its move had
+/// not begun) is removed by the next mount, which is not made cautious by it: a leftover
+/// temporary beside a name goes too.
+///
+/// Found (issue 38, point 7c; fixed in eec1c1a, where `relink::remove_torn_writes` has a
+/// unit test; this one is the mount's): such a file was never removed.
+#[test]
+fn a_journal_write_cut_short_is_removed_by_the_next_mount() {
+    let d = tempfile::tempdir().unwrap();
+    let (fs, _) = setup(d.path(), &pattern(MIB, 41));
+    drop(fs);
+    let torn = d
+        .path()
+        .join("a/.tierfs-meta/.relink-7-0123456789abcdef.tmp");
+    std::fs::write(&torn, "tierfs-relink v1\nprim").unwrap();
+    let temp = d.path().join("b/data/.tierfs-tmp-123400000002");
+    std::fs::write(&temp, b"t").unwrap();
+    drop(remount(d.path()));
+    assert!(!torn.exists(), "the torn journal write is left");
+    assert!(!temp.exists(), "the mount was cautious");
+    assert!(journals(d.path()).is_empty());
+}
+
+/// A documented limit (docs/DESIGN.md, "Moves re-link every name"): a file with several
+/// names whose move a crash cut short after the primary's renames, and whose journal the
+/// next mount cannot read. The mount is cautious, but which file the journal names cannot
+/// be told, and the other name's pieces agree among themselves: it is served as the tiers
+/// hold it, the bytes from before the move (the primary reads the rewrite), and nothing is
+/// removed. Once the journal reads, a mount re-links it: every name reads the rewrite.
+#[test]
+fn a_linked_files_other_name_reads_the_old_bytes_while_its_journal_cannot_be_read() {
+    let d = tempfile::tempdir().unwrap();
+    let old = pattern(SIZE, 42);
+    let new = cut_short_before_the_other_names(d.path(), &old);
+    let [j] = &journals(d.path())[..] else {
+        panic!("not one journal")
+    };
+    let stash = d.path().join("journal");
+    std::fs::rename(j, &stash).unwrap();
+    std::os::unix::fs::symlink(j.file_name().unwrap(), j).unwrap();
+    let before = ["a", "b"].map(|t| ino_on(d.path(), t, "g.swp"));
+    let fs = remount_fs(d.path());
+    assert!(read_by_name(&fs, "f.swp").unwrap() == new, "f.swp");
+    assert!(read_by_name(&fs, "g.swp").unwrap() == old, "g.swp");
+    drop(fs);
+    assert_eq!(["a", "b"].map(|t| ino_on(d.path(), t, "g.swp")), before);
+    std::fs::rename(&stash, j).unwrap();
+    let fs = remount_fs(d.path());
+    assert!(read_by_name(&fs, "g.swp").unwrap() == new, "not re-linked");
+    drop(fs);
+    assert_one_file(d.path(), &["g.swp"], "once the journal reads");
+    assert!(journals(d.path()).is_empty(), "journal left");
 }

@@ -176,10 +176,17 @@ impl Exporter<'_> {
     /// never silently.
     fn set_aside_journals(&mut self) {
         for t in self.tiers {
-            for (path, j) in crate::relink::list_set_aside(&t.root.join(crate::tier::META_DIR)) {
+            let meta = t.root.join(crate::tier::META_DIR);
+            let listed = match crate::relink::list_set_aside(&meta) {
+                Ok(l) => l,
+                // `run_export` refused already; a direct caller gets the warning.
+                Err(e) => vec![(meta, Err(e))],
+            };
+            for (path, j) in listed {
                 let file = match &j {
-                    Some(j) => format!("/{}", j.primary.display()),
-                    None => "a file (the journal does not parse)".to_string(),
+                    Ok(Some(j)) => format!("/{}", j.primary.display()),
+                    Ok(None) => "a file (the journal does not parse)".to_string(),
+                    Err(e) => format!("a file (the journal cannot be read: {e})"),
                 };
                 let why = format!(
                     "{file}: its bytes may be mixed from before and after a move that could not \
@@ -517,10 +524,21 @@ pub fn run_export(config: &Path, dest: &Path, force: bool) -> Result<(), Failure
     // A move of a file with several names that a crash cut short leaves names on older
     // pieces until a mount or `fsck --repair` finishes it; export only reads, so it waits.
     for t in &tiers {
-        if let Some((path, _)) = crate::relink::list(&t.root.join(crate::tier::META_DIR))
-            .into_iter()
-            .next()
-        {
+        let meta = t.root.join(crate::tier::META_DIR);
+        let listed = crate::relink::list(&meta).and_then(|l| {
+            crate::relink::list_set_aside(&meta)?;
+            Ok(l)
+        });
+        let listed = listed.map_err(|e| {
+            Failure::runtime(format!(
+                "tier '{}': cannot list {} ({e}): a re-link journal of a move a crash cut \
+                 short may be there, unseen; export only reads, so it waits until the \
+                 folder can be read (check the tier's file system)",
+                t.name,
+                meta.display()
+            ))
+        })?;
+        if let Some((path, _)) = listed.into_iter().next() {
             return Err(Failure::runtime(format!(
                 "tier '{}' holds the re-link journal {} of a move a crash cut short; run \
                  `tierfs fsck --repair` on the unmounted tiers (or mount once) to settle \

@@ -116,6 +116,10 @@ struct Check<'a> {
     /// names are not resolved (a fix could destroy the pieces a later settle needs), and
     /// their keeps are not temporaries to remove.
     held: crate::relink::Held,
+    /// Why no repair but a journal's may be made, if so: a journal that cannot be told
+    /// (unreadable, or not parsing) may name any temporary or torn file, as at a cautious
+    /// mount ([`crate::vfs`]'s scan).
+    untold: Option<String>,
 }
 
 /// Checks the tiers of `cfg` (which the caller has locked with [`lock_tiers`]); with
@@ -136,6 +140,7 @@ pub fn fsck(
         incomplete: Vec::new(),
         linked: Vec::new(),
         held: Default::default(),
+        untold: None,
     };
     c.data_dirs()?;
     c.relink_journals()?;
@@ -174,7 +179,7 @@ impl Check<'_> {
         for issue in super::journals::issues(self.tiers) {
             self.record(issue)?;
         }
-        self.held = super::journals::held(self.tiers);
+        (self.held, self.untold) = super::journals::held(self.tiers);
         Ok(())
     }
 
@@ -304,8 +309,18 @@ impl Check<'_> {
     }
 
     /// Prints one problem (and applies its fix with `repair`).
-    fn record(&mut self, issue: Issue) -> io::Result<()> {
+    fn record(&mut self, mut issue: Issue) -> io::Result<()> {
         let tiers = self.tiers;
+        if let (Some(why), Some(a)) = (&self.untold, &issue.action) {
+            if !matches!(a, Action::FinishRelink { .. } | Action::Mkdir { .. }) {
+                issue.manual = format!(
+                    "none while {why}; once it reads (or is removed), `tierfs fsck --repair` \
+                     will {}",
+                    a.describe(tiers, &issue.rel)
+                );
+                issue.action = None;
+            }
+        }
         let out = &mut *self.out;
         let place = issue.place(tiers);
         let outcome = match (&issue.action, self.repair) {

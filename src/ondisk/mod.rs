@@ -438,6 +438,40 @@ mod tests {
         assert_eq!(out.matches("could not be finished").count(), 2, "{out}");
     }
 
+    /// A tier whose `.tierfs-meta/` cannot be listed (here a symlink to itself: ELOOP; on
+    /// a failing tier EIO or ESTALE): the journal of a move a crash cut short may be there,
+    /// unseen, so export refuses, as it does while a journal is pending, and says why.
+    ///
+    /// Found (issue 38, point 4): the listing's error read as "no journal", and export
+    /// copied the tiers as they were, a torn file's mix of stripes included, without a word.
+    #[test]
+    fn export_refuses_while_a_tiers_journals_cannot_be_listed() {
+        let (d, _, tiers) = setup(2);
+        fs::write(tiers[0].data.join("f"), b"hello").unwrap();
+        let meta = tiers[1].root.join(META_DIR);
+        fs::remove_dir(&meta).unwrap();
+        std::os::unix::fs::symlink(META_DIR, &meta).unwrap();
+        let config = d.path().join("c.toml");
+        let text: String = tiers
+            .iter()
+            .map(|t| {
+                format!(
+                    "[[tier]]\nname = \"{}\"\npath = \"{}\"\n",
+                    t.name,
+                    t.root.display()
+                )
+            })
+            .collect();
+        fs::write(&config, text).unwrap();
+        let dest = d.path().join("out");
+        let e = super::run_export(&config, &dest, false).unwrap_err();
+        assert!(
+            e.message.contains("cannot list") && e.message.contains(".tierfs-meta"),
+            "{e}"
+        );
+        assert!(!dest.join("f").exists(), "copied");
+    }
+
     /// An empty stripe piece without its label (a creation cut short) is adopted, as the
     /// mount's scan adopts it: one problem, repaired by labelling it, no conflict copy.
     #[test]

@@ -4,11 +4,12 @@
 //! Before any folder is read, the re-link journals ([`crate::relink`]) are settled. One
 //! that cannot be (a tier left out, an I/O error, a tear beyond undoing) is *held*: its
 //! names are put in the tree unresolved and failed (EIO), and its keeps are not removed.
-//! When a journal may be unseen (a degraded mount, whose missing tier may hold one, or a
-//! journal or `.tierfs-meta/` that cannot be read) the scan is *cautious*: it removes no
-//! temporary, and a file whose present pieces disagree (belong to different layouts, or
-//! one is missing on a tier that is here) is held the same way rather than resolved,
-//! until a mount that sees every journal.
+//! When a journal may be unseen or cannot be told (a degraded mount, whose missing tier may
+//! hold one; a journal or `.tierfs-meta/` that cannot be read, for any reason but the
+//! journal's being gone; a journal that does not parse, set aside or not) the scan is
+//! *cautious*: it removes no temporary, and a file whose present pieces disagree (belong
+//! to different layouts, or one is missing on a tier that is here) is held the same way
+//! rather than resolved, until a mount that sees every journal.
 
 use crate::data::file::FileNode;
 use crate::layout::FileLayout;
@@ -23,43 +24,66 @@ use std::sync::Arc;
 
 /// Settles the journals on every tier of the mount, removes the temporaries of journal
 /// writes a crash cut short, then empties each tier's limbo but for what a held journal
-/// names. Returns what the unsettled ones hold, and whether the walk
-/// must be cautious (a tier left out, or a journal that could not be read).
+/// names. Returns what the unsettled ones hold, and whether the walk must be cautious: a
+/// tier left out, or a journal that may be unseen or cannot be told (its folder or itself
+/// cannot be read, or it does not parse, set aside or not).
 pub(crate) fn finish_relinks(fs: &TierFs) -> (Held, bool) {
     let mut held = Held::default();
     let mut cautious = fs.tiers.iter().any(|t| t.missing);
     for t in fs.tiers.iter().filter(|t| !t.missing) {
         let meta = t.root.join(crate::tier::META_DIR);
-        if let Err(e) = std::fs::read_dir(&meta) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                log::error!(
-                    "cannot list {} ({e}): a move's journal there would go unseen, so this \
-                     mount removes no temporary and holds files whose pieces disagree",
-                    meta.display()
-                );
-                cautious = true;
-            }
-        }
         for p in crate::relink::remove_torn_writes(&meta) {
             log::info!("removed {}, a journal write a crash cut short", p.display());
         }
-        for (path, _) in crate::relink::list(&meta) {
+        let (pending, aside) = match (
+            crate::relink::list(&meta),
+            crate::relink::list_set_aside(&meta),
+        ) {
+            (Ok(p), Ok(a)) => (p, a),
+            (Err(e), _) | (_, Err(e)) => {
+                log::warn!(
+                    "cannot list {} ({e}): a move's journal there would go unseen, so this \
+                     mount removes no temporary and holds files whose pieces disagree (EIO)",
+                    meta.display()
+                );
+                cautious = true;
+                (Vec::new(), Vec::new())
+            }
+        };
+        for (path, _) in pending {
             let on = |u: usize| {
                 let x = fs.tiers.get(u).filter(|x| !x.missing)?;
                 Some((x.fs(), x.data.clone()))
             };
             match crate::relink::finish(&path, on) {
                 Ok(done) => log::warn!("{done}"),
+                Err(not) if not.cautious => {
+                    log::warn!("re-link journal {}: {not}", path.display());
+                    cautious = true;
+                }
                 Err(not) => {
                     log::error!("re-link journal {}: {not}", path.display());
-                    match not.held {
-                        Some(j) => held.hold(*j, &path),
-                        // Unread: whatever it holds is unknown.
-                        None if path.exists() => cautious = true,
-                        None => {}
+                    if let Some(j) = not.held {
+                        held.hold(*j, &path);
                     }
                 }
             }
+        }
+        // Set aside at an earlier mount: never replayed, but one that cannot be told may
+        // name a move's keeps and temporaries, the only way back to its old bytes.
+        for (path, j) in aside {
+            let why = match j {
+                Ok(Some(_)) => continue,
+                Ok(None) => "does not parse".to_string(),
+                Err(e) => format!("cannot be read ({e})"),
+            };
+            log::warn!(
+                "re-link journal {} (set aside) {why}: what it names cannot be told, so \
+                 this mount removes no temporary and holds files whose pieces disagree \
+                 (EIO); remove it once those files are settled by hand",
+                path.display()
+            );
+            cautious = true;
         }
     }
     // Only now: a move torn between its renames was finished from its temporaries there.

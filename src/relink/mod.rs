@@ -52,14 +52,23 @@
 //! it is settled or a person removes it ([`NotSettled::held`]). Served on their own, a later
 //! replay would throw away what was written to them; set aside, the mix would be served
 //! as a file. Only a journal whose primary is whole is set aside as `*.unfinished` (its
-//! other names no longer where it says), and one that does not parse. `tierfs export`
+//! other names no longer where it says), and one that does not parse. A stat of an entry
+//! that fails (but for its absence) holds the journal too. One that cannot be read (but
+//! for its being gone), or does not parse, leaves what it names untold: the mount's scan
+//! and `fsck` are cautious (no temporary removed, no file whose pieces disagree resolved)
+//! while it is there, set aside or not ([`NotSettled::cautious`]). `tierfs export`
 //! only reads, so it refuses to copy while a journal is pending; past one set aside it
 //! copies, and warns that the file it names may be mixed.
 
+mod files;
+
+pub use files::{list, list_set_aside, read, remove_torn_writes, set_aside, write, Listed};
+
 use crate::beneath::Beneath;
 use crate::vfs::types::TMP_PREFIX;
+use files::sync_folder;
 use std::ffi::OsString;
-use std::io::{self, Write};
+use std::io;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -186,76 +195,6 @@ impl Journal {
     pub fn tiers(&self) -> Vec<usize> {
         self.new.iter().chain(&self.old).map(|(t, _)| *t).collect()
     }
-}
-
-/// Writes `j` as `meta/NAME` (synced, and the folder too); returns its path.
-pub fn write(meta: &Path, name: &str, j: &Journal) -> io::Result<PathBuf> {
-    let p = meta.join(format!("{JOURNAL_PREFIX}{name}"));
-    let tmp = meta.join(format!(".{JOURNAL_PREFIX}{name}.tmp"));
-    let r = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(j.encode().as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &p)?;
-        std::fs::File::open(meta)?.sync_all()
-    })();
-    if let Err(e) = r {
-        let _ = std::fs::remove_file(&tmp);
-        let _ = std::fs::remove_file(&p);
-        return Err(e);
-    }
-    Ok(p)
-}
-
-/// Removes the temporaries of journal writes a crash cut short in `meta` (see [`write`]):
-/// a move does nothing on the tiers before its journal is in place, so such a file
-/// describes nothing that happened. Only for a mount's scan, while no move runs. Returns
-/// the paths removed.
-pub fn remove_torn_writes(meta: &Path) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(meta) else {
-        return Vec::new();
-    };
-    let torn =
-        |n: &[u8]| n.starts_with(format!(".{JOURNAL_PREFIX}").as_bytes()) && n.ends_with(b".tmp");
-    rd.flatten()
-        .filter(|e| torn(e.file_name().as_bytes()))
-        .map(|e| e.path())
-        .filter(|p| std::fs::remove_file(p).is_ok())
-        .collect()
-}
-
-/// The journals in `meta` (a tier's `.tierfs-meta/`): (path, journal, or `None` when
-/// it does not parse).
-pub fn list(meta: &Path) -> Vec<(PathBuf, Option<Journal>)> {
-    read_journals(meta, false)
-}
-
-/// The journals in `meta` set aside as `*.unfinished` ([`set_aside`]), never to be
-/// replayed: each names a file whose bytes may be mixed from before and after its move.
-pub fn list_set_aside(meta: &Path) -> Vec<(PathBuf, Option<Journal>)> {
-    read_journals(meta, true)
-}
-
-fn read_journals(meta: &Path, set_aside: bool) -> Vec<(PathBuf, Option<Journal>)> {
-    let Ok(rd) = std::fs::read_dir(meta) else {
-        return Vec::new();
-    };
-    let mut out: Vec<(PathBuf, Option<Journal>)> = rd
-        .flatten()
-        .filter(|e| {
-            let n = e.file_name();
-            let n = n.as_bytes();
-            n.starts_with(JOURNAL_PREFIX.as_bytes()) && n.ends_with(b".unfinished") == set_aside
-        })
-        .map(|e| {
-            let j = std::fs::read_to_string(e.path())
-                .ok()
-                .and_then(|s| Journal::decode(&s));
-            (e.path(), j)
-        })
-        .collect();
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
 }
 
 /// One change [`plan`] asks for.
@@ -509,9 +448,22 @@ pub fn carry_out<'a>(
             (name, _) => data.join(name.map_or(&j.primary, |n| &j.names[n])),
         }
     };
-    let ino = |name: Option<usize>, t: usize| -> Option<u64> {
-        on(t).0.stat(&entry(name, t)).ok().map(|m| m.ino())
-    };
+    // Every entry the rule may look at, stat-ed once. One that cannot be (anything but
+    // its absence: EIO, ESTALE) leaves the journal unsettled: taken for missing, a torn
+    // move would be undone while its temporaries hold writes the old pieces never saw.
+    let mut seen = std::collections::HashMap::new();
+    let names = (0..j.names.len()).map(Some).chain([None, Some(PENDING)]);
+    for (name, t) in names.flat_map(|n| j.tiers().into_iter().map(move |t| (n, t))) {
+        let e = entry(name, t);
+        let i = match on(t).0.stat(&e) {
+            _ if e.as_os_str().is_empty() => None,
+            Ok(m) => Some(m.ino()),
+            Err(x) if x.kind() == io::ErrorKind::NotFound => None,
+            Err(x) => return Err(io::Error::new(x.kind(), format!("{}: {x}", e.display()))),
+        };
+        seen.insert((name, t), i);
+    }
+    let ino = |name: Option<usize>, t: usize| seen.get(&(name, t)).copied().flatten();
     let v = plan(j, ino);
     let (Verdict::Finish(p) | Verdict::RollBack(p) | Verdict::NotStarted(p)) = &v else {
         return Ok(v);
@@ -565,14 +517,6 @@ pub fn carry_out<'a>(
     Ok(v)
 }
 
-/// Makes the removal or renaming of a journal in `meta` durable (best effort: the
-/// worst a lost one does is settle the journal again, which finds nothing left to do).
-fn sync_folder(meta: Option<&Path>) {
-    if let Some(Ok(f)) = meta.map(std::fs::File::open) {
-        let _ = f.sync_all();
-    }
-}
-
 /// Why [`finish`] did not settle a journal.
 #[derive(Debug)]
 pub struct NotSettled {
@@ -580,8 +524,12 @@ pub struct NotSettled {
     pub why: String,
     /// The journal when it stays in place: its names may be a mix of old and new pieces
     /// and must not be served, nor their entries and keeps changed, until it is settled.
-    /// `None` when it was set aside (its primary is whole) or could not be read.
+    /// `None` when it was set aside or could not be read.
     pub held: Option<Box<Journal>>,
+    /// The scan must be cautious (remove no temporary, hold a file whose pieces
+    /// disagree): what the journal names cannot be told (it could not be read, or does
+    /// not parse), or it stays in place although carried out.
+    pub cautious: bool,
 }
 
 impl std::fmt::Display for NotSettled {
@@ -623,29 +571,56 @@ const HELD: &str = "the journal stays, and the mount answers EIO for its names u
                     tiers hold them instead (they may mix bytes from before and after the \
                     move), remove the journal";
 
+/// What a journal that cannot be read leaves undecided, and until when.
+const UNTOLD: &str = "what it names cannot be told, so no move's temporary or kept old \
+                      piece is removed and a file whose pieces disagree answers EIO until a \
+                      mount (or `tierfs fsck --repair`) can read it or a person removes it";
+
+/// The same for one that does not parse, set aside: never read again.
+const NO_PARSE: &str = "it does not parse (a newer tierfs's, or bytes gone bad): what it names \
+                        cannot be told, so while it is there no mount removes a move's \
+                        temporary or kept old piece, and a file whose pieces disagree answers \
+                        EIO; settle those by hand, then remove it";
+
 /// Settles the journal at `path` for the mount's scan and `fsck --repair` alike, on the
 /// tiers `on(t)` gives (`None` for a tier that is not there): carried out and removed, or
 /// removed when its move never took effect. One that cannot be settled is held (stays in
 /// place: a tier missing, an I/O error, neither finished nor undone) or, when its primary
-/// is whole and only other names are in doubt, set aside as `*.unfinished`. `Ok` says
-/// what was done.
+/// is whole and only other names are in doubt, set aside as `*.unfinished`. One that
+/// cannot be read (but for its being gone) or does not parse (set aside too) leaves what
+/// it names untold: [`NotSettled::cautious`]. `Ok` says what was done.
 pub fn finish<'a>(
     path: &Path,
     on: impl Fn(usize) -> Option<(Beneath<'a>, PathBuf)>,
 ) -> Result<String, NotSettled> {
-    let text = std::fs::read_to_string(path).map_err(|e| NotSettled {
-        why: format!("cannot read it: {e}"),
-        held: None,
-    })?;
-    let Some(j) = Journal::decode(&text) else {
-        return Err(NotSettled {
-            why: set_aside(path, "it does not parse"),
-            held: None,
-        });
+    let j = match files::read(path) {
+        Ok(Some(j)) => j,
+        Ok(None) => {
+            return Err(NotSettled {
+                why: set_aside(path, NO_PARSE),
+                held: None,
+                cautious: true,
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(NotSettled {
+                why: "it is gone (removed since it was listed)".into(),
+                held: None,
+                cautious: false,
+            })
+        }
+        Err(e) => {
+            return Err(NotSettled {
+                why: format!("cannot read it ({e}); {UNTOLD}"),
+                held: None,
+                cautious: true,
+            })
+        }
     };
     let hold = |why: String| NotSettled {
         why: format!("{why}; {HELD}"),
         held: Some(Box::new(j.clone())),
+        cautious: false,
     };
     if let Some(t) = j.tiers().into_iter().find(|t| on(*t).is_none()) {
         return Err(hold(format!(
@@ -662,6 +637,7 @@ pub fn finish<'a>(
             return Err(NotSettled {
                 why: set_aside(path, &why),
                 held: None,
+                cautious: false,
             })
         }
         Err(why) => return Err(hold(why)),
@@ -669,6 +645,7 @@ pub fn finish<'a>(
     std::fs::remove_file(path).map_err(|e| NotSettled {
         why: format!("{done}, but the journal stays: {e}"),
         held: None,
+        cautious: true,
     })?;
     sync_folder(path.parent());
     Ok(done)
@@ -777,22 +754,6 @@ fn keeps_outcome(j: &Journal, r: io::Result<Verdict>) -> Result<String, String> 
         Err(e) => Err(format!(
             "undoing or finishing the move of /{primary} a crash cut short failed ({e})"
         )),
-    }
-}
-
-/// Renames a journal that will not be replayed to `*.unfinished`; returns `why` and where
-/// it went.
-pub fn set_aside(path: &Path, why: &str) -> String {
-    let to = path.with_extension("unfinished");
-    match std::fs::rename(path, &to) {
-        Ok(()) => {
-            sync_folder(path.parent());
-            format!("{why} (journal set aside as {})", to.display())
-        }
-        Err(e) => format!(
-            "{why} (and the journal {} could not be set aside: {e})",
-            path.display()
-        ),
     }
 }
 
@@ -1107,20 +1068,6 @@ mod tests {
         assert_eq!(p.missing, vec![1]);
     }
 
-    #[test]
-    fn torn_journal_writes_are_removed_and_nothing_else() {
-        let d = tempfile::tempdir().unwrap();
-        let j = journal();
-        let p = write(d.path(), "kept", &j).unwrap();
-        let torn = d.path().join(format!(".{JOURNAL_PREFIX}cut.tmp"));
-        std::fs::write(&torn, "tierfs-relink v1\nprim").unwrap();
-        let other = d.path().join(".other.tmp");
-        std::fs::write(&other, "").unwrap();
-        assert_eq!(remove_torn_writes(d.path()), vec![torn.clone()]);
-        assert!(p.exists() && other.exists() && !torn.exists());
-        assert!(remove_torn_writes(&d.path().join("none")).is_empty());
-    }
-
     /// `finish` on real folders: a torn move is undone from the other name and its journal
     /// removed; a finished one is removed; one naming a tier that is not there, or torn
     /// beyond undoing, is held in place; one that does not parse is set aside and never
@@ -1192,7 +1139,11 @@ mod tests {
             "{not}"
         );
         assert_eq!(not.held.as_deref(), Some(&j), "not held");
-        assert_eq!(list(&meta).len(), 1, "a held journal is not kept for later");
+        assert_eq!(
+            list(&meta).unwrap().len(),
+            1,
+            "a held journal is not kept for later"
+        );
         std::fs::remove_file(&p).unwrap();
         // Its primary torn with an old piece no name holds: held too, never set aside.
         std::fs::write(roots[0].join("data/c"), b"x").unwrap();
@@ -1215,7 +1166,7 @@ mod tests {
             "{not}"
         );
         assert!(
-            list(&meta).is_empty(),
+            list(&meta).unwrap().is_empty(),
             "a set-aside journal is listed again"
         );
         // The primary holds its (now) only piece, the old one of a move not begun.
@@ -1228,5 +1179,60 @@ mod tests {
         let p = write(&meta, "notbegun", &j).unwrap();
         assert!(finish(&p, on).unwrap().contains("never took effect"));
         assert!(!p.exists());
+    }
+
+    /// A move torn between its own renames (tier 0 renamed, tier 1 not), its keep journal
+    /// naming tier 1's new piece at its temporary; at the next mount that temporary cannot
+    /// be stat-ed (here a symlink on its path: ELOOP; on a failing tier EIO or ESTALE).
+    /// What it holds cannot be told: the journal is held in place, nothing is changed.
+    ///
+    /// Found (issue 38, point 4): a stat error counted as no entry, so the move was undone
+    /// from the keep and its journal removed; the mount then emptied limbo, and the writes
+    /// only the temporaries held (a lazy migration's) were lost.
+    #[test]
+    fn a_journal_whose_temporary_cannot_be_stat_ed_is_held() {
+        let d = tempfile::tempdir().unwrap();
+        let roots: Vec<PathBuf> = (0..2).map(|t| d.path().join(format!("t{t}"))).collect();
+        let ino = |p: PathBuf| std::fs::symlink_metadata(p).unwrap().ino();
+        for r in &roots {
+            std::fs::create_dir_all(r.join("data")).unwrap();
+            std::fs::create_dir_all(r.join("meta/real")).unwrap();
+            std::fs::write(r.join("data/a"), b"old").unwrap();
+            std::fs::hard_link(r.join("data/a"), r.join("data/k")).unwrap();
+        }
+        let old = vec![
+            (0, ino(roots[0].join("data/a"))),
+            (1, ino(roots[1].join("data/a"))),
+        ];
+        std::fs::write(roots[0].join("data/n"), b"new").unwrap();
+        std::fs::rename(roots[0].join("data/n"), roots[0].join("data/a")).unwrap();
+        std::fs::write(roots[1].join("meta/real/p"), b"new").unwrap();
+        std::os::unix::fs::symlink("real", roots[1].join("meta/limbo")).unwrap();
+        let new = vec![
+            (0, ino(roots[0].join("data/a"))),
+            (1, ino(roots[1].join("meta/real/p"))),
+        ];
+        let j = Journal {
+            primary: "a".into(),
+            names: vec!["k".into()],
+            new: new.clone(),
+            old,
+            keeps: true,
+            pending: vec![(1, "meta/limbo/p".into())],
+        };
+        let meta = d.path().join("journals");
+        std::fs::create_dir(&meta).unwrap();
+        let p = write(&meta, "torn", &j).unwrap();
+        let on = |t: usize| roots.get(t).map(|r| (Beneath::new(r), r.join("data")));
+        let not = finish(&p, on).unwrap_err();
+        assert!(not.held.is_some() && p.exists(), "{not}");
+        assert_eq!(ino(roots[0].join("data/a")), new[0].1, "undone");
+        assert!(roots[0].join("data/k").exists(), "the keep went");
+        // Its path readable again: finished from the temporary.
+        std::fs::remove_file(roots[1].join("meta/limbo")).unwrap();
+        std::fs::rename(roots[1].join("meta/real"), roots[1].join("meta/limbo")).unwrap();
+        assert!(finish(&p, on).unwrap().contains("renamed in"));
+        assert_eq!(ino(roots[1].join("data/a")), new[1].1, "not finished");
+        assert!(!p.exists() && !roots[0].join("data/k").exists());
     }
 }

@@ -789,17 +789,17 @@ fn command_line_rows() {
     std::fs::create_dir(&busy).unwrap();
     std::fs::write(busy.join("a.txt"), b"mine").unwrap();
     expect(
-        "L20",
+        "L21",
         "mount over a non-empty folder",
         &tierfs(&["mount", "--config", &cfg, &d.s("busy")]),
         &[("MNT", &d.s("busy"))],
     );
-    assert!(!tierfs::daemon::is_mountpoint(&busy), "L20: mounted anyway");
-    if have(fuse().is_ok(), "L20 --nonempty mounts FUSE") {
+    assert!(!tierfs::daemon::is_mountpoint(&busy), "L21: mounted anyway");
+    if have(fuse().is_ok(), "L21 --nonempty mounts FUSE") {
         let o = tierfs(&["mount", "--nonempty", "--config", &cfg, &d.s("busy")]);
         assert!(
             o.status.success(),
-            "L20 --nonempty: {}",
+            "L21 --nonempty: {}",
             String::from_utf8_lossy(&o.stderr)
         );
         assert!(

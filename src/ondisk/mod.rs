@@ -95,6 +95,7 @@ pub fn tier_dirs(cfg: &MountConfig) -> Result<Vec<TierDir>, Failure> {
     }
     // A blank folder standing in for a tier (a PFS not mounted) would read as a tier whose
     // pieces are all gone, and a repair would make them anew: refused as a mount refuses it.
+    // A `.tierfs-meta/` that cannot be read is the journal checks' to name (it may hide one).
     let named: Vec<_> = cfg
         .tiers
         .iter()
@@ -102,6 +103,7 @@ pub fn tier_dirs(cfg: &MountConfig) -> Result<Vec<TierDir>, Failure> {
         .collect();
     let refused: Vec<String> = crate::tier::identity::check(&named, &[])
         .into_iter()
+        .filter(|r| !r.unreadable)
         .map(|r| format!("tier '{}': {}", cfg.tiers[r.index].name, r.why))
         .collect();
     if !refused.is_empty() {

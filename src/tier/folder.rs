@@ -61,33 +61,46 @@ pub(super) fn take_lock(
     }
 }
 
-/// Writes the format marker of a new tier, or refuses a tier of another format.
+/// Writes the format marker of a new tier, or refuses a tier of another format. Only a
+/// marker that is surely not there is written (never over one a failing stat hid: it names
+/// the tier's pool, [`super::identity`]); one that cannot be read fails the mount.
 pub(super) fn check_format(name: &str, meta: &Path) -> Result<()> {
-    let format = meta.join("format");
-    if !format.exists() {
-        let text = format!(
-            "tierfs tier format {}\nname {}\n",
-            crate::layout::FORMAT_VERSION,
-            name
-        );
-        std::fs::write(&format, text).map_err(|e| Error::tier(name, "write", &format, e))?;
-    } else if let Ok(text) = std::fs::read_to_string(&format) {
-        let v = text
-            .lines()
-            .next()
-            .and_then(|l| l.strip_prefix("tierfs tier format "))
-            .and_then(|v| v.trim().parse::<u32>().ok());
-        if v != Some(crate::layout::FORMAT_VERSION) {
-            return Err(Error::tier(
-                name,
-                "check format of",
-                &format,
-                std::io::Error::other(format!(
-                    "this tier was written by an incompatible tierfs (format {v:?}, this tierfs reads {})",
-                    crate::layout::FORMAT_VERSION
-                )),
-            ));
+    use std::io::ErrorKind;
+    let format = meta.join(super::identity::FORMAT_FILE);
+    let text = match std::fs::read_to_string(&format) {
+        Ok(text) => text,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            let text = format!(
+                "tierfs tier format {}\nname {}\n",
+                crate::layout::FORMAT_VERSION,
+                name
+            );
+            let mut f = match std::fs::File::options()
+                .write(true)
+                .create_new(true)
+                .open(&format)
+            {
+                Ok(f) => f,
+                // Made meanwhile: read it next time; this mount holds the lock, so no one.
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(()),
+                Err(e) => return Err(Error::tier(name, "write", &format, e)),
+            };
+            return std::io::Write::write_all(&mut f, text.as_bytes())
+                .map_err(|e| Error::tier(name, "write", &format, e));
         }
+        Err(e) => return Err(Error::tier(name, "read", &format, e)),
+    };
+    let v = super::identity::Identity::parse(&text).format;
+    if v != Some(crate::layout::FORMAT_VERSION) {
+        return Err(Error::tier(
+            name,
+            "check format of",
+            &format,
+            std::io::Error::other(format!(
+                "this tier was written by an incompatible tierfs (format {v:?}, this tierfs reads {})",
+                crate::layout::FORMAT_VERSION
+            )),
+        ));
     }
     Ok(())
 }
@@ -108,8 +121,18 @@ pub(super) fn make_limbo(name: &str, limbo: &Path) -> Result<()> {
 /// unreferenced) but `spare`, the temporaries a held journal names (paths from the
 /// tier's folder `root`). Only for the mount's scan, before any move.
 pub fn empty_limbo(name: &str, root: &Path, limbo: &Path, spare: &[&Path]) {
-    let Ok(rd) = std::fs::read_dir(limbo) else {
-        return;
+    let rd = match std::fs::read_dir(limbo) {
+        Ok(rd) => rd,
+        Err(e) => {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                log::warn!(
+                    "tier '{name}': cannot list {} ({e}): what an earlier daemon left there \
+                     stays",
+                    limbo.display()
+                );
+            }
+            return;
+        }
     };
     for e in rd.flatten() {
         let p = e.path();
@@ -253,4 +276,35 @@ pub(super) fn read_device_bytes(stat: &Path) -> Option<(u64, u64)> {
         .collect();
     // Fields 3 and 7 (1-based) are sectors read and written, in 512-byte units.
     Some((f.get(2)? * 512, f.get(6)? * 512))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A marker that cannot be read fails the mount instead of being written over (it names
+    /// the tier's pool); one that is there is never rewritten.
+    #[test]
+    fn a_format_marker_is_written_only_where_surely_missing() {
+        let d = tempfile::tempdir().unwrap();
+        let format = d.path().join(super::super::identity::FORMAT_FILE);
+        check_format("t", d.path()).unwrap();
+        let first = std::fs::read_to_string(&format).unwrap();
+        assert!(first.starts_with("tierfs tier format "), "{first}");
+        std::fs::write(&format, format!("{first}pool abc\n")).unwrap();
+        check_format("t", d.path()).unwrap();
+        assert!(std::fs::read_to_string(&format)
+            .unwrap()
+            .contains("pool abc"));
+        std::fs::remove_file(&format).unwrap();
+        std::fs::create_dir(&format).unwrap();
+        let e = check_format("t", d.path()).unwrap_err().to_string();
+        assert!(e.contains("read"), "{e}");
+        std::fs::remove_dir(&format).unwrap();
+        std::fs::write(&format, "tierfs tier format 99\n").unwrap();
+        assert!(check_format("t", d.path())
+            .unwrap_err()
+            .to_string()
+            .contains("incompatible"));
+    }
 }

@@ -94,6 +94,8 @@ pub type Named<'a> = (&'a str, &'a Path);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refused {
     pub index: usize,
+    /// Its format file could not be read (rather than saying it is not this tier).
+    pub unreadable: bool,
     pub why: String,
 }
 
@@ -145,7 +147,12 @@ pub fn check(tiers: &[Named<'_>], skip: &[usize]) -> Vec<Refused> {
                 None => continue,
             },
         };
-        out.push(Refused { index: i, why });
+        let unreadable = matches!(s, Some(Seen::Unreadable(_)));
+        out.push(Refused {
+            index: i,
+            unreadable,
+            why,
+        });
     }
     out
 }
@@ -157,6 +164,7 @@ fn unreadable(tiers: &[Named<'_>], seen: &[Option<Seen>]) -> Vec<Refused> {
         .filter_map(|(i, s)| match s {
             Some(Seen::Unreadable(e)) => Some(Refused {
                 index: i,
+                unreadable: true,
                 why: format!(
                     "{e}; whether {} is this tierfs's tier '{}' cannot be told: fix the file \
                      system or the permissions there, or mount with --degraded to go on \

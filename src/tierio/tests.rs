@@ -344,9 +344,14 @@ fn each_tier_of_a_batch_is_busy_until_its_own_requests_complete() {
         assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
         let busy = |t: usize| tiers[t].counters.write_busy.total_ns();
         let time = |t: usize| counter(&tiers[t], |c| &c.write_ns);
+        // The slow tier's request time is net of the batch's core waits, which are shared
+        // out by time in flight: on a loaded machine (the suite on 2 cores) a little of the
+        // wait before the fast request ended lands on it, so not the full 300 ms.
         assert!(
-            busy(1) >= 300_000_000 && time(1) >= 300_000_000,
-            "slow tier"
+            busy(1) >= 300_000_000 && time(1) >= 200_000_000,
+            "slow tier: busy {} ns, request time {} ns",
+            busy(1),
+            time(1)
         );
         assert!(
             busy(0) < 100_000_000 && time(0) < 100_000_000,

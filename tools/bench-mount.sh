@@ -4,6 +4,11 @@
 #
 #   tools/bench-mount.sh [RUNS] [SECONDS]        (defaults: 3 runs, 10 s each)
 #
+# SECONDS = 0: each job writes its file once, then reads it once (not time-based), and the
+# figure is all bytes over the time until the last job ends, as a user's first fio or dd
+# sees it. Time-based runs hide a placement that puts more files on the slow tier: each
+# job runs at its own file's tier speed, so the sum is the tiers' caps whatever the split.
+#
 # Tiers: "nvme" 1200/800 MB/s read/write (RAM-backed, exact caps), "pfs" 400/300 MB/s (disk;
 # PFS_RAM=1: RAM).
 # Workload: fio O_DIRECT 1 MiB requests, libaio, 6 jobs x iodepth 8 (DeepSpeed-like: several
@@ -97,8 +102,10 @@ config() {  # TARGET -> config path (bandwidths come from the cached probe)
 }
 
 fio_mbps() {  # DIR RW -> MB/s
+  local timed=(--time_based --runtime="$SECS")
+  [ "$SECS" = 0 ] && timed=()
   local out; out=$(fio --name=bench --directory="$1" --rw="$2" --bs=1M --size="$SIZE" --numjobs="$JOBS" \
-    --iodepth="$QD" --ioengine=libaio --direct=1 --time_based --runtime="$SECS" --group_reporting \
+    --iodepth="$QD" --ioengine=libaio --direct=1 "${timed[@]}" --group_reporting \
     --output-format=json 2>/dev/null)
   python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(int((j["read"]["bw_bytes"]+j["write"]["bw_bytes"])/1e6))' <<<"$out"
 }
@@ -106,8 +113,8 @@ fio_mbps() {  # DIR RW -> MB/s
 declare -A RES
 run_target() {  # NAME DIR
   mkdir -p "$2"
-  # lay out the files once, so reads hit written blocks
-  fio --name=bench --directory="$2" --rw=write --bs=1M --size="$SIZE" --numjobs="$JOBS" --direct=1 \
+  # lay out the files once, so reads hit written blocks (sized runs: the write is the layout)
+  [ "$SECS" = 0 ] || fio --name=bench --directory="$2" --rw=write --bs=1M --size="$SIZE" --numjobs="$JOBS" --direct=1 \
       --ioengine=libaio --iodepth="$QD" --output-format=terse >/dev/null 2>&1
   local w r; w=$(fio_mbps "$2" write); r=$(fio_mbps "$2" read)
   RES[$1.write]+="$w "; RES[$1.read]+="$r "; LAST_W=$w; LAST_R=$r
@@ -140,9 +147,10 @@ for run in $(seq 1 "$RUNS"); do
     # What each target did: shares, bytes per tier, daemon CPU (kept per run).
     cp "$MNT/.tierfs/tiers" "$BENCH_DIR/tiers-$layout-$run.txt"
     cp "$MNT/.tierfs/stats.json" "$BENCH_DIR/stats-$layout-$run.json"
-    # GB fio moved: the layout pass, then the timed write and read (MB/s x seconds).
+    # GB fio moved: the layout pass, then the timed write and read (MB/s x seconds); sized
+    # runs: each file written and read once.
     local_gb=$(awk -v j="$JOBS" -v sz="$(numfmt --from=iec "${SIZE%B}")" -v w="$LAST_W" -v r="$LAST_R" \
-      -v t="$SECS" 'BEGIN{print (j*sz)/1e9 + (w+r)*t/1e3}')
+      -v t="$SECS" 'BEGIN{print (t == 0) ? 2*j*sz/1e9 : (j*sz)/1e9 + (w+r)*t/1e3}')
     read -r cpugb files <<<"$(python3 - "$MNT/.tierfs/stats.json" "$cpu0" "$local_gb" <<'PY'
 import json, sys
 s = json.load(open(sys.argv[1]))
@@ -181,4 +189,5 @@ for t in direct $LAYOUTS; do
     "$(awk -v a="$r" "BEGIN{print a/1600}")" "$cpu" "$files"
 done
 echo
-echo "caps: nvme 1200/800, pfs 400/300 MB/s read/write; sum 1600/1100. fio: $JOBS jobs x $SIZE x QD $QD, 1 MiB O_DIRECT libaio, ${SECS}s, $RUNS runs. default+cg: daemon in a ${MEMCG_LIMIT} memory cgroup."
+how="${SECS}s time-based"; [ "$SECS" = 0 ] && how="each file written once, then read once"
+echo "caps: nvme 1200/800, pfs 400/300 MB/s read/write; sum 1600/1100. fio: $JOBS jobs x $SIZE x QD $QD, 1 MiB O_DIRECT libaio, $how, $RUNS runs. default+cg: daemon in a ${MEMCG_LIMIT} memory cgroup."

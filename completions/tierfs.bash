@@ -49,6 +49,9 @@ _tierfs() {
             tierfs,record)
                 cmd="tierfs__subcmd__record"
                 ;;
+            tierfs,run)
+                cmd="tierfs__subcmd__run"
+                ;;
             tierfs,stat)
                 cmd="tierfs__subcmd__stat"
                 ;;
@@ -88,6 +91,9 @@ _tierfs() {
             tierfs__subcmd__help,record)
                 cmd="tierfs__subcmd__help__subcmd__record"
                 ;;
+            tierfs__subcmd__help,run)
+                cmd="tierfs__subcmd__help__subcmd__run"
+                ;;
             tierfs__subcmd__help,stat)
                 cmd="tierfs__subcmd__help__subcmd__stat"
                 ;;
@@ -101,7 +107,7 @@ _tierfs() {
 
     case "${cmd}" in
         tierfs)
-            opts="-h -V --help --version mount unmount probe check-config stat ds-config record plot fsck export man completions help"
+            opts="-h -V --help --version mount run unmount probe check-config stat ds-config record plot fsck export man completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -209,7 +215,7 @@ _tierfs() {
             return 0
             ;;
         tierfs__subcmd__help)
-            opts="mount unmount probe check-config stat ds-config record plot fsck export man completions help"
+            opts="mount run unmount probe check-config stat ds-config record plot fsck export man completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -363,6 +369,20 @@ _tierfs() {
             return 0
             ;;
         tierfs__subcmd__help__subcmd__record)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tierfs__subcmd__help__subcmd__run)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -531,6 +551,20 @@ _tierfs() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tierfs__subcmd__run)
+            opts="-h --print-library --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
                 *)
                     COMPREPLY=()
                     ;;

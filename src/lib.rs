@@ -41,6 +41,7 @@ pub mod control;
 pub mod coord;
 pub mod daemon;
 pub mod data;
+pub mod direct;
 pub mod dsconfig;
 pub mod error;
 pub mod failure;

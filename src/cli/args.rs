@@ -72,6 +72,23 @@ pub enum Cmd {
         #[arg(long)]
         nonempty: bool,
     },
+    /// Run a program on the direct path: its O_DIRECT opens and DeepSpeed swap files on tierfs mounts go straight to the tier files.
+    #[command(
+        after_help = "Examples:\n  tierfs run -- deepspeed train.py --deepspeed_config ds.json\n  srun tierfs run -- python train.py                  # every rank of a Slurm step\n  tierfs run -- torchrun --nproc_per_node 4 train.py\n  export LD_PRELOAD=$(tierfs run --print-library)    # in a job script, for everything after it\n\nThe program runs with the preload library beside the tierfs binary on LD_PRELOAD\n(children and launchers inherit it). On a tierfs mount, an O_DIRECT open or a DeepSpeed\nswap file (*.tensor.swp) is opened through FUSE as usual, then the mount's daemon hands\nthe program the tier files' own descriptors: its bytes never cross FUSE, so the daemon\nspends no CPU on them (and needs no root). Anything the library cannot keep exact stays on\nFUSE, correct and slower; an error says so once on stderr (tierfs: WARNING: ...). Success\nis silent. TIERFS_DIRECT=0 turns it off; the mount's `direct = \"off\"` refuses it.\nWhat it does and does not cover: docs/DESIGN.md, \"The direct path\"."
+    )]
+    Run {
+        /// Print the preload library's path (for LD_PRELOAD in job scripts) and exit.
+        #[arg(long)]
+        print_library: bool,
+        /// The program and its arguments (after `--`).
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required_unless_present = "print_library",
+            value_name = "COMMAND"
+        )]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Unmount and wait until the daemon has exited.
     #[command(
         after_help = "Example:\n  tierfs unmount /tmp/tierfs-demo-$USER\n\nA plain `umount` or `fusermount3 -u` is also safe. A dead mount (daemon killed)\nis cleared too (also `fusermount3 -uz MOUNTPOINT` or `tierfs mount --force ...`).\nRoot can unmount any user's tierfs mount (an epilog): mounts are found in\n/proc/self/mountinfo, and the daemon is waited for as the mount's owner sees it.\nExits 1 naming the files when the daemon could not write cached data back\n(a plain umount leaves that in the daemon's log)."

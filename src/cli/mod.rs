@@ -77,6 +77,10 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             allow_other,
             nonempty,
         }),
+        Cmd::Run {
+            print_library,
+            command,
+        } => crate::direct::run::run(print_library, &command),
         Cmd::Unmount {
             mountpoint,
             stats_dir,

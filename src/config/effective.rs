@@ -91,6 +91,7 @@ impl MountConfig {
         }
         let _ = writeln!(s, "threads = {}", self.mount.threads);
         let _ = writeln!(s, "passthrough = \"{}\"", self.mount.passthrough.as_str());
+        let _ = writeln!(s, "direct = \"{}\"", self.mount.direct.as_str());
         let _ = writeln!(s, "exclusive_tiers = {}", self.mount.exclusive_tiers);
         let _ = writeln!(s, "engine = \"{}\"", self.mount.engine.as_str());
         let _ = writeln!(s, "transport = \"{}\"", self.mount.transport.as_str());

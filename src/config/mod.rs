@@ -36,6 +36,7 @@
 //! log_file = "/tmp/tierfs-${USER}.log"
 //! threads = 64                        # 1..=256
 //! passthrough = "auto"                # "auto" | "direct" | "off": kernel passthrough for whole files
+//! direct = "auto"                     # "auto" | "off": tier files' own descriptors for programs under `tierfs run`
 //! degraded = false                    # mount without a tier whose folder is missing or unusable
 //! transport = "auto"                  # "auto" | "uring" | "dev": FUSE over io_uring or /dev/fuse
 //! scratch = false                     # unmount discards the data and removes the tier folders
@@ -65,7 +66,7 @@ pub use cache::{
     MIN_CACHE,
 };
 pub use mount::{
-    EngineKind, MountSection, Passthrough, Transport, DEFAULT_STATS_DIR, DEFAULT_THREADS,
+    Direct, EngineKind, MountSection, Passthrough, Transport, DEFAULT_STATS_DIR, DEFAULT_THREADS,
     MAX_THREADS,
 };
 pub use placement::{

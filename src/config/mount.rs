@@ -35,6 +35,30 @@ pub struct MountSection {
     pub scratch: bool,
     /// How requests travel between the kernel and the daemon. Default `auto`.
     pub transport: Transport,
+    /// Which opens of programs under `tierfs run` get the tier files' own descriptors.
+    /// Default `auto`.
+    pub direct: Direct,
+}
+
+/// `mount.direct`: which opens of a program run under `tierfs run` (the preload library,
+/// `crate::direct`) get the pieces' own descriptors, so their bytes never cross FUSE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direct {
+    /// `O_DIRECT` opens and DeepSpeed's swap files (`*.tensor.swp`), where the daemon can
+    /// keep them exact; everything else stays on FUSE.
+    Auto,
+    /// None: programs under `tierfs run` go through FUSE as any other.
+    Off,
+}
+
+impl Direct {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direct::Auto => "auto",
+            Direct::Off => "off",
+        }
+    }
 }
 
 /// `mount.transport`: how FUSE requests reach the daemon (`crate::fuse`).
@@ -130,6 +154,7 @@ impl Default for MountSection {
             transport: Transport::Auto,
             degraded: false,
             scratch: false,
+            direct: Direct::Auto,
         }
     }
 }
@@ -194,7 +219,13 @@ pub(super) fn parse_mount(
             ("dev", Transport::Dev),
         ],
     );
+    let direct = p.one_of(
+        "mount.direct",
+        m.direct.as_deref(),
+        &[("auto", Direct::Auto), ("off", Direct::Off)],
+    );
     MountSection {
+        direct,
         stats_dir,
         allow_other: m.allow_other,
         log_file,

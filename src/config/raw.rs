@@ -78,6 +78,7 @@ pub(super) struct RawMount {
     pub(super) transport: Option<String>,
     #[serde(default)]
     pub(super) scratch: bool,
+    pub(super) direct: Option<String>,
 }
 
 /// A size or bandwidth as written: a string (`"1MiB"`), or a bare number (`capacity = 4096`),

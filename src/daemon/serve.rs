@@ -74,10 +74,33 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
         std::process::id()
     );
     start_threads(&fs)?;
+    let mut direct = start_direct(&fs, &opts.mountpoint, &session);
     ready.ok();
     shutdown::wait_for_end(&session, &opts.mountpoint, &mountpoint);
+    if let Some(d) = direct.as_mut() {
+        d.stop();
+    }
     session.join();
     shutdown::finish(&fs, config, &mountpoint, &lost_report)
+}
+
+/// Serves the direct path (`tierfs run`); with `direct = "off"` it answers every program
+/// "no" (quietly: they stay on FUSE). A server that cannot start leaves programs on FUSE,
+/// with a warning here and one in each program.
+fn start_direct(
+    fs: &Arc<TierFs>,
+    mountpoint: &Path,
+    session: &crate::fuse::Session,
+) -> Option<crate::direct::Server> {
+    match crate::direct::Server::start(fs.clone(), mountpoint, session.notifier()) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            log::warn!(
+                "direct path unavailable ({e}): programs under `tierfs run` go through FUSE"
+            );
+            None
+        }
+    }
 }
 
 /// Prepares the tier folders; in degraded mode, the tiers left out (index, why), each

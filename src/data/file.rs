@@ -26,6 +26,10 @@ pub struct FileNode {
     pub(crate) dirty: AtomicBool,
     /// Unlinked: its bytes need never reach a tier again.
     pub(crate) gone: AtomicBool,
+    /// Served on the direct path at least once since mount (`crate::vfs::direct`): its
+    /// bytes go to the tiers past the daemon, so staging memory neither admits nor
+    /// prefetches it (memory would hold a copy the program's next direct open skips).
+    pub(crate) direct_seen: AtomicBool,
     /// While cached: the file's mtime when its primary piece does not have it yet (a write
     /// absorbed in memory, or a time set by the user that the next write-back would
     /// overwrite). Shown by getattr; stamped on the primary piece after each write-back.
@@ -47,6 +51,13 @@ pub(crate) struct FileState {
     pub(crate) cache: Option<Arc<crate::cache::entry::Entry>>,
     /// How many of `opens` may write (a migration commits when the last one closes).
     pub(crate) writers: u32,
+    /// How many of `opens` are direct-path leases (`crate::vfs::direct`): a program holds
+    /// the pieces' own descriptors and its I/O never reaches the daemon. While any is out
+    /// the file is not cached, moved or migrated, and ...
+    pub(crate) direct_opens: u32,
+    /// ... while any of them may write, its size is read from the pieces and the kernel
+    /// may not cache its attributes.
+    pub(crate) direct_writers: u32,
     /// A lazy re-layout under way (see `relocate`): writes go to its new pieces, reads
     /// take each block from where it is. Never together with `cache`.
     pub(crate) migration: Option<Migration>,
@@ -59,6 +70,52 @@ pub(crate) struct FileState {
 }
 
 impl FileState {
+    /// Whether a program does this file's I/O past the daemon now: kernel passthrough or
+    /// direct-path leases. Its pieces are then the truth (size included), and it must not
+    /// be cached, moved or re-laid out under them.
+    pub(crate) fn bypassed(&self) -> bool {
+        self.pt_opens > 0 || self.direct_opens > 0
+    }
+
+    /// The file's size as its open pieces say it (`None` where a piece is not open or
+    /// cannot be read): the truth while something writes them past the daemon.
+    pub(crate) fn pieces_size(&self) -> Option<u64> {
+        let len = |t: usize| -> Option<u64> {
+            self.pieces[t]
+                .as_ref()?
+                .file()
+                .metadata()
+                .ok()
+                .map(|m| m.len())
+        };
+        match &self.layout {
+            FileLayout::Whole { tier } => len(*tier),
+            FileLayout::Stripe(m) => m
+                .tiers
+                .iter()
+                .map(|t| Some(m.logical_end(*t, len(*t)?)))
+                .try_fold(0, |a, e| Some(a.max(e?))),
+        }
+    }
+
+    /// Whether a program may hold a direct descriptor of one of the open pieces that this
+    /// daemon did not hand out (an earlier daemon's, before `mount --force`): the shared
+    /// `flock` every direct grant puts on its descriptors keeps an exclusive one from
+    /// being taken (`crate::vfs::direct`).
+    pub(crate) fn pieces_in_use(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        self.pieces.iter().flatten().any(|p| {
+            let fd = p.file().as_raw_fd();
+            // SAFETY: flock(2) on the piece's own descriptor; no memory involved.
+            let got = unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0;
+            if got {
+                // SAFETY: as above; the lock was only a question.
+                unsafe { libc::flock(fd, libc::LOCK_UN) };
+            }
+            !got && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK)
+        })
+    }
+
     /// Counts one more open, `pt` whether in passthrough, and says whether the kernel may
     /// keep the file's cached pages for it (`FOPEN_KEEP_CACHE`). Every byte of a file the
     /// daemon serves reaches it through the kernel, which keeps its own pages up to date,
@@ -97,12 +154,15 @@ impl FileNode {
                 pt_opens: 0,
                 cache: None,
                 writers: 0,
+                direct_opens: 0,
+                direct_writers: 0,
                 migration: None,
                 pt_since_drop: false,
             }),
             charge: Mutex::new(None),
             dirty: AtomicBool::new(false),
             gone: AtomicBool::new(false),
+            direct_seen: AtomicBool::new(false),
             mtime: Mutex::new(None),
         }
     }

@@ -145,9 +145,10 @@ fn relocate_once(
         None if !moves::layout_drifted(fs, &old) => return Ok(true),
         _ => {}
     }
-    if st.pt_opens > 0 {
-        // The kernel writes this file's old piece itself: it cannot move under it.
-        return Err(Error::NotSupported("moving a file open in passthrough"));
+    if st.bypassed() {
+        // The kernel (passthrough) or a program (the direct path) writes this file's old
+        // pieces itself: it cannot move under them.
+        return Err(Error::NotSupported("moving a file written past the daemon"));
     }
     let size = node.size();
     let want = need.max(size) + (1 << 20);
@@ -293,8 +294,8 @@ pub(crate) fn start_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> Re
         drop(tree);
         return relocate(fs, ino, node, None, 0);
     }
-    if st.pt_opens > 0 {
-        return Err(Error::NotSupported("moving a file open in passthrough"));
+    if st.bypassed() {
+        return Err(Error::NotSupported("moving a file written past the daemon"));
     }
     let size = node.size();
     let old = st.layout.clone();

@@ -14,7 +14,7 @@ use crate::data::file::{FileNode, FileState, Migration};
 use crate::data::io;
 use crate::data::keep;
 use crate::data::linked;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
 use crate::placement::{self, Charge};
 use crate::sys::{self, SetTime};
@@ -178,6 +178,10 @@ pub(crate) fn begin_move(
     suffix: &'static str,
     size: u64,
 ) -> Result<Migration> {
+    if st.bypassed() || st.pieces_in_use() {
+        // Whoever holds those pieces' descriptors would go on writing the old ones.
+        return Err(Error::NotSupported("moving a file written past the daemon"));
+    }
     let primary = st.layout.primary();
     static MOVES: AtomicU64 = AtomicU64::new(0);
     let tag = MOVES.fetch_add(1, Ordering::Relaxed);

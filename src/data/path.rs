@@ -84,6 +84,11 @@ pub(crate) fn read_into(fs: &TierFs, fh: u64, off: u64, buf: &mut [u8]) -> Resul
         Handle::Control => Err(Error::Access("the control file is write-only")),
         Handle::File { node, .. } => {
             let st = node.state.read();
+            if st.direct_writers > 0 {
+                // A program writes (and truncates) the pieces past the daemon: their size
+                // is the file's end.
+                handles::sync_size_from_pieces(fs, &node, &st);
+            }
             let fsize = node.size();
             if off >= fsize {
                 return Ok(0);
@@ -157,6 +162,12 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
     if data.is_empty() {
         // Writing nothing changes nothing, not even the size (POSIX).
         return Ok(0);
+    }
+    {
+        let st = node.state.read();
+        if st.direct_writers > 0 {
+            handles::sync_size_from_pieces(fs, &node, &st);
+        }
     }
     let end = off
         .checked_add(data.len() as u64)

@@ -302,6 +302,11 @@ pod! {
         pub spare5: u32,
     } = 80;
     pub struct FsyncIn { pub fh: u64, pub fsync_flags: u32, pub padding: u32 } = 16;
+    pub struct IoctlIn {
+        pub fh: u64, pub flags: u32, pub cmd: u32, pub arg: u64, pub in_size: u32,
+        pub out_size: u32,
+    } = 32;
+    pub struct IoctlOut { pub result: i32, pub flags: u32, pub in_iovs: u32, pub out_iovs: u32 } = 16;
     pub struct SetxattrIn { pub size: u32, pub flags: u32 } = 8;
     pub struct GetxattrIn { pub size: u32, pub padding: u32 } = 8;
     pub struct GetxattrOut { pub size: u32, pub padding: u32 } = 8;
@@ -389,7 +394,7 @@ pub fn op_in_len(opcode: u32) -> usize {
         op::FALLOCATE => size_of::<FallocateIn>(),
         op::GETLK | op::SETLK | op::SETLKW => 48,
         op::BMAP => 16,
-        op::IOCTL => 32,
+        op::IOCTL => size_of::<IoctlIn>(),
         op::POLL => 24,
         op::LSEEK => 24,
         op::COPY_FILE_RANGE => 56,

@@ -142,22 +142,32 @@ pub fn fattr_of(a: &Attr) -> abi::Attr {
     }
 }
 
+/// How long the kernel may keep `a`: not at all while a program writes the file past the
+/// daemon (DeepSpeed checks a file's size with stat(2) before every read).
+fn attr_ttl(a: &Attr) -> Duration {
+    if a.volatile {
+        Duration::ZERO
+    } else {
+        TTL
+    }
+}
+
 fn entry_out(a: &Attr) -> abi::EntryOut {
     abi::EntryOut {
         nodeid: a.ino,
         generation: 0,
         entry_valid: TTL.as_secs(),
-        attr_valid: TTL.as_secs(),
+        attr_valid: attr_ttl(a).as_secs(),
         entry_valid_nsec: TTL.subsec_nanos(),
-        attr_valid_nsec: TTL.subsec_nanos(),
+        attr_valid_nsec: attr_ttl(a).subsec_nanos(),
         attr: fattr_of(a),
     }
 }
 
 fn attr_out(a: &Attr) -> abi::AttrOut {
     abi::AttrOut {
-        attr_valid: TTL.as_secs(),
-        attr_valid_nsec: TTL.subsec_nanos(),
+        attr_valid: attr_ttl(a).as_secs(),
+        attr_valid_nsec: attr_ttl(a).subsec_nanos(),
         dummy: 0,
         attr: fattr_of(a),
     }
@@ -487,7 +497,7 @@ impl Dispatcher {
             Op::Fallocate(f) => fs
                 .fallocate(f.fh, f.offset, f.length, f.mode as i32)
                 .map_err(to_errno)?,
-            // No ioctls of our own; tools probe a few (FS_IOC_GETFLAGS) and expect ENOTTY.
+            Op::Ioctl(i) => self.ioctl(i, out)?,
             Op::Unsupported if req.opcode == op::IOCTL => return Err(libc::ENOTTY),
             Op::Unsupported => return Err(libc::ENOSYS),
         }
@@ -521,6 +531,20 @@ impl Dispatcher {
             mtime: t(fattr::MTIME_NOW, fattr::MTIME, s.mtime, s.mtimensec),
         };
         out.extend_from_slice(attr_out(&fs.setattr(ino, sa).map_err(to_errno)?).bytes());
+        Ok(())
+    }
+
+    /// The direct path's one question: which handle is this descriptor (the daemon asks it
+    /// of a descriptor a program handed over, see `crate::direct`). No other ioctls: tools
+    /// probe a few (FS_IOC_GETFLAGS) and expect ENOTTY.
+    fn ioctl(&self, i: &abi::IoctlIn, out: &mut Vec<u8>) -> Result<(), i32> {
+        if i.cmd != tierfs_wire::IOC_HANDLE || i.out_size < 16 {
+            return Err(libc::ENOTTY);
+        }
+        let ino = self.fs.handle_inode(i.fh).map_err(to_errno)?;
+        out.extend_from_slice(abi::IoctlOut::default().bytes());
+        out.extend_from_slice(&i.fh.to_le_bytes());
+        out.extend_from_slice(&ino.to_le_bytes());
         Ok(())
     }
 
@@ -622,29 +646,9 @@ impl Dispatcher {
     }
 
     /// Tells the kernel to drop its cached attributes of `ino` (after a change no reply
-    /// carries, such as set-user-ID cleared by a write): a notification on /dev/fuse.
+    /// carries, such as set-user-ID cleared by a write).
     fn invalidate_attr(&self, ino: u64) {
-        let body = abi::NotifyInvalInodeOut {
-            ino,
-            // Negative: attributes only, no page cache.
-            off: -1,
-            len: 0,
-        };
-        let h = abi::OutHeader {
-            len: (std::mem::size_of::<abi::OutHeader>() + std::mem::size_of_val(&body)) as u32,
-            error: abi::NOTIFY_INVAL_INODE,
-            unique: 0,
-        };
-        let mut msg = h.bytes().to_vec();
-        msg.extend_from_slice(body.bytes());
-        // SAFETY: writes our own initialized buffer to the /dev/fuse descriptor.
-        let n = unsafe { libc::write(self.dev, msg.as_ptr() as *const libc::c_void, msg.len()) };
-        if n < 0 {
-            log::debug!(
-                "invalidating the attributes of inode {ino}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+        super::notify::inval_inode(self.dev, ino, false);
     }
 
     /// The OPEN/CREATE reply, registering the backing file when the core offers passthrough.

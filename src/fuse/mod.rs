@@ -22,9 +22,11 @@ pub mod abi;
 pub mod dev;
 pub mod dispatch;
 pub mod mount;
+pub mod notify;
 pub mod request;
 pub mod session;
 pub mod uring;
 
 pub use dispatch::{MAX_BACKGROUND, MAX_REQUEST};
+pub use notify::Notifier;
 pub use session::{Session, SessionOptions};

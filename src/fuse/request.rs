@@ -107,6 +107,7 @@ pub enum Op<'a> {
         unique: u64,
     },
     Fallocate(abi::FallocateIn),
+    Ioctl(abi::IoctlIn),
     /// Anything we do not implement; answered with ENOSYS (ENOTTY for IOCTL).
     Unsupported,
 }
@@ -216,6 +217,7 @@ impl<'a> Op<'a> {
             op::RELEASEDIR => Op::Releasedir(fixed(op_in, "releasedir")?),
             op::FSYNCDIR => Op::Fsyncdir(fixed(op_in, "fsyncdir")?),
             op::ACCESS => Op::Access(fixed(op_in, "access")?),
+            op::IOCTL => Op::Ioctl(fixed(op_in, "ioctl")?),
             op::CREATE => Op::Create {
                 arg: fixed(op_in, "create")?,
                 name: name(payload)?.0,

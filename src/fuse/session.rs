@@ -311,6 +311,11 @@ impl Session {
     }
 
     /// "uring" or "dev".
+    /// Notifications to the kernel from outside the workers (the direct path's server).
+    pub fn notifier(&self) -> super::Notifier {
+        super::Notifier(self.dev.clone())
+    }
+
     pub fn transport(&self) -> &'static str {
         self.transport
     }

@@ -62,6 +62,15 @@ pub struct TierStats {
     /// daemon and appear only in the device counters.
     pub passthrough_open: u64,
     pub passthrough_opens: u64,
+    /// Direct-path leases (programs under `tierfs run` holding the pieces' own
+    /// descriptors) out now / granted since mount, and the bytes those programs reported
+    /// (also in `bytes_read`/`bytes_written`).
+    #[serde(default)]
+    pub direct_open: u64,
+    #[serde(default)]
+    pub direct_opens: u64,
+    #[serde(default)]
+    pub direct_bytes: u64,
     /// Bytes read/written on the tier's block device since mount, by anyone (None without
     /// a block device, e.g. NFS or Lustre).
     pub device_read: Option<u64>,
@@ -205,7 +214,8 @@ pub struct Snapshot {
 pub struct CpuStats {
     /// The whole daemon's CPU (user + system) since it started, in seconds.
     pub total_s: f64,
-    /// Bytes the daemon moved: the sum over the classes.
+    /// Bytes moved for programs: the sum over the classes, and what they moved on the
+    /// direct path (`tierfs run`) past the daemon.
     pub bytes: u64,
     /// `total_s` per 10^9 `bytes` (0 before any byte).
     pub s_per_gb: f64,
@@ -323,39 +333,7 @@ pub fn tiers_table(s: &Snapshot) -> String {
         );
     }
     for t in &s.tiers {
-        let mut notes = Vec::new();
-        if !t.healthy {
-            notes.push(format!(
-                "{}: takes no new data; {} read, {} write errors{}",
-                t.state.to_uppercase(),
-                t.read_errors,
-                t.write_errors,
-                t.last_error
-                    .as_deref()
-                    .map(|e| format!(", last: {e}"))
-                    .unwrap_or_default()
-            ));
-        }
-        if t.paused {
-            notes.push(format!(
-                "PAUSED: too slow next to the fastest tier (placement.min_share); no new data, \
-                 {} recovery probes so far",
-                t.probes
-            ));
-        }
-        if t.passthrough_opens > 0 {
-            notes.push(format!(
-                "passthrough: {} open, {} since mount (their bytes bypass the daemon)",
-                t.passthrough_open, t.passthrough_opens
-            ));
-        }
-        if let (Some(r), Some(w)) = (t.device_read, t.device_written) {
-            notes.push(format!(
-                "device: {} read, {} written since mount",
-                fmt_bytes(r),
-                fmt_bytes(w)
-            ));
-        }
+        let notes = tier_notes(t);
         if !notes.is_empty() {
             let _ = writeln!(out, "  {}: {}", t.name, notes.join("; "));
         }
@@ -395,6 +373,53 @@ pub fn tiers_table(s: &Snapshot) -> String {
     );
     out.push_str(&held_line(s));
     out
+}
+
+/// What is worth saying about a tier under the table: its state, a pause, passthrough and
+/// the direct path, its device's counters.
+fn tier_notes(t: &TierStats) -> Vec<String> {
+    let mut notes = Vec::new();
+    if !t.healthy {
+        notes.push(format!(
+            "{}: takes no new data; {} read, {} write errors{}",
+            t.state.to_uppercase(),
+            t.read_errors,
+            t.write_errors,
+            t.last_error
+                .as_deref()
+                .map(|e| format!(", last: {e}"))
+                .unwrap_or_default()
+        ));
+    }
+    if t.paused {
+        notes.push(format!(
+            "PAUSED: too slow next to the fastest tier (placement.min_share); no new data, \
+             {} recovery probes so far",
+            t.probes
+        ));
+    }
+    if t.passthrough_opens > 0 {
+        notes.push(format!(
+            "passthrough: {} open, {} since mount (their bytes bypass the daemon)",
+            t.passthrough_open, t.passthrough_opens
+        ));
+    }
+    if t.direct_opens > 0 {
+        notes.push(format!(
+            "direct path: {} lease(s) out, {} since mount, {} moved past the daemon",
+            t.direct_open,
+            t.direct_opens,
+            fmt_bytes(t.direct_bytes)
+        ));
+    }
+    if let (Some(r), Some(w)) = (t.device_read, t.device_written) {
+        notes.push(format!(
+            "device: {} read, {} written since mount",
+            fmt_bytes(r),
+            fmt_bytes(w)
+        ));
+    }
+    notes
 }
 
 /// The `files` file: one line per file.

@@ -61,6 +61,11 @@ impl Busy {
                 .fetch_add(end.saturating_sub(since), Ordering::Relaxed);
         }
     }
+    /// Busy time measured elsewhere (a program's direct I/O, reported when it closes the
+    /// file), added as it is.
+    pub(crate) fn add_ns(&self, ns: u64) {
+        self.total.fetch_add(ns, Ordering::Relaxed);
+    }
     /// Busy nanoseconds so far, the current busy period included.
     pub fn total_ns(&self) -> u64 {
         let t = self.total.load(Ordering::Relaxed);

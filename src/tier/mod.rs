@@ -84,6 +84,12 @@ pub struct TierCounters {
     /// the daemon, so it shows in the device counters, not in the byte counters above.
     pub pt_open: AtomicU64,
     pub pt_opens_total: AtomicU64,
+    /// Bytes programs under `tierfs run` moved through the pieces' own descriptors (the
+    /// direct path), as they reported them; also in `bytes_read`/`bytes_written`.
+    pub direct_bytes: AtomicU64,
+    /// Direct-path leases of files with a piece on this tier, out now and since mount.
+    pub direct_open: AtomicU64,
+    pub direct_opens_total: AtomicU64,
     /// Time with at least one read (write) in flight: bytes over busy time is what the tier
     /// delivers to us, with idle time left out.
     pub read_busy: Busy,

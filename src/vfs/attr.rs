@@ -41,6 +41,7 @@ pub(crate) fn virtual_attr(fs: &TierFs, v: Virtual) -> Attr {
         atime: SystemTime::now(),
         mtime: SystemTime::now(),
         ctime: fs.started,
+        volatile: false,
     }
 }
 
@@ -114,6 +115,7 @@ pub(crate) fn attr_from_meta(
         atime: sys::time_of(m.atime(), m.atime_nsec()),
         mtime: sys::time_of(m.mtime(), m.mtime_nsec()),
         ctime: sys::time_of(m.ctime(), m.ctime_nsec()),
+        volatile: false,
     }
 }
 
@@ -152,9 +154,17 @@ pub(crate) fn attr_locked(fs: &TierFs, tree: &Tree, ino: u64) -> Result<Attr> {
                     .stat(&path)
                     .map_err(|e| backing::tier_err(fs, primary, "stat", &path, e))?
             };
-            // While the kernel writes through passthrough, the piece's size is the truth.
-            let size = if st.pt_opens > 0 { m.len() } else { size };
+            // While the kernel writes through passthrough, or a program through the pieces'
+            // own descriptors (the direct path), the pieces' sizes are the truth.
+            let size = if st.direct_writers > 0 {
+                st.pieces_size().unwrap_or(size)
+            } else if st.pt_opens > 0 {
+                m.len()
+            } else {
+                size
+            };
             let mut a = attr_from_meta(fs, ino, kind, &m, Some(size));
+            a.volatile = st.direct_writers > 0;
             a.blocks = file_blocks(fs, tree, ino, &st, primary, &m, size);
             if let (Some(_), Some(t)) = (&st.cache, *f.mtime.lock()) {
                 // A change the cache holds: the piece learns it at write-back.

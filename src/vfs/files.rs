@@ -193,6 +193,7 @@ pub(crate) fn create(
             ino,
             write,
             passthrough: pt.is_some(),
+            direct: false,
         },
     );
     Ok((
@@ -250,7 +251,7 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, 
         NodeData::Other(_) => return Err(Error::NotSupported("open of a special file")),
     };
     let (parent, name) = (node.parent, node.name.clone());
-    let (pt, relayout, keep_cache) = {
+    let (pt, relayout, keep_cache, uncached) = {
         let mut st = f.state.write();
         if st.opens == 0 && st.cache.is_none() && st.migration.is_none() {
             for t in st.layout.tiers() {
@@ -271,7 +272,7 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, 
         // keeps one mode per inode, and FUSE sends a reader's RELEASE asynchronously,
         // so DeepSpeed's write open of a file it just read can arrive while that
         // read handle is still open; in passthrough it would pin the old layout).
-        let relayout = st.pt_opens == 0 && moves::layout_drifted(fs, &st.layout);
+        let relayout = !st.bypassed() && moves::layout_drifted(fs, &st.layout);
         let admit = relayout || !handles::leave_to_kernel(fs, &st, &name, f.size(), flags);
         cached::cache_on_open(fs, ino, parent, &name, &f, &mut st, !write, admit);
         let pt = if relayout {
@@ -283,7 +284,10 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, 
         if pt.is_some() {
             handles::note_pt_open(fs, &mut st);
         }
-        (pt, relayout, keep_cache)
+        // A program writes the pieces past the daemon: the kernel may keep no pages of it
+        // for this open (the daemon's reads of the pieces see those writes, its pages not).
+        let uncached = st.direct_writers > 0;
+        (pt, relayout, keep_cache, uncached)
     };
     drop(tree);
     // DeepSpeed rewrites its swap files in place every step (no O_TRUNC), so a file
@@ -304,10 +308,11 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, 
                 ino,
                 write,
                 passthrough: pt.is_some(),
+                direct: false,
             },
         ),
         OpenInfo {
-            direct_io: false,
+            direct_io: uncached,
             keep_cache,
             passthrough: pt,
         },
@@ -327,13 +332,28 @@ pub(crate) fn settle_charge(fs: &TierFs, node: &FileNode) {
 pub(crate) fn flush(fs: &TierFs, fh: u64) -> Result<()> {
     if let Handle::File {
         node,
+        direct: true,
+        write: true,
+        ..
+    } = handles::handle(fs, fh)?
+    {
+        // The program closes its descriptor: the size it wrote is the file's before
+        // close(2) returns (a stat right after must see it).
+        let st = node.state.read();
+        handles::sync_size_from_pieces(fs, &node, &st);
+        drop(st);
+        settle_charge(fs, &node);
+        return Ok(());
+    }
+    if let Handle::File {
+        node,
         passthrough: true,
         ..
     } = handles::handle(fs, fh)?
     {
         let st = node.state.read();
-        if let FileLayout::Whole { tier } = st.layout {
-            handles::sync_passthrough_size(fs, &node, &st, tier);
+        if let FileLayout::Whole { .. } = st.layout {
+            handles::sync_size_from_pieces(fs, &node, &st);
         }
         drop(st);
         settle_charge(fs, &node);
@@ -348,8 +368,12 @@ pub(crate) fn release(fs: &TierFs, fh: u64) -> Result<()> {
         passthrough,
         ino,
         write,
+        direct,
     } = h
     {
+        if direct {
+            crate::vfs::direct::end_lease(fs, ino, &node, write);
+        }
         let last_writer = {
             let st = node.state.read();
             write && st.writers == 1 && st.migration.is_some()
@@ -373,7 +397,7 @@ pub(crate) fn release(fs: &TierFs, fh: u64) -> Result<()> {
                     .counters
                     .pt_open
                     .fetch_sub(1, Ordering::Relaxed);
-                handles::sync_passthrough_size(fs, &node, &st, tier);
+                handles::sync_size_from_pieces(fs, &node, &st);
             }
         }
         st.opens = st.opens.saturating_sub(1);

@@ -197,17 +197,15 @@ pub(crate) fn note_pt_open(fs: &TierFs, st: &mut FileState) {
     }
 }
 
-/// The kernel wrote a passthrough file without us: its backing file's size is the truth.
-pub(crate) fn sync_passthrough_size(fs: &TierFs, node: &FileNode, st: &FileState, tier: usize) {
-    if let Some(p) = &st.pieces[tier] {
-        if let Ok(m) = p.file().metadata() {
-            let old = node.size.swap(m.len(), Ordering::AcqRel);
-            if old != m.len() {
-                if node.counted() {
-                    backing::account_resize(fs, &st.layout, old, m.len());
-                }
-                node.dirty.store(true, Ordering::Relaxed);
-            }
+/// Takes the size written into the pieces past the daemon (kernel passthrough, the direct
+/// path) as the file's, with the tiers' books.
+pub(crate) fn sync_size_from_pieces(fs: &TierFs, node: &FileNode, st: &FileState) {
+    let Some(now) = st.pieces_size() else { return };
+    let old = node.size.swap(now, Ordering::AcqRel);
+    if old != now {
+        if node.counted() {
+            backing::account_resize(fs, &st.layout, old, now);
         }
+        node.dirty.store(true, Ordering::Relaxed);
     }
 }

@@ -76,6 +76,7 @@ pub(crate) fn with_staging(
         xattr_warned: AtomicBool::new(false),
         passthrough: AtomicBool::new(config.mount.passthrough != crate::config::Passthrough::Off),
         passthrough_mode: config.mount.passthrough,
+        direct_mode: config.mount.direct,
         aside: Mutex::new(Vec::new()),
         adapt: config.placement.adapt,
         min_share: config.placement.min_share,

@@ -31,6 +31,7 @@
 pub mod attr;
 pub mod backing;
 pub mod contain;
+pub mod direct;
 pub mod dirs;
 pub mod files;
 pub mod handles;
@@ -258,6 +259,27 @@ impl TierFs {
 
     pub fn open(&self, ino: u64, flags: i32) -> Result<(u64, OpenInfo)> {
         files::open(self, ino, flags, self.euid)
+    }
+
+    /// The inode of the open file handle `fh` (the direct path's ioctl asks it).
+    pub fn handle_inode(&self, fh: u64) -> Result<u64> {
+        direct::handle_inode(self, fh)
+    }
+
+    /// Grants the open handle `fh` the pieces' own descriptors for a program under
+    /// `tierfs run` (`uid`), as its open `flags` ask, or says why not ([`direct`]).
+    pub fn direct_grant(
+        &self,
+        fh: u64,
+        flags: i32,
+        uid: u32,
+    ) -> std::result::Result<direct::Granted, direct::Refusal> {
+        direct::grant(self, fh, flags, uid)
+    }
+
+    /// What a program's direct descriptors moved, as it reports it (`uid`: who reports).
+    pub fn direct_report(&self, uid: u32, tiers: &[tierfs_wire::TierIo]) {
+        direct::report(self, uid, tiers)
     }
 
     /// [`TierFs::open`] by the user `ctx`: the `.tierfs/` views list file names only to the

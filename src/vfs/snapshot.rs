@@ -133,6 +133,10 @@ fn cpu_stats(fs: &TierFs, tiers: &[TierStats]) -> CpuStats {
         .iter()
         .map(|t| Some(t.device_read? + t.device_written?))
         .sum::<Option<u64>>();
+    // Bytes programs moved on the direct path cost the daemon (almost) nothing, and count:
+    // the figure is the daemon's CPU per byte the programs moved.
+    let direct: u64 = tiers.iter().map(|t| t.direct_bytes).sum();
+    let bytes = bytes + direct;
     CpuStats {
         total_s,
         bytes,
@@ -215,6 +219,9 @@ fn tier_stats(fs: &TierFs, t: &Tier, shares: &[f64]) -> TierStats {
         probes: t.probes.load(Ordering::Relaxed),
         paused: t.is_paused(),
         passthrough_open: c.pt_open.load(Ordering::Relaxed),
+        direct_open: c.direct_open.load(Ordering::Relaxed),
+        direct_opens: c.direct_opens_total.load(Ordering::Relaxed),
+        direct_bytes: c.direct_bytes.load(Ordering::Relaxed),
         passthrough_opens: c.pt_opens_total.load(Ordering::Relaxed),
         device_read: t.device_bytes().map(|d| d.0),
         device_written: t.device_bytes().map(|d| d.1),

@@ -36,6 +36,8 @@ pub struct TierFs {
     /// Kernel passthrough may be offered (config allows it and the kernel has not refused).
     pub(crate) passthrough: AtomicBool,
     pub(crate) passthrough_mode: crate::config::Passthrough,
+    /// Which opens of programs under `tierfs run` may get the pieces' own descriptors.
+    pub(crate) direct_mode: crate::config::Direct,
     /// `[placement] adapt`: shares follow the online estimates.
     pub(crate) adapt: bool,
     /// `placement.min_share` (with `adapt`).

@@ -117,6 +117,9 @@ pub struct Attr {
     pub atime: SystemTime,
     pub mtime: SystemTime,
     pub ctime: SystemTime,
+    /// Changing behind the daemon's back (a program writes the pieces through direct-path
+    /// descriptors): the kernel must not cache these attributes.
+    pub volatile: bool,
 }
 
 /// Who is asking (for ownership of new objects).
@@ -253,6 +256,9 @@ pub(crate) enum Handle {
         ino: u64,
         write: bool,
         passthrough: bool,
+        /// A direct-path lease (`crate::vfs::direct`): a program holds the pieces' own
+        /// descriptors for as long as this handle is open.
+        direct: bool,
     },
     Virtual(Arc<Vec<u8>>),
     /// `.tierfs/control`, open for writing.

@@ -9,7 +9,9 @@
 # PASSTHROUGH (default: none in the config, so the product's defaults decide: as root
 # whole files with DeepSpeed's swap files in kernel passthrough), CACHE (a size such as
 # "64MiB": mount with a host-memory cache of that size, "off" for none; default: the
-# automatic size, as a config without [cache] gets), WORK (temp folder),
+# automatic size, as a config without [cache] gets), DIRECT=1 (the training on the mount
+# runs under `tierfs run`: its swap files on the direct path, which must have served
+# them), WORK (temp folder),
 # and everything smoke.sh reads (TIERFS_DS_VENV, TORCH_EXTENSIONS_DIR, SMOKE_STEPS).
 # The first run on a machine installs torch and deepspeed into a venv outside the repo
 # (~3 GB of wheels) and JIT-builds DeepSpeed's ops (~6.5 min on 2 cores).
@@ -51,7 +53,21 @@ case "${TIERFS_TRANSPORT:-auto}" in
   "$TRANSPORT") ;;
   *) echo "FAIL: TIERFS_TRANSPORT=$TIERFS_TRANSPORT but the mount uses $TRANSPORT" >&2; exit 1 ;;
 esac
-SMOKE_CLEANUP=1 "$ROOT/tools/deepspeed/smoke.sh" "$WORK/plain" "$WORK/mnt/ds"
+WRAP=""
+[ "${DIRECT:-0}" = 1 ] && WRAP="$BIN run --"
+SMOKE_CLEANUP=1 SMOKE_WRAP_B="$WRAP" "$ROOT/tools/deepspeed/smoke.sh" "$WORK/plain" "$WORK/mnt/ds"
+if [ "${DIRECT:-0}" = 1 ]; then
+  # The run must have gone direct: leases granted on the mount.
+  python3 - "$WORK/mnt/.tierfs/stats.json" <<'EOF2'
+import json, sys
+s = json.load(open(sys.argv[1]))
+n = sum(t.get("direct_opens", 0) for t in s["tiers"])
+moved = sum(t.get("direct_bytes", 0) for t in s["tiers"])
+print(f"direct path: {n} leases, {moved / 1e6:.0f} MB moved past the daemon")
+if n == 0 or moved == 0:
+    sys.exit("FAIL: DIRECT=1 but no swap file went on the direct path")
+EOF2
+fi
 echo "--- tierfs after the run (passthrough = $PT, cache = ${CACHE:-auto}, transport = $TRANSPORT)"
 "$BIN" stat "$WORK/mnt"
 python3 - "$WORK/mnt/.tierfs/cache" <<'EOF'

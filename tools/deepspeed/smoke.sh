@@ -39,13 +39,16 @@ PY="$VENV/bin/python"
 tag="run-$(date +%Y%m%d-%H%M%S)-$$"
 run_one() {  # label base_dir [extra args] -> sets RUN_DIR
     local label="$1" base="$2"; shift 2
+    # SMOKE_WRAP_B: a command run B's training goes through, e.g. `tierfs run --`.
+    local wrap=()
+    [[ "$label" == b && -n "${SMOKE_WRAP_B:-}" ]] && read -r -a wrap <<<"$SMOKE_WRAP_B"
     mkdir -p "$base"
     RUN_DIR="$(cd "$base" && pwd)/$tag-$label"
     mkdir "$RUN_DIR"
     echo "=== run $label: nvme_path=$RUN_DIR/nvme ($(df -PT "$base" | awk 'NR==2{print $2" on "$7}'))"
     local t0=$SECONDS
     # shellcheck disable=SC2086
-    if ! "$PY" "$HERE/train_tiny.py" --nvme-path "$RUN_DIR/nvme" --losses-out "$RUN_DIR/losses.json" \
+    if ! "${wrap[@]}" "$PY" "$HERE/train_tiny.py" --nvme-path "$RUN_DIR/nvme" --losses-out "$RUN_DIR/losses.json" \
             --steps "$STEPS" ${SMOKE_ARGS:-} "$@" 2>&1 | tee "$RUN_DIR/train.log" \
             | grep -E '^(step |eval loss|param sha256|swap |median step|\[train_tiny\]|Traceback)'; then
         :

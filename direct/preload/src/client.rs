@@ -1,0 +1,180 @@
+//! Talking to a mount's daemon: one connection per mount and process (a forked child makes
+//! its own), checked to be the mount owner's, one request and reply at a time.
+
+use crate::fdtable::Spin;
+use crate::mounts::Mount;
+use std::sync::atomic::Ordering;
+use tierfs_wire::{sock, Reply, Request};
+
+/// How long the library waits for the daemon's answer to an open before it goes on through
+/// FUSE (and warns). A slow daemon costs one open that long, then its connection.
+const TIMEOUT_MS: u64 = 5000;
+
+struct Conn {
+    dev: u64,
+    pid: u32,
+    fd: i32,
+}
+
+struct Conns {
+    lock: Spin,
+    list: std::cell::UnsafeCell<Vec<Conn>>,
+}
+
+// SAFETY: `list` is only touched with `lock` held.
+unsafe impl Sync for Conns {}
+
+static CONNS: Conns = Conns {
+    lock: Spin::new(),
+    list: std::cell::UnsafeCell::new(Vec::new()),
+};
+
+pub fn lock_for_fork() {
+    CONNS.lock.lock();
+}
+
+pub fn unlock_after_fork() {
+    CONNS.lock.unlock();
+}
+
+/// A socket of ours moved from `fd` to `to` (the program `dup2`'d onto its number).
+pub fn moved(fd: i32, to: i32) {
+    CONNS.lock.lock();
+    // SAFETY: the lock is held.
+    let list = unsafe { &mut *CONNS.list.get() };
+    for c in list.iter_mut().filter(|c| c.fd == fd) {
+        c.fd = to;
+    }
+    CONNS.lock.unlock();
+}
+
+fn pid() -> u32 {
+    // SAFETY: getpid(2) has no failure mode.
+    unsafe { libc::getpid() as u32 }
+}
+
+/// Runs `f` on this process's connection to `m`'s daemon (made first if there is none).
+/// The lock is held throughout (replies follow requests in order); the socket calls it
+/// makes are the library's own, not wrapped ones.
+fn with_conn<R>(m: &Mount, f: impl FnOnce(i32) -> Result<R, String>) -> Result<R, String> {
+    let dev = m.dev();
+    let me = pid();
+    CONNS.lock.lock();
+    // SAFETY: the lock is held.
+    let list = unsafe { &mut *CONNS.list.get() };
+    // A forked child inherits its parent's sockets: never speak on one (they stay open,
+    // guarded, as inherited descriptors the child did not ask for).
+    list.retain(|c| c.pid == me);
+    let fd = match list.iter().find(|c| c.dev == dev) {
+        Some(c) => Ok(c.fd),
+        None => connect(m).inspect(|fd| {
+            crate::fdtable::add_socket(*fd);
+            list.push(Conn {
+                dev,
+                pid: me,
+                fd: *fd,
+            })
+        }),
+    };
+    let r = fd.and_then(|fd| {
+        f(fd).inspect_err(|_| {
+            // Its state is unknown now (a reply may still come): start afresh next time.
+            list.retain(|c| c.fd != fd);
+            crate::fdtable::remove_socket(fd);
+            // SAFETY: our own socket, closed once.
+            unsafe { crate::real::close(fd) };
+        })
+    });
+    CONNS.lock.unlock();
+    r
+}
+
+/// A connection to `m`'s daemon, refused unless its peer is the mount's owner.
+fn connect(m: &Mount) -> Result<i32, String> {
+    let name = tierfs_wire::socket_name(m.major, m.minor);
+    let fd = sock::connect(&name).map_err(|e| format!("cannot reach its daemon (@{name}): {e}"))?;
+    let checked = sock::peer(fd)
+        .map_err(|e| e.to_string())
+        .and_then(|(_, uid, _)| {
+            if uid == m.owner {
+                Ok(())
+            } else {
+                Err(format!(
+                    "@{name} is served by uid {uid}, not by the mount's owner (uid {}): ignored",
+                    m.owner
+                ))
+            }
+        })
+        .and_then(|_| sock::set_timeout(fd, TIMEOUT_MS).map_err(|e| e.to_string()));
+    match checked {
+        Ok(()) => Ok(fd),
+        Err(e) => {
+            // SAFETY: our own socket, closed once.
+            unsafe { crate::real::close(fd) };
+            Err(e)
+        }
+    }
+}
+
+/// The daemon's answer to an open: the reply and the descriptors that came with it
+/// (close-on-exec, the caller's to close).
+pub fn ask(m: &Mount, fuse_fd: i32, flags: i32) -> Result<(Reply, Vec<i32>), String> {
+    let msg = Request::Open { flags }.encode();
+    with_conn(m, |fd| {
+        sock::send(fd, &msg, &[fuse_fd]).map_err(|e| format!("sending to the daemon: {e}"))?;
+        let mut buf = vec![0u8; tierfs_wire::MAX_MESSAGE];
+        let (n, fds, cut) = sock::recv(fd, &mut buf).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                format!("the daemon did not answer within {} s", TIMEOUT_MS / 1000)
+            } else {
+                format!("reading the daemon's answer: {e}")
+            }
+        })?;
+        let bad = |why: String, fds: &[i32]| {
+            for f in fds {
+                // SAFETY: descriptors we were just handed, closed once.
+                unsafe { crate::real::close(*f) };
+            }
+            Err(why)
+        };
+        if n == 0 {
+            return bad("the daemon closed the connection".into(), &fds);
+        }
+        if cut {
+            return bad("the daemon's answer was cut short".into(), &fds);
+        }
+        match Reply::decode(&buf[..n]) {
+            Ok(r) => Ok((r, fds)),
+            Err(e) => bad(format!("the daemon answered {e}"), &fds),
+        }
+    })
+}
+
+/// Sends what a direct open moved to the daemon of the mount on device `dev` (no answer).
+pub fn report(dev: u64, r: tierfs_wire::Report) {
+    let Some(m) = crate::mounts_known()
+        .iter()
+        .find(|m| m.dev() == dev)
+        .cloned()
+    else {
+        return;
+    };
+    let msg = Request::Report(r).encode();
+    let _ = with_conn(&m, |fd| {
+        sock::send(fd, &msg, &[]).map_err(|e| e.to_string())
+    });
+}
+
+/// Whether the library is turned off for this process (`TIERFS_DIRECT=0`).
+pub fn disabled() -> bool {
+    static STATE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    match STATE.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let off = std::env::var_os("TIERFS_DIRECT").is_some_and(|v| v == "0");
+            STATE.store(if off { 2 } else { 1 }, Ordering::Relaxed);
+            off
+        }
+    }
+}

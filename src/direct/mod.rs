@@ -1,0 +1,239 @@
+//! The direct path's server: the unix socket on which a program under `tierfs run` (the
+//! preload library in `direct/preload/`) asks for the tier files behind a FUSE descriptor
+//! it holds, and reports what it moved through them. Why: without root there is no kernel
+//! passthrough, and the kernel copies every `O_DIRECT` payload into the daemon on any FUSE
+//! transport; DeepSpeed's bytes then cost the CPU training needs. Handed the pieces' own
+//! descriptors, the program's bytes never cross FUSE. The protocol is `tierfs_wire`'s;
+//! which opens go direct, and what a file is owed while they do, is the core's
+//! (`crate::vfs::direct`).
+//!
+//! Trust: the socket is abstract (anyone may connect), so the daemon believes only the
+//! kernel. The FUSE descriptor the program passes (`SCM_RIGHTS`) proves what it opened and
+//! how: it must be a regular file of this very mount (its device), not an `O_PATH` one; the
+//! daemon learns which of its own handles it is by asking the kernel (a FUSE ioctl on that
+//! descriptor, [`tierfs_wire::IOC_HANDLE`]) and grants no more access than that handle has.
+//! The caller's uid comes from `SO_PEERCRED`. Anything else a peer sends (garbage, other
+//! versions, descriptors of other files) is refused or dropped, its descriptors closed.
+
+pub mod run;
+
+use crate::fuse::Notifier;
+use crate::vfs::TierFs;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tierfs_wire::{sock, NoReason, Reply, Request};
+
+/// The running server: its socket and thread, ended by [`Server::stop`] (or drop).
+pub struct Server {
+    listener: OwnedFd,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    name: String,
+}
+
+/// What a connection thread needs.
+struct Shared {
+    fs: Arc<TierFs>,
+    notify: Notifier,
+    /// The mount's device number: a descriptor of anything else is refused.
+    dev: u64,
+}
+
+impl Server {
+    /// Starts serving the mount at `mountpoint` (mounted and answering).
+    pub fn start(fs: Arc<TierFs>, mountpoint: &Path, notify: Notifier) -> std::io::Result<Server> {
+        let dev = std::fs::metadata(mountpoint)?.dev();
+        let (major, minor) = (libc::major(dev), libc::minor(dev));
+        let name = tierfs_wire::socket_name(major, minor);
+        let fd = sock::listen(&name).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot listen on the abstract socket @{name}: {e}"),
+            )
+        })?;
+        // SAFETY: `fd` is the socket we just made and now own.
+        let listener = unsafe { OwnedFd::from_raw_fd(fd) };
+        let stop = Arc::new(AtomicBool::new(false));
+        let ctx = Arc::new(Shared { fs, notify, dev });
+        let (l, s) = (listener.as_raw_fd(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("tierfs-direct".into())
+            .spawn(move || accept_loop(l, &s, &ctx))?;
+        log::info!("direct path: serving programs under `tierfs run` on @{name}");
+        Ok(Server {
+            listener,
+            stop,
+            thread: Some(thread),
+            name,
+        })
+    }
+
+    /// Stops taking connections (the connections open now end with their programs).
+    pub fn stop(&mut self) {
+        if self.stop.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // SAFETY: shutdown(2) on our listening socket wakes the accept.
+        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        log::info!("direct path: stopped @{}", self.name);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop(listener: i32, stop: &AtomicBool, ctx: &Arc<Shared>) {
+    while !stop.load(Ordering::SeqCst) {
+        let fd = match sock::accept(listener) {
+            Ok(fd) => fd,
+            Err(e) if stop.load(Ordering::SeqCst) => {
+                log::debug!("direct path: accept ends: {e}");
+                return;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                log::warn!("direct path: accept: {e}");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                continue;
+            }
+        };
+        // SAFETY: `fd` is the connection accept just made; we own it.
+        let conn = unsafe { OwnedFd::from_raw_fd(fd) };
+        let ctx = ctx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("tierfs-direct-conn".into())
+            .spawn(move || serve(conn, &ctx));
+        if let Err(e) = spawned {
+            log::warn!("direct path: cannot serve a connection: {e}");
+        }
+    }
+}
+
+/// Serves one program (process) until it goes.
+fn serve(conn: OwnedFd, ctx: &Shared) {
+    let Ok((pid, uid, _)) = sock::peer(conn.as_raw_fd()) else {
+        return;
+    };
+    let mut buf = vec![0u8; tierfs_wire::MAX_MESSAGE];
+    loop {
+        let (n, fds, cut) = match sock::recv(conn.as_raw_fd(), &mut buf) {
+            Ok(r) => r,
+            Err(e) => {
+                log::debug!("direct path: pid {pid}: {e}");
+                return;
+            }
+        };
+        // SAFETY: the kernel installed these descriptors for us; each is ours to close.
+        let fds: Vec<OwnedFd> = fds
+            .into_iter()
+            .map(|f| unsafe { OwnedFd::from_raw_fd(f) })
+            .collect();
+        if n == 0 && fds.is_empty() {
+            return;
+        }
+        let reply = if cut {
+            Some(no(NoReason::Error, "a message cut short"))
+        } else {
+            match Request::decode(&buf[..n]) {
+                Ok(Request::Open { flags }) => match <[OwnedFd; 1]>::try_from(fds) {
+                    Ok([fd]) => Some(open(ctx, fd, flags, uid)),
+                    Err(_) => Some(no(NoReason::Refused, "an open needs one descriptor")),
+                },
+                Ok(Request::Report(r)) => {
+                    ctx.fs.direct_report(uid, &r.tiers);
+                    None
+                }
+                Err(tierfs_wire::DecodeError::Version(v)) => Some(no(
+                    NoReason::Version,
+                    format!(
+                        "the daemon speaks protocol {}, the library {v}: use the library \
+                         built with this tierfs",
+                        tierfs_wire::VERSION
+                    ),
+                )),
+                Err(e) => {
+                    log::debug!("direct path: pid {pid} sent {e}");
+                    Some(no(NoReason::Error, e.to_string()))
+                }
+            }
+        };
+        if let Some((reply, fds)) = reply {
+            let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+            if let Err(e) = sock::send(conn.as_raw_fd(), &reply.encode(), &raw) {
+                log::debug!("direct path: pid {pid}: {e}");
+                return;
+            }
+        }
+    }
+}
+
+fn no(why: NoReason, text: impl Into<String>) -> (Reply, Vec<OwnedFd>) {
+    (
+        Reply::No {
+            why,
+            text: text.into(),
+        },
+        Vec::new(),
+    )
+}
+
+/// An open request: checks the FUSE descriptor `fd`, learns its handle, asks the core.
+fn open(ctx: &Shared, fd: OwnedFd, flags: i32, uid: u32) -> (Reply, Vec<OwnedFd>) {
+    let file = std::fs::File::from(fd);
+    match file.metadata() {
+        Ok(m) if m.dev() == ctx.dev && m.file_type().is_file() => {}
+        _ => return no(NoReason::Refused, "not a file of this mount"),
+    }
+    // SAFETY: fcntl(2) F_GETFL on a descriptor we own.
+    let fl = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+    if fl < 0 || fl & libc::O_PATH != 0 {
+        return no(NoReason::Refused, "an O_PATH descriptor");
+    }
+    let mut out = [0u8; 16];
+    // SAFETY: the ioctl writes at most 16 bytes (its size is encoded in the number) into
+    // `out`; the descriptor is ours.
+    let r = unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            tierfs_wire::IOC_HANDLE as _,
+            out.as_mut_ptr(),
+        )
+    };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        return no(
+            NoReason::Error,
+            format!("the mount does not name the handle: {e}"),
+        );
+    }
+    let fh = u64::from_le_bytes(out[..8].try_into().expect("8 bytes"));
+    // The handle stays open as long as the program's FUSE descriptor does: this copy must
+    // not hold off its RELEASE.
+    drop(file);
+    // The program's access mode is its handle's; the flags keep only O_DIRECT and the like.
+    let flags = flags & !libc::O_ACCMODE | (fl & libc::O_ACCMODE);
+    match ctx.fs.direct_grant(fh, flags, uid) {
+        Ok(g) => {
+            if g.write {
+                // The kernel's pages and attributes of the file are stale from now on.
+                ctx.notify.inval_inode(g.ino, true);
+            }
+            let reply = Reply::Grant(tierfs_wire::Grant {
+                ino: g.ino,
+                shape: g.shape,
+                tiers: g.tiers,
+            });
+            (reply, g.fds)
+        }
+        Err(r) => no(r.why, r.text),
+    }
+}

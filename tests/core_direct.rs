@@ -1,0 +1,292 @@
+//! The direct path's leases on the core, without a mount: what a file is owed while a
+//! program holds its pieces' own descriptors (issue 39). Moves wait for the lease (also a
+//! later daemon's, which only the pieces' locks tell about), staging memory lets the file
+//! go, the size comes from the pieces, and a grant never gives more than the handle had.
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use tierfs::config::MountConfig;
+use tierfs::layout::FileLayout;
+use tierfs::vfs::{Ctx, TierFs, ROOT_INO};
+use tierfs_wire::{NoReason, Shape};
+
+const CTX: Ctx = Ctx { uid: 0, gid: 0 };
+const MIB: usize = 1 << 20;
+
+fn fs_in(d: &Path, layout: &str, extra: &str) -> TierFs {
+    let text = format!(
+        "[[tier]]\nname = \"fast\"\npath = \"{0}/a\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
+         [[tier]]\nname = \"slow\"\npath = \"{0}/b\"\ncreate = true\nwrite_bandwidth = \"1GB/s\"\n\
+         [placement]\nlayout = \"{layout}\"\nstripe_unit = \"64KiB\"\nadapt = true\n[mount]\npassthrough = \"off\"\n{extra}",
+        d.display()
+    );
+    let config = MountConfig::parse(&text, Path::new("direct.toml")).unwrap();
+    config.prepare_tier_dirs().unwrap();
+    let tiers = tierfs::daemon::open_tiers(&config, false, |_| {}).unwrap();
+    TierFs::new(&config, tiers).unwrap()
+}
+
+fn data(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+        .collect()
+}
+
+/// A striped swap file of 1 MiB, written through the core; returns its inode.
+fn striped_file(fs: &TierFs) -> u64 {
+    let (a, fh, _) = fs
+        .create(
+            ROOT_INO,
+            OsStr::new("f.tensor.swp"),
+            0o600,
+            libc::O_WRONLY,
+            CTX,
+        )
+        .unwrap();
+    fs.write(fh, 0, &data(MIB, 1)).unwrap();
+    fs.release(fh).unwrap();
+    a.ino
+}
+
+fn started(fs: &TierFs) -> u64 {
+    fs.relayout_counters()
+        .migrations_started
+        .load(std::sync::atomic::Ordering::Relaxed)
+}
+
+#[test]
+fn a_file_on_lease_is_not_moved_until_the_lease_ends() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = fs_in(d.path(), "stripe", "");
+    let ino = striped_file(&fs);
+    let before = fs.file_list()[0].2.clone();
+    let (fh, _) = fs.open(ino, libc::O_WRONLY | libc::O_DIRECT).unwrap();
+    let g = fs
+        .direct_grant(fh, libc::O_WRONLY | libc::O_DIRECT, 0)
+        .unwrap();
+    assert!(matches!(g.shape, Shape::Stripe { .. }) && g.fds.len() == 2);
+    // The shares move: a writer's open would re-lay the file out, but not under a lease.
+    fs.placer().set_shares(vec![10.0 / 11.0, 1.0 / 11.0]);
+    let (w, _) = fs.open(ino, libc::O_WRONLY).unwrap();
+    fs.release(w).unwrap();
+    assert_eq!(started(&fs), 0, "a move began under a lease");
+    assert_eq!(fs.file_list()[0].2, before);
+    // The lease ends (its handle's release): the next writer moves it.
+    drop(g);
+    fs.release(fh).unwrap();
+    let (w, _) = fs.open(ino, libc::O_WRONLY).unwrap();
+    fs.write(w, 0, &data(64 << 10, 1)).unwrap();
+    fs.release(w).unwrap();
+    assert_eq!(started(&fs), 1, "no move once the lease was gone");
+    assert_ne!(fs.file_list()[0].2, before);
+}
+
+/// After `mount --force` the new daemon knows nothing of the leases the killed one gave
+/// out; the shared locks on the handed-out descriptors keep it from moving those pieces.
+#[test]
+fn a_later_daemon_does_not_move_pieces_an_earlier_one_handed_out() {
+    let d = tempfile::tempdir().unwrap();
+    let held = {
+        let fs = fs_in(d.path(), "stripe", "");
+        let ino = striped_file(&fs);
+        let (fh, _) = fs.open(ino, libc::O_RDWR | libc::O_DIRECT).unwrap();
+        let g = fs
+            .direct_grant(fh, libc::O_RDWR | libc::O_DIRECT, 0)
+            .unwrap();
+        // The daemon dies with the lease out: the program keeps the descriptors.
+        g.fds
+    };
+    let fs = fs_in(d.path(), "stripe", "");
+    let ino = fs.lookup(ROOT_INO, OsStr::new("f.tensor.swp")).unwrap().ino;
+    fs.placer().set_shares(vec![10.0 / 11.0, 1.0 / 11.0]);
+    let (w, _) = fs.open(ino, libc::O_WRONLY).unwrap();
+    fs.release(w).unwrap();
+    assert_eq!(
+        started(&fs),
+        0,
+        "the pieces moved under another daemon's program"
+    );
+    drop(held);
+    let (w, _) = fs.open(ino, libc::O_WRONLY).unwrap();
+    fs.write(w, 0, &data(64 << 10, 1)).unwrap();
+    fs.release(w).unwrap();
+    assert_eq!(
+        started(&fs),
+        1,
+        "the pieces stayed pinned after the program closed them"
+    );
+}
+
+#[test]
+fn the_size_comes_from_the_pieces_while_a_lease_may_write() {
+    for layout in ["whole-file", "stripe"] {
+        let d = tempfile::tempdir().unwrap();
+        let fs = fs_in(d.path(), layout, "");
+        let (a, fh, _) = fs
+            .create(
+                ROOT_INO,
+                OsStr::new("g.tensor.swp"),
+                0o600,
+                libc::O_WRONLY,
+                CTX,
+            )
+            .unwrap();
+        // A swap file (the name qualifies it) opened without O_DIRECT: any buffer will do.
+        let g = fs.direct_grant(fh, libc::O_WRONLY, 0).unwrap();
+        // The program writes 3 MiB + 1 KiB past the daemon, as its stripes fall.
+        let want = 3 * MIB + 1024;
+        let bytes = data(want, 9);
+        match &g.shape {
+            Shape::Whole => std::fs::File::from(g.fds.into_iter().next().unwrap())
+                .write_all_at(&bytes, 0)
+                .unwrap(),
+            Shape::Stripe { unit, pattern } => {
+                let map = tierfs_wire::stripe::StripeMap::new(*unit, pattern.clone());
+                let files: Vec<std::fs::File> =
+                    g.fds.into_iter().map(std::fs::File::from).collect();
+                for e in map.extents(0, want) {
+                    let i = g.tiers.iter().position(|t| *t as usize == e.tier).unwrap();
+                    files[i]
+                        .write_all_at(&bytes[e.buf..e.buf + e.len], e.local)
+                        .unwrap();
+                }
+            }
+        }
+        let attr = fs.getattr(a.ino).unwrap();
+        assert_eq!(attr.size, want as u64, "{layout}: getattr under the lease");
+        assert!(
+            attr.volatile,
+            "{layout}: the kernel may cache a size that moves"
+        );
+        fs.flush(fh).unwrap();
+        fs.release(fh).unwrap();
+        let attr = fs.getattr(a.ino).unwrap();
+        assert_eq!(attr.size, want as u64, "{layout}: after the lease");
+        assert!(!attr.volatile);
+        let (fh, _) = fs.open(a.ino, libc::O_RDONLY).unwrap();
+        let mut got = Vec::new();
+        while got.len() < want {
+            let c = fs
+                .read_with(fh, got.len() as u64, MIB as u32, |b| b.to_vec())
+                .unwrap();
+            assert!(!c.is_empty());
+            got.extend(c);
+        }
+        fs.release(fh).unwrap();
+        assert!(
+            got == bytes,
+            "{layout}: the daemon reads what the program wrote"
+        );
+    }
+}
+
+#[test]
+fn staging_memory_lets_a_leased_file_go_with_its_bytes() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = fs_in(
+        d.path(),
+        "whole-file",
+        "[cache]\nsize = \"64MiB\"\nwriteback_delay = 3600\n",
+    );
+    let (a, fh, _) = fs
+        .create(
+            ROOT_INO,
+            OsStr::new("c.tensor.swp"),
+            0o600,
+            libc::O_RDWR,
+            CTX,
+        )
+        .unwrap();
+    let bytes = data(2 * MIB, 4);
+    fs.write(fh, 0, &bytes).unwrap();
+    assert!(
+        fs.cache_view().dirty > 0,
+        "the write was not held in memory"
+    );
+    let g = fs.direct_grant(fh, libc::O_RDWR, 0).unwrap();
+    assert_eq!(
+        fs.cache_view().dirty,
+        0,
+        "dirty bytes still in memory under a lease"
+    );
+    assert!(fs.cache_view().files.is_empty(), "the file stayed cached");
+    let mut got = vec![0u8; bytes.len()];
+    std::fs::File::from(g.fds.into_iter().next().unwrap())
+        .read_exact_at(&mut got, 0)
+        .unwrap();
+    assert!(got == bytes, "the piece lacks what memory held");
+    fs.release(fh).unwrap();
+    // Served on the direct path once: memory does not take it back on a later open.
+    let (fh, _) = fs.open(a.ino, libc::O_RDONLY).unwrap();
+    assert!(
+        fs.cache_view().files.is_empty(),
+        "admitted again after a direct open"
+    );
+    fs.release(fh).unwrap();
+}
+
+#[test]
+fn grants_give_no_more_than_the_handle_and_refuse_what_cannot_stay_exact() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = fs_in(d.path(), "stripe", "");
+    let ino = striped_file(&fs);
+    // A read-only handle gets read-only pieces, whatever the flags say.
+    let (fh, _) = fs.open(ino, libc::O_RDONLY).unwrap();
+    let g = fs
+        .direct_grant(fh, libc::O_RDWR | libc::O_DIRECT, 0)
+        .unwrap();
+    assert!(!g.write);
+    let f = std::fs::File::from(g.fds.into_iter().next().unwrap());
+    assert!(
+        (&f).write(b"x").is_err(),
+        "a read-only handle's piece writes"
+    );
+    // One lease per handle.
+    let again = fs
+        .direct_grant(fh, libc::O_RDONLY | libc::O_DIRECT, 0)
+        .unwrap_err();
+    assert_eq!(again.why, NoReason::Refused);
+    fs.release(fh).unwrap();
+    // O_APPEND on stripes, and an open that is neither O_DIRECT nor a swap file: FUSE.
+    let (fh, _) = fs.open(ino, libc::O_WRONLY | libc::O_APPEND).unwrap();
+    let no = fs
+        .direct_grant(fh, libc::O_WRONLY | libc::O_APPEND | libc::O_DIRECT, 0)
+        .unwrap_err();
+    assert_eq!(no.why, NoReason::Policy);
+    fs.release(fh).unwrap();
+    let (a, fh, _) = fs
+        .create(
+            ROOT_INO,
+            OsStr::new("plain.txt"),
+            0o600,
+            libc::O_WRONLY,
+            CTX,
+        )
+        .unwrap();
+    assert_eq!(
+        fs.direct_grant(fh, libc::O_WRONLY, 0).unwrap_err().why,
+        NoReason::Policy
+    );
+    assert!(fs
+        .direct_grant(fh, libc::O_WRONLY | libc::O_DIRECT, 0)
+        .is_ok());
+    fs.release(fh).unwrap();
+    // A handle that is gone, or not a file's.
+    assert_eq!(
+        fs.direct_grant(fh, 0, 0).unwrap_err().why,
+        NoReason::Refused
+    );
+    let _ = a;
+    // `direct = "off"`: quietly no.
+    let d2 = tempfile::tempdir().unwrap();
+    let off = fs_in(d2.path(), "stripe", "direct = \"off\"\n");
+    let ino = striped_file(&off);
+    let (fh, _) = off.open(ino, libc::O_RDONLY | libc::O_DIRECT).unwrap();
+    assert_eq!(
+        off.direct_grant(fh, libc::O_DIRECT, 0).unwrap_err().why,
+        NoReason::Policy
+    );
+    off.release(fh).unwrap();
+    let _ = FileLayout::Whole { tier: 0 };
+}

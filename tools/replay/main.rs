@@ -467,7 +467,41 @@ struct IoEvent {
     res2: i64,
 }
 
-/// Kernel AIO (what libaio wraps and DeepSpeed's async_io uses), through raw syscalls.
+/// libaio's `io_submit` and `io_getevents` where a loaded object offers them (libaio, or an
+/// interposer such as tierfs's preload library under `tierfs run`, as DeepSpeed's calls
+/// meet it), else `None`: the raw system calls. libaio's convention: `-errno` on failure.
+fn aio_fns() -> (Option<AioSubmit>, Option<AioGetevents>) {
+    static FNS: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+    let (s, g) = *FNS.get_or_init(|| {
+        // SAFETY: dlsym with RTLD_DEFAULT and NUL-terminated names; null when absent.
+        unsafe {
+            (
+                libc::dlsym(libc::RTLD_DEFAULT, c"io_submit".as_ptr()) as usize,
+                libc::dlsym(libc::RTLD_DEFAULT, c"io_getevents".as_ptr()) as usize,
+            )
+        }
+    });
+    // SAFETY: non-null addresses dlsym gave for these functions, whose C signatures these
+    // are (libaio.h).
+    unsafe {
+        (
+            (s != 0).then(|| std::mem::transmute::<usize, AioSubmit>(s)),
+            (g != 0).then(|| std::mem::transmute::<usize, AioGetevents>(g)),
+        )
+    }
+}
+
+type AioSubmit = unsafe extern "C" fn(libc::c_ulong, libc::c_long, *mut *mut IoCb) -> libc::c_int;
+type AioGetevents = unsafe extern "C" fn(
+    libc::c_ulong,
+    libc::c_long,
+    libc::c_long,
+    *mut IoEvent,
+    *mut libc::timespec,
+) -> libc::c_int;
+
+/// Kernel AIO (what libaio wraps and DeepSpeed's async_io uses): libaio's functions where
+/// a loaded object has them ([`aio_fns`]), else the raw system calls.
 struct Aio {
     ctx: libc::c_ulong,
     queued: Vec<IoCb>,
@@ -517,15 +551,23 @@ impl Engine for Aio {
             // SAFETY: ptrs[done..] point into self.queued, alive for the call; the kernel
             // copies each iocb at submission.
             let r = unsafe {
-                libc::syscall(
-                    libc::SYS_io_submit,
-                    self.ctx,
-                    (ptrs.len() - done) as libc::c_long,
-                    ptrs.as_mut_ptr().add(done),
-                )
+                let n = (ptrs.len() - done) as libc::c_long;
+                match aio_fns().0 {
+                    Some(f) => f(self.ctx, n, ptrs.as_mut_ptr().add(done)) as libc::c_long,
+                    None => libc::syscall(
+                        libc::SYS_io_submit,
+                        self.ctx,
+                        n,
+                        ptrs.as_mut_ptr().add(done),
+                    ),
+                }
             };
             if r < 0 {
-                let e = io::Error::last_os_error();
+                let e = if aio_fns().0.is_some() {
+                    io::Error::from_raw_os_error(-r as i32)
+                } else {
+                    io::Error::last_os_error()
+                };
                 if e.raw_os_error() == Some(libc::EAGAIN) || e.kind() == io::ErrorKind::Interrupted
                 {
                     continue;
@@ -538,17 +580,26 @@ impl Engine for Aio {
         loop {
             // SAFETY: events has room for events.len() entries; no timeout.
             let n = unsafe {
-                libc::syscall(
-                    libc::SYS_io_getevents,
-                    self.ctx,
-                    1 as libc::c_long,
-                    self.events.len() as libc::c_long,
-                    self.events.as_mut_ptr(),
-                    std::ptr::null_mut::<libc::timespec>(),
-                )
+                let (len, out) = (self.events.len() as libc::c_long, self.events.as_mut_ptr());
+                let none = std::ptr::null_mut::<libc::timespec>();
+                match aio_fns().1 {
+                    Some(f) => f(self.ctx, 1, len, out, none) as libc::c_long,
+                    None => libc::syscall(
+                        libc::SYS_io_getevents,
+                        self.ctx,
+                        1 as libc::c_long,
+                        len,
+                        out,
+                        none,
+                    ),
+                }
             };
             if n < 0 {
-                let e = io::Error::last_os_error();
+                let e = if aio_fns().1.is_some() {
+                    io::Error::from_raw_os_error(-n as i32)
+                } else {
+                    io::Error::last_os_error()
+                };
                 if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }

@@ -92,15 +92,17 @@ struct Pending {
     done: i64,
     err: i64,
     /// The parts, where the kernel was given them (a Vec's buffer stays put when the Vec
-    /// moves, and this one never grows).
-    parts: Vec<Iocb>,
+    /// moves, and this one never grows): kept until the last completes, so no other part
+    /// takes an address while one of these is in flight.
+    _parts: Vec<Iocb>,
 }
 
 /// What an iocb the library watches is.
 enum Watched {
-    /// A part of the split iocb at `orig` (its address), on piece `piece` of `direct`.
+    /// A part of the split iocb `pending` (the number it is kept under), on piece `piece`
+    /// of `direct`.
     Part {
-        orig: u64,
+        pending: u64,
         direct: Arc<Direct>,
         piece: usize,
         write: bool,
@@ -109,12 +111,15 @@ enum Watched {
     Whole { direct: Arc<Direct>, write: bool },
 }
 
-/// The iocbs in flight the library watches, by address, and the split ones by their
-/// program iocb's address.
+/// The iocbs in flight the library watches, by address (a program may reuse an iocb's
+/// memory while the kernel still works on it, so a program iocb's address may stand for
+/// several: they are kept in a list; the parts are the library's own, one each), and the
+/// split ones by a number of their own.
 #[derive(Default)]
 pub struct Reaper {
-    watched: HashMap<u64, Watched>,
+    watched: HashMap<u64, Vec<Watched>>,
     pending: HashMap<u64, Pending>,
+    next: u64,
     /// Events of split iocbs the library finished by hand, for the next reap.
     stash: Vec<Event>,
 }
@@ -122,6 +127,19 @@ pub struct Reaper {
 impl Reaper {
     pub fn is_empty(&self) -> bool {
         self.watched.is_empty()
+    }
+
+    fn watch(&mut self, addr: u64, w: Watched) {
+        self.watched.entry(addr).or_default().push(w);
+    }
+
+    fn unwatch(&mut self, addr: u64) -> Option<Watched> {
+        let list = self.watched.get_mut(&addr)?;
+        let w = list.remove(0);
+        if list.is_empty() {
+            self.watched.remove(&addr);
+        }
+        Some(w)
     }
 
     /// Registers the program iocb at `addr` (`orig`) on the direct open `d`; returns the
@@ -132,7 +150,7 @@ impl Reaper {
         match &d.shape {
             Shape::Whole { .. } if matches!(orig.opcode, PREAD | PWRITE) => {
                 d.pieces[0].dir(write).begin(t);
-                self.watched.insert(
+                self.watch(
                     addr,
                     Watched::Whole {
                         direct: d.clone(),
@@ -150,15 +168,17 @@ impl Reaper {
                 let Some(parts) = split(orig, map, &tiers, &fds).filter(|p| !p.is_empty()) else {
                     return vec![addr as *mut Iocb];
                 };
+                let id = self.next;
+                self.next += 1;
                 let mut iocbs: Vec<Iocb> = parts.iter().map(|(i, _)| *i).collect();
                 let mut out = Vec::with_capacity(parts.len());
                 for (iocb, (_, piece)) in iocbs.iter_mut().zip(&parts) {
                     let p = iocb as *mut Iocb;
                     d.pieces[*piece].dir(write).begin(t);
-                    self.watched.insert(
+                    self.watch(
                         p as u64,
                         Watched::Part {
-                            orig: addr,
+                            pending: id,
                             direct: d.clone(),
                             piece: *piece,
                             write,
@@ -167,14 +187,14 @@ impl Reaper {
                     out.push(p);
                 }
                 self.pending.insert(
-                    addr,
+                    id,
                     Pending {
                         orig: *orig,
                         orig_addr: addr,
                         left: iocbs.len(),
                         done: 0,
                         err: 0,
-                        parts: iocbs,
+                        _parts: iocbs,
                     },
                 );
                 out
@@ -183,17 +203,33 @@ impl Reaper {
         }
     }
 
-    /// Forgets the iocbs of the program iocb at `addr`, which were not submitted.
-    pub fn forget(&mut self, addr: u64) {
-        if let Some(p) = self.pending.remove(&addr) {
-            for b in &p.parts {
-                if let Some(w) = self.watched.remove(&(b as *const Iocb as u64)) {
-                    end_of(&w, 0);
+    /// Forgets what [`Reaper::add`] just registered for the program iocb at `addr`, which
+    /// the kernel did not take: its parts `subs` (as `add` returned them), or itself.
+    pub fn forget(&mut self, addr: u64, subs: &[*mut Iocb]) {
+        let mut pending = None;
+        for p in subs.iter().map(|p| *p as u64).filter(|p| *p != addr) {
+            if let Some(w) = self.unwatch(p) {
+                if let Watched::Part { pending: id, .. } = &w {
+                    pending = Some(*id);
                 }
+                end_of(&w, 0);
             }
         }
-        if let Some(w) = self.watched.remove(&addr) {
-            end_of(&w, 0);
+        match pending {
+            Some(id) => {
+                self.pending.remove(&id);
+            }
+            None => {
+                // The newest watch of that address is the one just added.
+                if let Some(list) = self.watched.get_mut(&addr) {
+                    if let Some(w) = list.pop() {
+                        end_of(&w, 0);
+                    }
+                    if list.is_empty() {
+                        self.watched.remove(&addr);
+                    }
+                }
+            }
         }
     }
 
@@ -211,11 +247,11 @@ impl Reaper {
     /// One event from the kernel: `Some` the event for the program (its own, or the one
     /// that completes a split iocb), `None` for a part of one still in flight.
     pub fn take(&mut self, ev: Event) -> Option<Event> {
-        let Some(w) = self.watched.remove(&ev.obj) else {
+        let Some(w) = self.unwatch(ev.obj) else {
             return Some(ev);
         };
         end_of(&w, ev.res);
-        let Watched::Part { orig, .. } = w else {
+        let Watched::Part { pending: orig, .. } = w else {
             return Some(ev);
         };
         let p = self.pending.get_mut(&orig)?;
@@ -397,7 +433,39 @@ mod tests {
         // Not submitted at all: forgotten without an event.
         let parts = r.add(0x200, &orig, &d);
         assert_eq!(parts.len(), 2);
-        r.forget(0x200);
+        r.forget(0x200, &parts);
+        assert!(r.is_empty());
+    }
+
+    /// The replay (and some programs) reuse an iocb's memory for the next request while
+    /// the kernel still works on the last: each completes once, as its own.
+    #[test]
+    fn an_iocb_address_reused_while_in_flight_completes_each_request() {
+        let d = striped(4096, vec![0, 1]);
+        let mut r = Reaper::default();
+        let a = Iocb {
+            data: 1,
+            opcode: PWRITE,
+            nbytes: 4096,
+            offset: 0,
+            ..Default::default()
+        };
+        let b = Iocb {
+            data: 2,
+            offset: 4096,
+            ..a
+        };
+        let pa = r.add(0x500, &a, &d);
+        let pb = r.add(0x500, &b, &d);
+        assert_eq!((pa.len(), pb.len()), (1, 1));
+        let ev = |p: *mut Iocb| Event {
+            obj: p as u64,
+            res: 4096,
+            ..Default::default()
+        };
+        let eb = r.take(ev(pb[0])).unwrap();
+        let ea = r.take(ev(pa[0])).unwrap();
+        assert_eq!((eb.data, ea.data), (2, 1));
         assert!(r.is_empty());
     }
 

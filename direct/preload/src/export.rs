@@ -692,11 +692,17 @@ pub unsafe extern "C" fn io_submit(ctx: libc::c_ulong, nr: c_long, iocbs: *mut *
         // SAFETY: each pointer is the program's iocb, valid for the call.
         let iocb = unsafe { *p };
         let start = mine.len();
-        match fdtable::get(iocb.fildes as c_int) {
-            Some(d) => mine.extend(aio::with(|r| r.add(p as u64, &iocb, &d))),
-            None => mine.push(p),
-        }
-        ranges.push(start..mine.len());
+        let watched = match fdtable::get(iocb.fildes as c_int) {
+            Some(d) => {
+                mine.extend(aio::with(|r| r.add(p as u64, &iocb, &d)));
+                true
+            }
+            None => {
+                mine.push(p);
+                false
+            }
+        };
+        ranges.push((start..mine.len(), watched));
     }
     // SAFETY: `mine` holds valid iocb pointers (the program's, or our parts).
     let r = unsafe {
@@ -711,7 +717,7 @@ pub unsafe extern "C" fn io_submit(ctx: libc::c_ulong, nr: c_long, iocbs: *mut *
     let taken = if r < 0 { 0 } else { r as usize };
     let mut submitted = 0;
     let mut by_hand = Vec::new();
-    for (i, range) in ranges.iter().enumerate() {
+    for (i, (range, watched)) in ranges.iter().enumerate() {
         if range.end <= taken {
             submitted += 1;
         } else if range.start < taken {
@@ -719,8 +725,9 @@ pub unsafe extern "C" fn io_submit(ctx: libc::c_ulong, nr: c_long, iocbs: *mut *
             // so the program's iocb still completes once.
             by_hand.extend(mine[taken..range.end].iter().copied());
             submitted += 1;
-        } else {
-            aio::with(|reaper| reaper.forget(list[i] as u64));
+        } else if *watched {
+            let subs = &mine[range.clone()];
+            aio::with(|reaper| reaper.forget(list[i] as u64, subs));
         }
     }
     for p in by_hand {

@@ -105,7 +105,7 @@ fn code_spans(text: &str) -> Vec<String> {
 
 fn is_id(s: &str) -> bool {
     s.len() == 3
-        && matches!(s.as_bytes()[0], b'C' | b'L' | b'T' | b'O')
+        && matches!(s.as_bytes()[0], b'C' | b'L' | b'T' | b'O' | b'D')
         && s[1..].bytes().all(|b| b.is_ascii_digit())
 }
 
@@ -1296,6 +1296,85 @@ impl WriteAll for std::fs::File {
 // ---------------------------------------------------------------------------------------
 
 /// The ids in docs/ERRORS.md's tables and the ids this file checks are the same set.
+// ---------------------------------------------------------------------------------------
+// The direct path (`tierfs run`).
+
+#[test]
+fn direct_path_rows() {
+    let d = Dir::new();
+    // A copy of the binary with no library beside it.
+    let lone = d.p("lone");
+    std::fs::create_dir(&lone).unwrap();
+    std::fs::copy(tierfs_bin(), lone.join("tierfs")).unwrap();
+    let o = Command::new(lone.join("tierfs"))
+        .args(["run", "--", "true"])
+        .env_remove("TIERFS_PRELOAD")
+        .output()
+        .unwrap();
+    expect(
+        "D01",
+        "run without the library",
+        &o,
+        &[("DIR", lone.to_str().unwrap())],
+    );
+    let nothing = d.s("nothing");
+    let o = Command::new(tierfs_bin())
+        .args(["run", "--", "true"])
+        .env("TIERFS_PRELOAD", &nothing)
+        .output()
+        .unwrap();
+    expect(
+        "D02",
+        "TIERFS_PRELOAD of nothing",
+        &o,
+        &[("PATH", &nothing)],
+    );
+    expect("D03", "run", &tierfs(&["run"]), &[]);
+    expect(
+        "D04",
+        "run -- no-such-program",
+        &tierfs(&["run", "--", "no-such-program"]),
+        &[],
+    );
+    config_row("C49", &format!("{T}[mount]\ndirect = \"yes\"\n"));
+}
+
+/// D05: a program that cannot reach the mount's daemon (in a network namespace of its
+/// own: abstract sockets are per namespace) runs through FUSE, warned once.
+#[test]
+fn direct_path_warning_row() {
+    require!(fuse());
+    require!(root("a network namespace of its own (unshare -n)"));
+    require!(tool("unshare", "apt-get install util-linux"));
+    require!(tool("python3", "apt-get install python3"));
+    let mut s = Setup::two("whole-file");
+    s.extra = "passthrough = \"off\"\n".into();
+    let m = s.mount();
+    let dir = m.path("ns").to_str().unwrap().to_string();
+    let prog = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/direct/prog.py");
+    let o = Command::new(tierfs_bin())
+        .args(["run", "--", "unshare", "-n", "python3"])
+        .arg(&prog)
+        .args(["ds", &dir, "3"])
+        .output()
+        .unwrap();
+    let first = format!("{dir}/0_param.tensor.swp");
+    expect(
+        "D05",
+        "a program out of its daemon's reach",
+        &o,
+        &[("PATH", &first)],
+    );
+    let t = text(&o);
+    assert!(t.contains("ok"), "the program failed:\n{t}");
+    assert_eq!(
+        t.matches("WARNING").count(),
+        1,
+        "warned more than once:\n{t}"
+    );
+    m.unmount();
+}
+
 #[test]
 fn every_row_of_errors_md_is_tested() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -1315,3 +1394,4 @@ fn every_row_of_errors_md_is_tested() {
         "docs/ERRORS.md rows (left) and the rows tests/bad_input.rs checks (right) differ"
     );
 }
+

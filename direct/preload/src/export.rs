@@ -123,20 +123,19 @@ unsafe fn attach(fd: c_int, m: &Mount, flags: c_int, path: &[u8]) -> c_int {
         Ok((Reply::Grant(g), fds)) if fds.len() == g.tiers.len() => (g, fds),
         Ok((Reply::Grant(_), fds)) => {
             close_all(&fds);
-            crate::warn_once(&format!(
-                "{name}: the daemon sent the wrong number of descriptors"
-            ));
+            let why = "the daemon sent the wrong number of descriptors";
+            crate::warn_once(why, &format!("{name}: {why}"));
             return fd;
         }
         Ok((Reply::No { why, text }, fds)) => {
             close_all(&fds);
             if why.is_error() {
-                crate::warn_once(&format!("{name}: {text}"));
+                crate::warn_once(&text, &format!("{name}: {text}"));
             }
             return fd;
         }
         Err(e) => {
-            crate::warn_once(&format!("{name}: {e}"));
+            crate::warn_once(&e, &format!("{name}: {e}"));
             return fd;
         }
     };
@@ -170,9 +169,8 @@ unsafe fn attach(fd: c_int, m: &Mount, flags: c_int, path: &[u8]) -> c_int {
                     unsafe { real::close(lease) };
                 }
                 close_all(&fds);
-                crate::warn_once(&format!(
-                    "{name}: cannot install the tier file's descriptor"
-                ));
+                let why = "cannot install the tier file's descriptor";
+                crate::warn_once(why, &format!("{name}: {why}"));
                 return fd;
             }
             close_all(&fds);
@@ -189,7 +187,10 @@ unsafe fn attach(fd: c_int, m: &Mount, flags: c_int, path: &[u8]) -> c_int {
                     None => {
                         close_all(&mine);
                         close_all(&fds[mine.len()..]);
-                        crate::warn_once(&format!("{name}: out of descriptors"));
+                        crate::warn_once(
+                            "out of descriptors",
+                            &format!("{name}: out of descriptors"),
+                        );
                         return fd;
                     }
                 }
@@ -467,23 +468,77 @@ pub unsafe extern "C" fn mmap64(
     unsafe { mmap(addr, len, prot, flags, fd, off) }
 }
 
-/// A whole file's synchronous call, timed for the report.
-fn timed(d: &Direct, write: bool, call: impl FnOnce() -> ssize_t) -> ssize_t {
+/// A whole file's synchronous call, timed for the report. The tier file refuses an
+/// `O_DIRECT` request its alignment rules do not allow (EINVAL), where FUSE takes any: such
+/// a call goes through the lease (the FUSE descriptor, same file, same flags) instead, at
+/// `off` or at the program's descriptor's offset, which then moves on as it would have.
+unsafe fn timed(
+    d: &Direct,
+    fd: c_int,
+    write: bool,
+    buf: *mut u8,
+    n: usize,
+    off: Option<off_t>,
+    call: impl FnOnce() -> ssize_t,
+) -> ssize_t {
     let dir = d.pieces[0].dir(write);
     dir.begin(now_ns());
     let r = call();
     dir.end(r.max(0) as u64, now_ns());
+    if r >= 0 || errno() != libc::EINVAL {
+        return r;
+    }
+    let Shape::Whole { lease } = &d.shape else {
+        return r;
+    };
+    let lease = lease.load(Ordering::Acquire);
+    let at = match off {
+        Some(o) => o,
+        // SAFETY: lseek on the program's descriptor.
+        None => unsafe { real::lseek64(fd, 0, libc::SEEK_CUR) },
+    };
+    if at < 0 {
+        return r;
+    }
+    // SAFETY: the program's buffer of `n` bytes, on our lease.
+    let r = unsafe {
+        if write {
+            real::pwrite64(lease, buf as *const c_void, n, at)
+        } else {
+            real::pread64(lease, buf as *mut c_void, n, at)
+        }
+    };
+    if r > 0 && off.is_none() {
+        // SAFETY: lseek/fcntl on the program's descriptor.
+        unsafe {
+            if write && real::fcntl(fd, libc::F_GETFL, 0) & libc::O_APPEND != 0 {
+                real::lseek64(fd, 0, libc::SEEK_END);
+            } else {
+                real::lseek64(fd, at + r as off_t, libc::SEEK_SET);
+            }
+        }
+    }
     r
 }
 
 /// `pread`/`pwrite` of a striped file over its pieces; reads past a piece's end inside the
-/// file (a hole) read zeros, as the file would.
-unsafe fn stripe_rw(d: &Direct, write: bool, buf: *mut u8, n: usize, off: u64) -> ssize_t {
+/// file (a hole) read zeros, as the file would. A request a piece refuses for its `O_DIRECT`
+/// alignment (EINVAL), which FUSE would take, goes whole through `fuse_fd` (the program's
+/// own descriptor) instead.
+unsafe fn stripe_rw(
+    d: &Direct,
+    fuse_fd: c_int,
+    write: bool,
+    buf: *mut u8,
+    n: usize,
+    off: u64,
+) -> ssize_t {
     let Shape::Stripe { map, fds } = &d.shape else {
         return -1;
     };
     let fds: Vec<c_int> = fds.iter().map(|f| f.load(Ordering::Acquire)).collect();
     let mut size: Option<u64> = None;
+    let mut refused = false;
     let r = striped::split(map, off, n, &mut |e| {
         let Some(i) = d.piece_of(e.tier) else {
             return Err(libc::EIO);
@@ -510,6 +565,7 @@ unsafe fn stripe_rw(d: &Direct, write: bool, buf: *mut u8, n: usize, off: u64) -
         };
         dir.end(r.max(0) as u64, now_ns());
         if r < 0 {
+            refused |= errno() == libc::EINVAL;
             return Err(errno());
         }
         let mut got = r as usize;
@@ -524,6 +580,16 @@ unsafe fn stripe_rw(d: &Direct, write: bool, buf: *mut u8, n: usize, off: u64) -
         }
         Ok(got)
     });
+    if refused {
+        // SAFETY: the program's buffer and descriptor.
+        return unsafe {
+            if write {
+                real::pwrite64(fuse_fd, buf as *const c_void, n, off as off_t)
+            } else {
+                real::pread64(fuse_fd, buf as *mut c_void, n, off as off_t)
+            }
+        };
+    }
     match r {
         Ok(n) => n as ssize_t,
         Err(e) => {
@@ -562,10 +628,12 @@ macro_rules! preads {
             match fdtable::get(fd) {
                 // SAFETY: the program's arguments.
                 Some(d) if matches!(d.shape, Shape::Stripe { .. }) && off >= 0 => unsafe {
-                    stripe_rw(&d, false, buf as *mut u8, n, off as u64)
+                    stripe_rw(&d, fd, false, buf as *mut u8, n, off as u64)
                 },
                 // SAFETY: the program's arguments.
-                Some(d) => timed(&d, false, || unsafe { real::pread64(fd, buf, n, off) }),
+                Some(d) => unsafe {
+                    timed(&d, fd, false, buf as *mut u8, n, Some(off), || real::pread64(fd, buf, n, off))
+                },
                 // SAFETY: the program's arguments.
                 None => unsafe { real::pread64(fd, buf, n, off) },
             }
@@ -581,10 +649,12 @@ macro_rules! pwrites {
             match fdtable::get(fd) {
                 // SAFETY: the program's arguments.
                 Some(d) if matches!(d.shape, Shape::Stripe { .. }) && off >= 0 => unsafe {
-                    stripe_rw(&d, true, buf as *mut u8, n, off as u64)
+                    stripe_rw(&d, fd, true, buf as *mut u8, n, off as u64)
                 },
                 // SAFETY: the program's arguments.
-                Some(d) => timed(&d, true, || unsafe { real::pwrite64(fd, buf, n, off) }),
+                Some(d) => unsafe {
+                    timed(&d, fd, true, buf as *mut u8, n, Some(off), || real::pwrite64(fd, buf, n, off))
+                },
                 // SAFETY: the program's arguments.
                 None => unsafe { real::pwrite64(fd, buf, n, off) },
             }
@@ -603,7 +673,7 @@ unsafe fn stripe_seq(fd: c_int, d: &Direct, write: bool, buf: *mut u8, n: usize)
         return -1;
     }
     // SAFETY: the program's buffer of `n` bytes.
-    let r = unsafe { stripe_rw(d, write, buf, n, pos as u64) };
+    let r = unsafe { stripe_rw(d, fd, write, buf, n, pos as u64) };
     if r > 0 {
         // SAFETY: as above.
         unsafe { real::lseek64(fd, pos + r as off_t, libc::SEEK_SET) };
@@ -619,7 +689,11 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
             stripe_seq(fd, &d, false, buf as *mut u8, n)
         },
         // SAFETY: the program's arguments.
-        Some(d) => timed(&d, false, || unsafe { real::read(fd, buf, n) }),
+        Some(d) => unsafe {
+            timed(&d, fd, false, buf as *mut u8, n, None, || {
+                real::read(fd, buf, n)
+            })
+        },
         // SAFETY: the program's arguments.
         None => unsafe { real::read(fd, buf, n) },
     }
@@ -633,7 +707,11 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
             stripe_seq(fd, &d, true, buf as *mut u8, n)
         },
         // SAFETY: the program's arguments.
-        Some(d) => timed(&d, true, || unsafe { real::write(fd, buf, n) }),
+        Some(d) => unsafe {
+            timed(&d, fd, true, buf as *mut u8, n, None, || {
+                real::write(fd, buf, n)
+            })
+        },
         // SAFETY: the program's arguments.
         None => unsafe { real::write(fd, buf, n) },
     }

@@ -43,19 +43,20 @@ pub mod striped;
 #[cfg(not(test))]
 mod export;
 
-/// Prints one line to stderr (the program's), as `tierfs: WARNING: ...`. Used for errors
-/// that send an open back to FUSE; each distinct message at most once per process.
-fn warn_once(msg: &str) {
+/// Prints one line to stderr (the program's), as `tierfs: WARNING: ...`, for an error
+/// that sends an open back to FUSE: once per `key` (the error without the file's name, so a
+/// daemon out of reach is one line, naming the first file, not one per file).
+fn warn_once(key: &str, msg: &str) {
     use std::sync::Mutex;
     static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let mut seen = match SEEN.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
     };
-    if seen.iter().any(|s| s == msg) || seen.len() > 32 {
+    if seen.iter().any(|s| s == key) || seen.len() > 32 {
         return;
     }
-    seen.push(msg.to_string());
+    seen.push(key.to_string());
     drop(seen);
     let line = format!("tierfs: WARNING: {msg} (this file goes through FUSE)\n");
     // SAFETY: write(2) of our own buffer to stderr.

@@ -77,6 +77,10 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$BENCH_DIR" "$MNT"
+# Paths given relative to the caller's folder stay valid after the cd below.
+BENCH_DIR=$(realpath -m "$BENCH_DIR") MNT=$(realpath -m "$MNT") TIERFS=$(realpath "$TIERFS")
+[ -z "${BEFORE:-}" ] || BEFORE=$(realpath "$BEFORE")
+cd /tmp  # fio may leave files in its working directory; the user's fio needs one it can enter
 bash "$TIERBED" up nvme 6 1200 800 "$NVME" --ram --force >/dev/null
 # PFS_RAM=1 keeps the pfs tier in RAM too (6 GiB): its caps then hold while other work on
 # the machine uses the disk (A/B comparisons of two builds).
@@ -148,7 +152,7 @@ run_target() {  # NAME DIR
 verify_target() {  # NAME DIR -> sets VERDICT ("clean" or what failed); fio's output in BENCH_DIR
   local tag="$1-$run" rc=0 common=(--name=bench --directory="$2" --rw=write --bs=1M --size="$SIZE"
     --numjobs="$JOBS" --iodepth="$QD" --ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1
-    --group_reporting --output-format=json)
+    --verify_state_save=0 --group_reporting --output-format=json)
   # The files written (with crc32c headers) and read back, on the target's own path.
   "${AS[@]}" "${RUNP[@]}" fio "${common[@]}" --do_verify=1 >"$BENCH_DIR/verify-$tag.json" \
     2>"$BENCH_DIR/verify-$tag.err" || rc=$?
@@ -168,8 +172,10 @@ PY
     rc=0
     "${AS[@]}" fio "${common[@]}" --verify_only=1 >"$BENCH_DIR/verify-fuse-$tag.json" \
       2>"$BENCH_DIR/verify-fuse-$tag.err" || rc=$?
-    if [ "$rc" != 0 ] || grep -qi 'verify\|error' "$BENCH_DIR/verify-fuse-$tag.err"; then
-      VERDICT="FAIL through FUSE (exit $rc: $(grep -m1 -i 'verify\|error' "$BENCH_DIR/verify-fuse-$tag.err" | cut -c1-120))"
+    local ferr; ferr=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["jobs"][0].get("error", 0))' \
+      "$BENCH_DIR/verify-fuse-$tag.json" 2>/dev/null || echo "no output")
+    if [ "$rc" != 0 ] || [ "$ferr" != 0 ] || grep -qiE 'verify failed|bad magic|bad header|crc32c' "$BENCH_DIR/verify-fuse-$tag.err"; then
+      VERDICT="FAIL through FUSE (exit $rc, fio error $ferr: $(grep -m1 -iE 'verify|error' "$BENCH_DIR/verify-fuse-$tag.err" | cut -c1-120))"
     else
       VERDICT="clean (+ FUSE read)"
     fi

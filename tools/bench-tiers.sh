@@ -22,11 +22,18 @@
 # scale. A target ending in @before runs the binary BEFORE=path instead (side by side).
 # As an ordinary user: targets direct-user and stripe-user run the replay and fio as
 # BENCH_USER (default tierfs-test), stripe-user with the mount made by that user through
-# fusermount3 (no passthrough without root).
+# fusermount3 (no passthrough without root). default-user and default-user-cg: the defaults
+# (only the two [[tier]] entries; as a user layout "stripe") with the daemon and the replay
+# as BENCH_USER, -cg with the daemon in the memory cgroup.
+# The direct path: any tierfs target ending in -run (e.g. default-user-cg-run, default-cg-run,
+# stripe-user-run) runs the replay and fio under `tierfs run` (the preload library beside
+# the tierfs binary); the table then shows the GB the replay moved on the direct path.
+# Binaries: TIERFS=path REPLAY=path use those builds (copied, with libtierfs_preload.so from
+# beside TIERFS) instead of `cargo build --release`'s target/release.
 # Results: $OUT/results.tsv, per-run JSON and logs, a PNG plot, and (unless --no-doc) the
 # generated block of docs/PERFORMANCE.md under "## DeepSpeed replay and side-by-side".
 # Environment: TIERBED, BENCH_DIR (work folder), NVME_TIER, PFS_TIER, MERGERFS_OPTS,
-# MEMCG_LIMIT, BEFORE.
+# MEMCG_LIMIT, BEFORE, TIERFS, REPLAY, BENCH_USER.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 CMDLINE="tools/bench-tiers.sh $*"
@@ -58,8 +65,10 @@ PFS_TIER=${PFS_TIER:-bt-pfs}
 MERGERFS_OPTS=${MERGERFS_OPTS:-category.create=pfrd}
 BENCH_USER=${BENCH_USER:-tierfs-test}
 AS=()  # the runner of the current target: empty (root) or runuser -u BENCH_USER --
+SRC_TIERFS=${TIERFS:-} SRC_REPLAY=${REPLAY:-}
 TIERFS=$BENCH_DIR/bin/tierfs
 REPLAY=$BENCH_DIR/bin/tierfs-replay
+RUNP=()  # the replay's and fio's prefix: empty, or TIERFS run -- (targets ending in -run)
 NVME=/mnt/$NVME_TIER PFS=/mnt/$PFS_TIER MNT=$BENCH_DIR/mnt
 # caps, MB/s (10^6 B/s)
 NR=1200 NW=800 PR=400 PW=300
@@ -77,12 +86,22 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   apt-get install -y -qq "${need_pkgs[@]}" >/dev/null 2>&1 ||
     { apt-get update -qq && apt-get install -y -qq "${need_pkgs[@]}" >/dev/null; }
 fi
-log "cargo build --release"
-(cd "$HERE" && cargo build --release 2>&1 | tail -1) >&2
 # private copies: target/ is shared, and a rebuild in the middle of the runs must not swap them
 mkdir -p "$BENCH_DIR/bin"
-cp "$HERE/target/release/tierfs" "$HERE/target/release/tierfs-replay" "$BENCH_DIR/bin/"
-REV=$(cd "$HERE" && git rev-parse --short HEAD)$(cd "$HERE" && git diff --quiet HEAD -- src Cargo.toml || echo "+uncommitted src changes")
+if [ -n "$SRC_TIERFS" ] || [ -n "$SRC_REPLAY" ]; then
+  [ -x "$SRC_TIERFS" ] && [ -x "$SRC_REPLAY" ] || { log "give both TIERFS and REPLAY (executables)"; exit 2; }
+  cp "$SRC_TIERFS" "$BENCH_DIR/bin/tierfs"; cp "$SRC_REPLAY" "$BENCH_DIR/bin/tierfs-replay"
+  LIB=$(dirname "$SRC_TIERFS")/libtierfs_preload.so
+  if [ -f "$LIB" ]; then cp "$LIB" "$BENCH_DIR/bin/"; else rm -f "$BENCH_DIR/bin/libtierfs_preload.so"; fi
+  REV="$("$TIERFS" --version 2>/dev/null | head -1) ($SRC_TIERFS)"
+else
+  log "cargo build --release"
+  (cd "$HERE" && cargo build --release 2>&1 | tail -1) >&2
+  cp "$HERE/target/release/tierfs" "$HERE/target/release/tierfs-replay" "$BENCH_DIR/bin/"
+  cp "$HERE/target/release/libtierfs_preload.so" "$BENCH_DIR/bin/" 2>/dev/null || true
+  REV=$(cd "$HERE" && git rev-parse --short HEAD)$(cd "$HERE" && git diff --quiet HEAD -- src Cargo.toml || echo "+uncommitted src changes")
+fi
+chmod 755 "$BENCH_DIR" "$BENCH_DIR/bin"; chmod -R a+rX "$BENCH_DIR/bin"
 
 MFS_PID=""
 DAEMON_PID=""
@@ -146,16 +165,19 @@ log "probing the tiers (tierfs probe --fresh) ..."
 config() {  # TARGET -> config path (bandwidths come from the cached probe)
   case $1 in
     default*)  # only the tiers: every other key at its default
-      { cat "$BENCH_DIR/probe.toml"; printf '[mount]\nlog_file = "%s"\n' "$BENCH_DIR/daemon-$1.log"; } >"$BENCH_DIR/$1.toml"
+      local dl=$BENCH_DIR/daemon-$1.log
+      [[ $1 == default-user* ]] && dl=/tmp/tierfs-bench-daemon-$1.log && rm -f "$dl"
+      { cat "$BENCH_DIR/probe.toml"; printf '[mount]\nlog_file = "%s"\n' "$dl"; } >"$BENCH_DIR/$1.toml"
+      chmod 644 "$BENCH_DIR/$1.toml"
       echo "$BENCH_DIR/$1.toml"; return ;;
   esac
-  local c=$BENCH_DIR/$1.toml layout=${1%-pt} extra=""
-  layout=${layout%-user}
+  local c=$BENCH_DIR/$1.toml layout=${1%-run} extra=""
+  layout=${layout%-pt}; layout=${layout%-user}
   local logf=$BENCH_DIR/daemon-$1.log
-  [[ $1 == *-user ]] && logf=/tmp/tierfs-bench-daemon-$1.log
+  [[ ${1%-run} == *-user ]] && logf=/tmp/tierfs-bench-daemon-$1.log
   # whole-file-pt: kernel passthrough also for O_DIRECT opens (all of DeepSpeed's)
-  [ "$1" = whole-file-pt ] && extra='passthrough = "direct"'
-  [[ $1 == *-user ]] && rm -f "$logf"
+  [ "${1%-run}" = whole-file-pt ] && extra='passthrough = "direct"'
+  [[ ${1%-run} == *-user ]] && rm -f "$logf"
   # No staging memory, as when the figures in docs/PERFORMANCE.md were measured (it is on by
   # default since issue #14).
   { cat "$BENCH_DIR/probe.toml"; printf '[placement]\nlayout = "%s"\n[mount]\nlog_file = "%s"\n%s\n[cache]\nsize = "off"\n' "$layout" "$logf" "$extra"; } >"$c"
@@ -168,10 +190,14 @@ cpu_s() {  # PID -> utime+stime seconds, or empty
   cut -d')' -f2- "/proc/$1/stat" | awk -v t="$t" '{printf "%.2f\n", ($12+$13)/t}'
 }
 
-mount_target() {  # TARGET -> sets DIR, DAEMON_PID and AS; fails if the mount fails
+mount_target() {  # TARGET -> sets DIR, DAEMON_PID, AS and RUNP; fails if the mount fails
   DAEMON_PID=""
-  AS=()
-  case $1 in
+  AS=() RUNP=()
+  if [[ $1 == *-run ]]; then
+    [ -f "$BENCH_DIR/bin/libtierfs_preload.so" ] || { log "target $1: no libtierfs_preload.so beside $TIERFS"; return 1; }
+    RUNP=("$TIERFS" run --)
+  fi
+  case ${1%-run} in
     direct) DIR=$NVME/direct ;;
     direct-user)
       AS=(runuser -u "$BENCH_USER" --)
@@ -191,6 +217,18 @@ mount_target() {  # TARGET -> sets DIR, DAEMON_PID and AS; fails if the mount fa
       for _ in $(seq 50); do mountpoint -q "$MNT" && break; sleep 0.1; done
       mountpoint -q "$MNT" || return 1
       DAEMON_PID=$MFS_PID; DIR=$MNT/bench ;;
+    default-user|default-user-cg)
+      AS=(runuser -u "$BENCH_USER" --)
+      chown -R "$BENCH_USER" "$NVME/tierfs" "$PFS/tierfs" "$MNT"
+      local cg=() c; c=$(config "${1%-run}")
+      if [[ $1 == default-user-cg* ]]; then
+        memcg_remove; mkdir "$MEMCG"
+        numfmt --from=iec "${MEMCG_LIMIT%B}" >"$MEMCG/memory.limit_in_bytes"
+        cg=(bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$MEMCG")
+      fi
+      "${cg[@]}" "${AS[@]}" "$TIERFS" mount --config "$c" "$MNT" >/dev/null 2>>"$OUT/tierfs-mount.log" || return 1
+      DAEMON_PID=$("${AS[@]}" python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$MNT/.tierfs/stats.json")
+      DIR=$MNT/bench ;;
     default|default-cg|default@before|default-cg@before)
       local bin=$TIERFS cg=()
       [[ $1 == *@before ]] && bin=${BEFORE:?"target $1 needs BEFORE=path of the other binary"}
@@ -216,7 +254,7 @@ printf 'run\ttarget\tmetric\tvalue\n' >"$RES"
 put() { printf '%s\t%s\t%s\t%s\n' "$run" "$1" "$2" "$3" >>"$RES"; }
 
 fio_run() {  # DIR RW DIRECT -> prints "MBps bytes" or "FAIL message"
-  timeout 120 "${AS[@]}" fio --name=fio --directory="$1" --rw="$2" --bs=1M --ioengine=libaio --iodepth=16 \
+  timeout 120 "${AS[@]}" "${RUNP[@]}" fio --name=fio --directory="$1" --rw="$2" --bs=1M --ioengine=libaio --iodepth=16 \
     --direct="$3" --numjobs=4 --nrfiles=8 --filesize=32M --time_based --runtime="$FIO_SECS" \
     --group_reporting --output-format=json >"$OUT/fio.json" 2>"$OUT/fio.err" || true
   python3 - "$2" "$OUT/fio.json" "$OUT/fio.err" <<'EOF'
@@ -246,9 +284,23 @@ run_target() {  # TARGET
   # The JSON goes through /tmp, where the target's user may write.
   local tj=/tmp/tierfs-bench-tiers-replay.json
   rm -f "$tj"
-  timeout 600 "${AS[@]}" "$REPLAY" "$DIR/ds" $REPLAY_ARGS --json "$tj" >"$OUT/replay-$tag.log" 2>&1 || rc=$?
+  local sj0=$OUT/stats-before-replay-$tag.json sj1=$OUT/stats-after-replay-$tag.json
+  rm -f "$sj0" "$sj1"
+  [ -z "$DAEMON_PID" ] || [ -n "$MFS_PID" ] || "${AS[@]}" cat "$MNT/.tierfs/stats.json" >"$sj0" 2>/dev/null || rm -f "$sj0"
+  timeout 600 "${AS[@]}" "${RUNP[@]}" "$REPLAY" "$DIR/ds" $REPLAY_ARGS --json "$tj" >"$OUT/replay-$tag.log" 2>&1 || rc=$?
   [ -f "$tj" ] && mv "$tj" "$OUT/replay-$tag.json"
   c1=$(cpu_s "$DAEMON_PID")
+  if [ -f "$sj0" ] && "${AS[@]}" cat "$MNT/.tierfs/stats.json" >"$sj1" 2>/dev/null; then
+    # bytes the replay moved on the direct path (all tiers), and the leases it took
+    put "$t" direct_gb_replay "$(python3 -c 'import json,sys
+a, b = (json.load(open(f))["tiers"] for f in sys.argv[1:3])
+print(sum(t.get("direct_bytes", 0) for t in b) / 1e9 - sum(t.get("direct_bytes", 0) for t in a) / 1e9)' "$sj0" "$sj1")"
+    put "$t" direct_opens_replay "$(python3 -c 'import json,sys
+a, b = (json.load(open(f))["tiers"] for f in sys.argv[1:3])
+print(sum(t.get("direct_opens", 0) for t in b) - sum(t.get("direct_opens", 0) for t in a))' "$sj0" "$sj1")"
+  else
+    rm -f "$sj1"
+  fi
   if [ "$rc" = 0 ]; then
     python3 - "$OUT/replay-$tag.json" "$c0" "$c1" <<'EOF' >>"$OUT/tmp.kv"
 import json, sys
@@ -298,12 +350,12 @@ EOF
   UNMOUNT_LAG=0
   if [[ "$t" != direct* ]]; then
     # Where the daemon put the bytes, before they go.
-    [ -n "$DAEMON_PID" ] && [ -f "$MNT/.tierfs/stats.json" ] &&
-      cp "$MNT/.tierfs/stats.json" "$OUT/stats-$tag.json" 2>/dev/null || true
+    [ -n "$DAEMON_PID" ] && [ -z "$MFS_PID" ] &&
+      { "${AS[@]}" cat "$MNT/.tierfs/stats.json" >"$OUT/stats-$tag.json" 2>/dev/null || rm -f "$OUT/stats-$tag.json"; } || true
     unmount_all
   fi
   memcg_remove
-  AS=()
+  AS=() RUNP=()
   [ "$UNMOUNT_LAG" = 0 ] || put "$t" unmount_lag_s "$(awk -v i="$UNMOUNT_LAG" 'BEGIN{print i/10}')"
   rm -rf "$NVME/mfs" "$PFS/mfs"
 }
@@ -350,13 +402,14 @@ P(f"Run {E['START']} at tierfs {E['REV']}; `{E['CMDLINE']}` ({E['RUNS']} runs, t
   f"Replay: `tierfs-replay DIR {E['REPLAY_ARGS']}` (O_DIRECT, 1 MiB, QD 8 per handle, "
   f"pipelined optimizer, every read verified). Targets: direct = the nvme tier itself; mergerfs over both; "
   f"tierfs whole-file (default passthrough = \"auto\", which leaves O_DIRECT opens to the daemon); "
-  f"whole-file-pt = whole-file with passthrough = \"direct\"; stripe (1 MiB units). fio: O_DIRECT 1 MiB libaio QD 16, 4 jobs x 8 files "
+  f"whole-file-pt = whole-file with passthrough = \"direct\"; stripe (1 MiB units); default* = only the two [[tier]] entries "
+  f"(-cg: daemon in a memory cgroup; -user: daemon and replay as an ordinary user); -run: the replay and fio under `tierfs run`. fio: O_DIRECT 1 MiB libaio QD 16, 4 jobs x 8 files "
   f"of 32 MiB, {E['FIO_SECS']} s write then {E['FIO_SECS']} s read. mergerfs options: `{E['MERGERFS_OPTS']}`. "
   f"Machine: {os.cpu_count()} cores, kernel {platform.release()}; load average {E['LOAD0']} at start, "
   f"{E['LOAD1']} at end (other work shared the cores).")
 P("")
-P("| target | optimizer step I/O s, median (min–max) | time vs direct (target s / direct s, lower is faster) | step I/O s (fwd+bwd+opt) | set-up s | fio write MB/s | fio read MB/s | daemon CPU s/GB replay | daemon CPU s/GB fio |")
-P("|---|---|---|---|---|---|---|---|---|")
+P("| target | optimizer step I/O s, median (min–max) | time vs direct (target s / direct s, lower is faster) | of the pooled floor (overlapped) | step I/O s (fwd+bwd+opt) | set-up s | fio write MB/s | fio read MB/s | daemon CPU s/GB replay | daemon CPU s/GB fio | replay GB on the direct path |")
+P("|---|---|---|---|---|---|---|---|---|---|---|")
 plot = []
 for t in targets:
     o = vals(t, "opt_s")
@@ -368,7 +421,9 @@ for t in targets:
     cr = stat(vals(t, "cpu_replay"), "{:.3f}") or "–"
     cf = stat(vals(t, "cpu_fio"), "{:.3f}") or "–"
     if t == "direct": cr = cf = "n/a (no daemon)"
-    P(f"| {t} | {opt} | {rel} | {stat(vals(t, 'step_s')) or '–'} | {stat(vals(t, 'setup_s')) or '–'} | {wf} | {rd} | {cr} | {cf} |")
+    pool = f"{statistics.median(o) / f_pool[0]:.3f}" if (o and f_pool[0]) else "–"
+    dg = stat(vals(t, "direct_gb_replay"), "{:.2f}") or "–"
+    P(f"| {t} | {opt} | {rel} | {pool} | {stat(vals(t, 'step_s')) or '–'} | {stat(vals(t, 'setup_s')) or '–'} | {wf} | {rd} | {cr} | {cf} | {dg} |")
     med = lambda v: statistics.median(v) if v else 0
     plot.append((t, med(o), min(o) if o else 0, max(o) if o else 0, med(vals(t, "fio_write")), med(vals(t, "fio_read"))))
 P("")

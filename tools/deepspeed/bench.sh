@@ -18,10 +18,15 @@
 #                the ordinary user BENCH_USER
 #   before-root, before-user  tierfs-root and tierfs-user run with the binary in BEFORE (an
 #                older build), interleaved with the others: a before/after side by side
+#   tierfs-root-run, tierfs-user-run  tierfs-root and tierfs-user with the training under
+#                `tierfs run` (the direct path: the preload library beside the tierfs binary
+#                on LD_PRELOAD, so O_DIRECT opens and swap files get the tier files' own
+#                descriptors where the daemon grants them)
 #   NAME=FILE    extra tierfs targets (arguments, or EXTRA_TARGETS="NAME=FILE ..."): FILE is
 #                a tierfs config; without [[tier]] entries the bench's two tiers are put in
 #                front of it (so `[cache]` / `[mount]` / `[placement]` lines alone are
-#                enough); a NAME ending in -user runs as BENCH_USER, like tierfs-user.
+#                enough); a NAME ending in -user runs as BENCH_USER, like tierfs-user; a NAME
+#                ending in -run (-user-run for the user) trains under `tierfs run`.
 # Every tierfs daemon runs in a memory cgroup of its own (v1, MEMCG_LIMIT) and is checked to
 # still be under the tierbed caps (`tierbed.sh check`). DeepSpeed's aio block, pipeline
 # flags and buffer counts are what `tierfs ds-config MOUNT --ranks RANKS` prints for the
@@ -110,10 +115,10 @@ declare -A SEEN=()
 for t in $TARGETS; do
   [ -z "${SEEN[$t]:-}" ] || die "target '$t' given twice"
   SEEN[$t]=1
-  case $t in shm|nvme|pfs|tierfs-root|tierfs-user) ;;
+  case $t in shm|nvme|pfs|tierfs-root|tierfs-user|tierfs-root-run|tierfs-user-run) ;;
     before-root|before-user) [ -x "${BEFORE:-}" ] || die "target $t needs BEFORE=BINARY (an executable tierfs)" ;;
     *)
-    printf '%s\n' "${EXTRA[@]}" | grep -q "^$t=" || die "unknown target '$t' (built in: shm nvme pfs tierfs-root tierfs-user; others need NAME=CONFIG.toml)" ;;
+    printf '%s\n' "${EXTRA[@]}" | grep -q "^$t=" || die "unknown target '$t' (built in: shm nvme pfs tierfs-root tierfs-user tierfs-root-run tierfs-user-run; others need NAME=CONFIG.toml)" ;;
   esac
 done
 [[ $RUNS =~ ^[1-9][0-9]*$ ]] || die "RUNS must be a positive integer"
@@ -133,7 +138,10 @@ fi
 [ -x "$TIERFS_SRC" ] || die "no tierfs binary at $TIERFS_SRC (cargo build --release, or set TIERFS)"
 [ -d "$MEMCG_ROOT" ] && [ -w "$MEMCG_ROOT" ] || die "no writable cgroup-v1 memory controller at $MEMCG_ROOT"
 USER_TARGETS=0
-for t in $TARGETS; do [[ $t == *-user ]] && USER_TARGETS=1; done
+is_user() { [[ ${1%-run} == *-user ]]; }   # TARGET: daemon and training as BENCH_USER?
+is_run() { [[ $1 == *-run ]]; }              # TARGET: training under `tierfs run`?
+RUN_TARGETS=0
+for t in $TARGETS; do is_user "$t" && USER_TARGETS=1; is_run "$t" && RUN_TARGETS=1; done
 if [ "$USER_TARGETS" = 1 ]; then
   id "$BENCH_USER" >/dev/null 2>&1 || die "user targets need the user '$BENCH_USER' (set BENCH_USER, or leave out *-user targets with TARGETS)"
   command -v fusermount3 >/dev/null || die "user targets need fusermount3 (apt-get install fuse3)"
@@ -231,6 +239,11 @@ mkdir -p "$OUT/runs" "$WORK/bin" "$WORK/runs" "$SHM"
 # Private copies, readable by the user: a rebuild of target/ during the runs must not swap the
 # binary, and the checkout may not be readable by BENCH_USER.
 cp "$TIERFS_SRC" "$WORK/bin/tierfs"
+if [ "$RUN_TARGETS" = 1 ]; then
+  # `tierfs run` finds its library beside the binary.
+  cp "$(dirname "$TIERFS_SRC")/libtierfs_preload.so" "$WORK/bin/" 2>/dev/null ||
+    die "the -run targets need libtierfs_preload.so beside $TIERFS_SRC"
+fi
 [ -z "${BEFORE:-}" ] || cp "$BEFORE" "$WORK/bin/tierfs-before"
 cp "$HERE/train_bench.py" "$WORK/bin/"
 chmod -R a+rX "$WORK/bin"
@@ -285,7 +298,7 @@ path = "$PFS/tierfs"
 EOT
 config_for() {  # TARGET -> config file for it
   local t=$1 e f
-  case $t in tierfs-root|tierfs-user|before-root|before-user) echo "$BASE_CONF"; return ;; esac
+  case $t in tierfs-root|tierfs-user|before-root|before-user|tierfs-root-run|tierfs-user-run) echo "$BASE_CONF"; return ;; esac
   for e in "${EXTRA[@]}"; do [ "${e%%=*}" = "$t" ] && f=${e#*=}; done
   if grep -qE '^[[:space:]]*\[\[tier\]\]' "$f"; then echo "$f"; return; fi
   { cat "$BASE_CONF"; echo; cat "$f"; } >"$WORK/$t.toml"
@@ -318,6 +331,8 @@ runner() {  # root|user -> sets RUN (the command prefix for training)
 }
 
 # train WHO NVME_DIR RESULT_DIR TRAIN_ARGS... -> training exit status; output in RESULT_DIR/train.out
+# TRAIN_PRE: what goes before the launcher (`tierfs run --` for -run targets; empty otherwise)
+TRAIN_PRE=()
 train() {
   local who=$1 dir=$2 res=$3; shift 3
   runner "$who"
@@ -326,7 +341,7 @@ train() {
   [ "$who" = root ] || chown "$BENCH_USER" "$w"
   local rc=0
   # Its own session, so a timeout or Ctrl-C can take down every rank by the group id.
-  TMPDIR=$WORK setsid "${RUN[@]}" python "$TRAIN" --nvme-path "$dir" --out "$w" --ranks "$RANKS" \
+  TMPDIR=$WORK setsid "${RUN[@]}" "${TRAIN_PRE[@]}" python "$TRAIN" --nvme-path "$dir" --out "$w" --ranks "$RANKS" \
     --ds-config "$WORK/ds-config.json" --timeout "$RUN_TIMEOUT" $MODEL_ARGS "$@" >"$res/train.out" 2>&1 &
   TRAIN_PID=$!
   wait "$TRAIN_PID" || rc=$?
@@ -389,7 +404,7 @@ mount_tierfs() {
 FAILED=0
 run_target() {  # RUN POSITION TARGET
   local run=$1 pos=$2 t=$3 who=root kind dir conf=""
-  [[ $t == *-user ]] && who=user
+  is_user "$t" && who=user
   case $t in shm|nvme|pfs) kind=$t ;; *) kind=tierfs ;; esac
   local res=$OUT/runs/$run-$t
   mkdir -p "$res"
@@ -419,7 +434,10 @@ run_target() {  # RUN POSITION TARGET
   esac
   log "run $run/$RUNS, target $t ($pos): training ($(if [ "$who" = user ]; then echo "as $BENCH_USER"; else echo root; fi)) in $dir"
   local rc=0
+  TRAIN_PRE=()
+  if is_run "$t"; then TRAIN_PRE=("$TIERFS" run --); printf 'direct_run\t1\n' >>"$m"; fi
   train "$who" "$dir" "$res" --steps "$STEPS" "${args[@]}" || rc=$?
+  TRAIN_PRE=()
   printf 'end\t%s\nload_after\t%s\nrc\t%s\n' "$(date +%s)" "$(cut -d' ' -f1 /proc/loadavg)" "$rc" >>"$m"
   if [ "$rc" = 0 ]; then
     printf 'status\tok\n' >>"$m"

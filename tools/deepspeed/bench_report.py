@@ -85,6 +85,21 @@ def run_figures(d):
     r["swap_read_per_step"] = sum(x["swap"][n][0] - x["swap"][FIRST - 1][0] for x in ranks) / k
     r["swap_write_per_step"] = sum(x["swap"][n][1] - x["swap"][FIRST - 1][1] for x in ranks) / k
     r["swap_files"] = r0.get("swap_files")
+    # The direct path (`tierfs run`): bytes and leases over the whole mount (stats at mount and
+    # after the training), against DeepSpeed's own swap bytes up to the last step.
+    try:
+        s0 = json.load(open(os.path.join(d, "stats-start.json")))
+        s1 = json.load(open(os.path.join(d, "stats-end.json")))
+        tot = lambda s, k: sum(t.get(k, 0) or 0 for t in s.get("tiers", []))
+        r["direct_bytes"] = tot(s1, "direct_bytes") - tot(s0, "direct_bytes")
+        r["direct_opens"] = tot(s1, "direct_opens") - tot(s0, "direct_opens")
+        r["swap_bytes_total"] = sum(x["swap"][n][0] + x["swap"][n][1] for x in ranks)
+        r["direct_of_swap"] = r["direct_bytes"] / r["swap_bytes_total"] if r["swap_bytes_total"] else None
+        c0, c1 = s0.get("cpu") or {}, s1.get("cpu") or {}
+        if "total_s" in c0 and "total_s" in c1 and c1.get("bytes", 0) > c0.get("bytes", 0):
+            r["daemon_cpu_s_per_gb_stats"] = (c1["total_s"] - c0["total_s"]) / ((c1["bytes"] - c0["bytes"]) / 1e9)
+    except (OSError, ValueError, KeyError):
+        pass
     r["losses"] = [x["losses"] for x in ranks]
     r["eval_losses"] = [x["eval_loss"] for x in ranks]
     r["param_sha256"] = r0["param_sha256"]
@@ -163,6 +178,14 @@ def main():
                     why.append("final parameters differ")
             if not r["digests_agree_across_ranks"]:
                 why.append("ranks disagree on the parameter digest")
+            if why:
+                # Equal to a plain ext4 folder's run instead? (the direct path hands DeepSpeed
+                # the tier files themselves; see README.md, "Which run is the truth")
+                same = [f"{p['target']} run {p['run']}" for pt in ("nvme", "pfs") for p in ok.get(pt, [])
+                        if p is not r and p["losses"] == r["losses"] and p["eval_losses"] == r["eval_losses"]
+                        and p["param_sha256"] == r["param_sha256"]]
+                if same:
+                    why.append("bit-identical to " + ", ".join(same))
             r["identical_to_reference"] = not why
             r["mismatch"] = "; ".join(why)
             if why:
@@ -175,7 +198,8 @@ def main():
         s = {"runs": len(by_t[t]), "ok": len(rs),
              "failed": [f"run {r['run']}: {r['status']}" for r in by_t[t] if r["status"] != "ok"]}
         for key in ("step_median", "fwd_median", "bwd_median", "opt_median", "daemon_cpu_per_step",
-                    "swap_read_per_step", "swap_write_per_step"):
+                    "swap_read_per_step", "swap_write_per_step", "direct_bytes", "direct_opens",
+                    "direct_of_swap", "daemon_cpu_s_per_gb_stats"):
             v = [r[key] for r in rs if r.get(key) is not None]
             s[key] = {"median": med(v), "min": min(v) if v else None, "max": max(v) if v else None, "runs": v}
         for tier in ("nvme", "pfs"):
@@ -270,6 +294,33 @@ def main():
       "final parameters' sha256 equal to the reference run's "
       f"({ref['target'] + ' run ' + str(ref['run']) if ref else 'none'}).")
     P("")
+    # The direct path and the daemon's CPU per GB, for every tierfs target.
+    tf = [t for t in targets if summary[t]["ok"] and summary[t]["direct_bytes"]["runs"]]
+    if tf:
+        P("| target | under `tierfs run` | direct-path GB per training (median) | direct leases per training | "
+          "direct-path bytes / DeepSpeed's swap bytes | daemon CPU s/step | daemon CPU s per GB of swap "
+          "(steps >= 3) | daemon CPU s/GB, its own count (whole mount) |")
+        P("|---|---|---|---|---|---|---|---|")
+        for t in tf:
+            s = summary[t]
+            runs_t = [r for r in ok[t]]
+            under = "yes" if any(r["meta"].get("direct_run") == "1" for r in runs_t) else "no"
+            cpu = s["daemon_cpu_per_step"]["median"]
+            per_gb = [r["daemon_cpu_per_step"] / ((r["swap_read_per_step"] + r["swap_write_per_step"]) / 1e9)
+                      for r in runs_t if r.get("daemon_cpu_per_step") is not None and
+                      (r.get("swap_read_per_step") or 0) + (r.get("swap_write_per_step") or 0) > 0]
+            dop = s["direct_opens"]["median"]
+            dop = "-" if dop is None else f"{dop:.0f}"
+            cpu_txt = "-" if cpu is None else fmt_range(s["daemon_cpu_per_step"]["runs"], "{:.3f}")
+            P(f"| {t} | {under} | {gb(s['direct_bytes']['median'])} | {dop} | "
+              f"{fmt_range(s['direct_of_swap']['runs'], '{:.2f}')} | {cpu_txt} | "
+              f"{fmt_range(per_gb, '{:.3f}')} | {fmt_range(s['daemon_cpu_s_per_gb_stats']['runs'], '{:.3f}')} |")
+        P("")
+        P("Direct-path bytes: the tiers' `direct_bytes` in stats.json from the mount to the end of the training "
+          "(set-up, all steps and the eval pass), against DeepSpeed's swap bytes up to the last step (so it can "
+          "exceed 1.00 a little); CPU per GB of swap: daemon CPU s per step / swap GB per step, steps >= 3; its "
+          "own count: stats.json's cpu.total_s over cpu.bytes (bytes include the direct path's).")
+        P("")
     notes = []
     for t in targets:
         s = summary[t]

@@ -220,7 +220,7 @@ mount_target() {  # TARGET -> sets DIR, DAEMON_PID, AS and RUNP; fails if the mo
     default-user|default-user-cg)
       AS=(runuser -u "$BENCH_USER" --)
       chown -R "$BENCH_USER" "$NVME/tierfs" "$PFS/tierfs" "$MNT"
-      local cg=() c; c=$(config "${1%-run}")
+      local cg=() c; c=$(config "$1")
       if [[ $1 == default-user-cg* ]]; then
         memcg_remove; mkdir "$MEMCG"
         numfmt --from=iec "${MEMCG_LIMIT%B}" >"$MEMCG/memory.limit_in_bytes"

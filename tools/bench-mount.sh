@@ -28,7 +28,7 @@
 #                    the daemon in the memory cgroup; +run runs fio under `tierfs run` (the
 #                    direct path: the preload library beside the tierfs binary)
 # VERIFY=run (default) | all | 0: after a target's timed passes, a crc32c verify pass (fio
-# --verify=crc32c --do_verify=1, the same jobs, files written then read back and checked) on
+# --verify=crc32c --do_verify=1, the same jobs on fresh files, written then read back and checked) on
 # +run targets (all: every target), and for +run targets a second check of those files read
 # through FUSE without the library (fio --verify_only=1): what the direct path wrote, the
 # FUSE view must show. Reported as "clean" or the failure; logs in BENCH_DIR.
@@ -153,6 +153,11 @@ verify_target() {  # NAME DIR -> sets VERDICT ("clean" or what failed); fio's ou
   local tag="$1-$run" rc=0 common=(--name=bench --directory="$2" --rw=write --bs=1M --size="$SIZE"
     --numjobs="$JOBS" --iodepth="$QD" --ioengine=libaio --direct=1 --verify=crc32c --verify_fatal=1
     --verify_state_save=0 --group_reporting --output-format=json)
+  # Fresh files: the timed ones go first. Rewriting them makes the daemon re-lay them out
+  # when the shares moved (new pieces beside the old), and on tierbed's 6 GiB tiers 4 GiB
+  # of files rewritten that way fill the fast tier and then the slow one: ENOSPC, through
+  # FUSE as under `tierfs run` (2026-12-06, with two CPU-bound processes beside it).
+  "${AS[@]}" rm -rf "$2"; "${AS[@]}" mkdir -p "$2"
   # The files written (with crc32c headers) and read back, on the target's own path.
   "${AS[@]}" "${RUNP[@]}" fio "${common[@]}" --do_verify=1 >"$BENCH_DIR/verify-$tag.json" \
     2>"$BENCH_DIR/verify-$tag.err" || rc=$?

@@ -18,6 +18,11 @@ The model, per node and step:
     passthrough) every byte does, at B_nvme + B_pfs GB/s. Cores needed = c * that rate.
     Cores the training needs for itself are not spare: where the daemon's cores are not
     spare, each of its CPU-seconds adds to the step, as on the 2-core bench machine.
+  - Under `tierfs run` (the direct path, issue 39) the program reads and writes the tier
+    files itself, as root or as a user; the daemon still answers opens, takes the library's
+    reports and runs its estimator, at `c_run` CPU-seconds per GB moved (all bytes, the
+    direct ones included: stats.json's cpu.s_per_gb). Cores needed = c_run * (B_nvme +
+    B_pfs), for root and user alike.
   - The paper's 2.5x (step 0.40 of before) from the split alone would need
     B_pfs / B_nvme >= 1 / r - 1 with r = (phi - 0.6) / phi; below that the gain must come
     from moving fewer bytes (see PERFORMANCE.md).
@@ -28,11 +33,20 @@ costs measured in docs/PERFORMANCE.md (0.61-0.63 CPU-s/GB on /dev/fuse under fio
 0.71 under real DeepSpeed as a user, up to 1.37 in CI's smoke test beside a CPU-bound
 trainer).
 
+The direct path's defaults (--run-cpu) are measured in docs/PERFORMANCE.md, "The direct
+path: tierfs run (session 19, issue 39)": RUN_CPU_DEFAULT below.
+
 Usage: tools/realscale-model.py [--nvme GBS] [--pfs GBS,...] [--phi F,...]
-                                [--cpu S_PER_GB,...]
+                                [--cpu S_PER_GB,...] [--run-cpu S_PER_GB,...]
 Prints a markdown table per phi.
 """
 import argparse
+
+
+# Daemon CPU-s per GB moved under `tierfs run`, as an ordinary user (PERFORMANCE.md, issue 39):
+# fio (O_DIRECT libaio, 4 files of 1 GiB), the DeepSpeed replay, and real DeepSpeed (per GB of
+# swap, 2 cores free; its 1-5 MB swap files cost a FUSE open and a grant each: per-open costs)
+RUN_CPU_DEFAULT = [0.002, 0.015, 0.17]
 
 
 def floats(s):
@@ -64,16 +78,20 @@ def main():
                     help="I/O part of the NVMe-alone step [0.9,0.99]")
     ap.add_argument("--cpu", type=floats, default=[0.62, 0.71, 1.37],
                     help="daemon CPU-s per GB that crosses it [0.62,0.71,1.37]")
+    ap.add_argument("--run-cpu", type=floats, default=RUN_CPU_DEFAULT,
+                    help="daemon CPU-s per GB moved under `tierfs run` [%s]" % ",".join(f"{c:g}" for c in RUN_CPU_DEFAULT))
     a = ap.parse_args()
     bn = a.nvme
     for phi in a.phi:
         print(f"\nNVMe {bn:g} GB/s per node, I/O {phi:.0%} of the NVMe-alone step\n")
         cpus = " | ".join(f"cores at {c:g} s/GB root / user" for c in a.cpu)
-        print(f"| PFS GB/s | I/O time vs NVMe alone | step vs NVMe alone | {cpus} |")
-        print("|" + "---|" * (3 + len(a.cpu)))
+        runs = "".join(f" user under `tierfs run` at {c:g} s/GB |" for c in a.run_cpu)
+        print(f"| PFS GB/s | I/O time vs NVMe alone | step vs NVMe alone | {cpus} |{runs}")
+        print("|" + "---|" * (3 + len(a.cpu) + len(a.run_cpu)))
         for bp in a.pfs:
             cores = " | ".join(f"{c * bp:.1f} / {c * (bn + bp):.1f}" for c in a.cpu)
-            print(f"| {bp:g} | {split_ratio(bn, bp):.3f}x | {step_ratio(phi, bn, bp):.3f}x | {cores} |")
+            rc = "".join(f" {c * (bn + bp):.2f} |" for c in a.run_cpu)
+            print(f"| {bp:g} | {split_ratio(bn, bp):.3f}x | {step_ratio(phi, bn, bp):.3f}x | {cores} |{rc}")
         need = needed_pfs_for(0.4, phi, bn)
         if need is None:
             print("\nA 0.40x step (the paper's 2.5x) is out of reach of the split alone at this phi.")

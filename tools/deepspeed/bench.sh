@@ -253,6 +253,8 @@ TRAIN=$WORK/bin/train_bench.py
 REV=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ "$TIERFS_SRC" != "$ROOT/target/release/tierfs" ] || (cd "$ROOT" && git diff --quiet HEAD -- src Cargo.toml 2>/dev/null) ||
   REV="$REV+uncommitted src changes"
+# A binary from elsewhere: its own version line (the commit it was built from), not the checkout's.
+[ "$TIERFS_SRC" = "$ROOT/target/release/tierfs" ] || REV="$("$TIERFS" --version 2>/dev/null | head -1) (checkout $REV)"
 
 G=$OUT/bench.tsv  # global facts for the report, "key<TAB>value"
 put() { printf '%s\t%s\n' "$1" "$2" >>"$G"; }

@@ -1394,4 +1394,3 @@ fn every_row_of_errors_md_is_tested() {
         "docs/ERRORS.md rows (left) and the rows tests/bad_input.rs checks (right) differ"
     );
 }
-

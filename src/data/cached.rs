@@ -66,9 +66,6 @@ pub(crate) fn cache_on_open(
     match &st.cache {
         Some(e) => c.touch(e),
         None if st.bypassed() => {}
-        // A program moves this file's bytes itself (the direct path): memory would hold a
-        // copy its next direct open skips.
-        None if node.direct_seen.load(Ordering::Relaxed) => {}
         // A gradient on the tier the kernel serves saves that tier a write and a read in
         // memory: it takes memory nothing else wants, else the kernel serves it after all.
         // Decided by where the file is, not by whether this open could use passthrough

@@ -26,10 +26,6 @@ pub struct FileNode {
     pub(crate) dirty: AtomicBool,
     /// Unlinked: its bytes need never reach a tier again.
     pub(crate) gone: AtomicBool,
-    /// Served on the direct path at least once since mount (`crate::vfs::direct`): its
-    /// bytes go to the tiers past the daemon, so staging memory neither admits nor
-    /// prefetches it (memory would hold a copy the program's next direct open skips).
-    pub(crate) direct_seen: AtomicBool,
     /// While cached: the file's mtime when its primary piece does not have it yet (a write
     /// absorbed in memory, or a time set by the user that the next write-back would
     /// overwrite). Shown by getattr; stamped on the primary piece after each write-back.
@@ -162,7 +158,6 @@ impl FileNode {
             charge: Mutex::new(None),
             dirty: AtomicBool::new(false),
             gone: AtomicBool::new(false),
-            direct_seen: AtomicBool::new(false),
             mtime: Mutex::new(None),
         }
     }

@@ -123,7 +123,6 @@ pub(crate) fn prefetch_file(fs: &TierFs, ino: u64, asked: bool) -> Result<()> {
                 && direct_in_kernel
                 && matches!(st.layout, FileLayout::Whole { tier } if handles::kernel_first(fs, tier));
             if st.bypassed()
-                || f.direct_seen.load(std::sync::atomic::Ordering::Relaxed) // reads its tiers
                 || passthrough_serves
                 || st.migration.is_some()
                 || st.layout.tiers().iter().any(|t| fs.tiers[*t].missing)

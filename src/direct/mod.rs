@@ -28,7 +28,9 @@ use tierfs_wire::{sock, NoReason, Reply, Request};
 
 /// The running server: its socket and thread, ended by [`Server::stop`] (or drop).
 pub struct Server {
-    listener: OwnedFd,
+    /// Closed at [`Server::stop`]: the name is free for a later mount then (a mount that
+    /// gets this one's device number), not when this process ends.
+    listener: Option<OwnedFd>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
     name: String,
@@ -48,12 +50,24 @@ impl Server {
         let dev = std::fs::metadata(mountpoint)?.dev();
         let (major, minor) = (libc::major(dev), libc::minor(dev));
         let name = tierfs_wire::socket_name(major, minor);
-        let fd = sock::listen(&name).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("cannot listen on the abstract socket @{name}: {e}"),
-            )
-        })?;
+        // An earlier daemon of a mount that had this device number may still hold the
+        // name for a moment while it ends: wait for it (up to 5 s).
+        let mut tries = 0;
+        let fd = loop {
+            match sock::listen(&name) {
+                Ok(fd) => break fd,
+                Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(e) => {
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        format!("cannot listen on the abstract socket @{name}: {e}"),
+                    ))
+                }
+            }
+        };
         // SAFETY: `fd` is the socket we just made and now own.
         let listener = unsafe { OwnedFd::from_raw_fd(fd) };
         let stop = Arc::new(AtomicBool::new(false));
@@ -64,7 +78,7 @@ impl Server {
             .spawn(move || accept_loop(l, &s, &ctx))?;
         log::info!("direct path: serving programs under `tierfs run` on @{name}");
         Ok(Server {
-            listener,
+            listener: Some(listener),
             stop,
             thread: Some(thread),
             name,
@@ -76,11 +90,14 @@ impl Server {
         if self.stop.swap(true, Ordering::SeqCst) {
             return;
         }
-        // SAFETY: shutdown(2) on our listening socket wakes the accept.
-        unsafe { libc::shutdown(self.listener.as_raw_fd(), libc::SHUT_RDWR) };
+        if let Some(l) = &self.listener {
+            // SAFETY: shutdown(2) on our listening socket wakes the accept.
+            unsafe { libc::shutdown(l.as_raw_fd(), libc::SHUT_RDWR) };
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        self.listener = None;
         log::info!("direct path: stopped @{}", self.name);
     }
 }
@@ -198,9 +215,9 @@ fn open(ctx: &Shared, fd: OwnedFd, flags: i32, uid: u32) -> (Reply, Vec<OwnedFd>
     if fl < 0 || fl & libc::O_PATH != 0 {
         return no(NoReason::Refused, "an O_PATH descriptor");
     }
-    let mut out = [0u8; 16];
-    // SAFETY: the ioctl writes at most 16 bytes (its size is encoded in the number) into
-    // `out`; the descriptor is ours.
+    let mut out = [0u8; tierfs_wire::IOC_HANDLE_LEN];
+    // SAFETY: the ioctl writes at most IOC_HANDLE_LEN bytes (its size is encoded in the
+    // number) into `out`; the descriptor is ours.
     let r = unsafe {
         libc::ioctl(
             file.as_raw_fd(),
@@ -216,6 +233,12 @@ fn open(ctx: &Shared, fd: OwnedFd, flags: i32, uid: u32) -> (Reply, Vec<OwnedFd>
         );
     }
     let fh = u64::from_le_bytes(out[..8].try_into().expect("8 bytes"));
+    let instance = u64::from_le_bytes(out[16..24].try_into().expect("8 bytes"));
+    if instance != ctx.fs.instance() {
+        // A later mount got this mount's device number (this daemon is on its way out):
+        // its handles are not ours.
+        return no(NoReason::Refused, "a descriptor of another mount");
+    }
     // The handle stays open as long as the program's FUSE descriptor does: this copy must
     // not hold off its RELEASE.
     drop(file);

@@ -6,9 +6,10 @@
 //! A lease is an open FUSE handle of the file that the program keeps as long as it uses the
 //! pieces' descriptors (the preload library keeps the FUSE descriptor open beside them),
 //! so its RELEASE ends the lease, also when the program is killed. While any lease is out:
-//! - the file's bytes go to its pieces past the daemon, so it is not cached (a cached file
-//!   is written back and dropped before the grant), moved or re-laid out, and memory
-//!   neither admits nor prefetches it afterwards ([`crate::data::file::FileNode::direct_seen`]);
+//! - the file's bytes go to its pieces past the daemon, so it is not admitted to staging
+//!   memory, prefetched, moved or re-laid out. A file staging memory holds is not granted:
+//!   memory first (the cache ranks which files are worth it at each open, as without the
+//!   direct path), the tiers direct for the rest;
 //! - while a lease may write, the pieces are the truth of its size: getattr reads them and
 //!   tells the kernel not to cache the answer, a FUSE open of it gets no page cache, and the
 //!   size is settled from the pieces at FLUSH and when the last lease goes;
@@ -67,9 +68,9 @@ pub(crate) fn handle_inode(fs: &TierFs, fh: u64) -> Result<u64> {
 const KEPT_FLAGS: i32 = libc::O_APPEND | libc::O_DSYNC | libc::O_SYNC | libc::O_NONBLOCK;
 
 /// Grants the handle `fh` the pieces' own descriptors, as the program's open `flags` ask;
-/// `uid` is the caller's (for the log). Refuses what the daemon cannot keep exact: a file
-/// moving, failed, in kernel passthrough, or held in memory with unwritten data it cannot
-/// write back; an `O_DIRECT` open on a tier that refuses DeepSpeed's 1 KiB-aligned tails
+/// `uid` is the caller's (for the log). Refuses a file staging memory holds (served from
+/// there), and what the daemon cannot keep exact: a file moving, failed, in kernel
+/// passthrough; an `O_DIRECT` open on a tier that refuses DeepSpeed's 1 KiB-aligned tails
 /// (the daemon bounces those; the program could not); `O_APPEND` on stripes.
 pub(crate) fn grant(
     fs: &TierFs,
@@ -81,10 +82,9 @@ pub(crate) fn grant(
     let mut st = node.state.write();
     let shape = shape_for(fs, &st, flags)?;
     if st.cache.is_some() {
-        // Memory holds it: its dirty blocks go to the pieces first, then the copy goes.
-        if let Err(e) = crate::data::cached::uncache_locked(fs, &node, &mut st) {
-            return Err(no(NoReason::Busy, format!("held in staging memory: {e}")));
-        }
+        // Staging memory holds it (the cache ranked it worth its memory at this open):
+        // served from there through FUSE. What memory does not hold goes direct.
+        return Err(no(NoReason::Busy, "held in staging memory"));
     }
     let access = if write {
         flags & libc::O_ACCMODE
@@ -108,7 +108,6 @@ pub(crate) fn grant(
         c.direct_opens_total.fetch_add(1, Ordering::Relaxed);
     }
     drop(st);
-    node.direct_seen.store(true, Ordering::Relaxed);
     if let Some(Handle::File { direct, .. }) = fs.handles.lock().get_mut(&fh) {
         *direct = true;
     }

@@ -261,6 +261,11 @@ impl TierFs {
         files::open(self, ino, flags, self.euid)
     }
 
+    /// This daemon's instance number (see `tierfs_wire::IOC_HANDLE`).
+    pub fn instance(&self) -> u64 {
+        self.instance
+    }
+
     /// The inode of the open file handle `fh` (the direct path's ioctl asks it).
     pub fn handle_inode(&self, fh: u64) -> Result<u64> {
         direct::handle_inode(self, fh)

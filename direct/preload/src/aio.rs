@@ -120,8 +120,9 @@ pub struct Reaper {
     watched: HashMap<u64, Vec<Watched>>,
     pending: HashMap<u64, Pending>,
     next: u64,
-    /// Events of split iocbs the library finished by hand, for the next reap.
-    stash: Vec<Event>,
+    /// Events of split iocbs the library finished by hand, for the next reap of their
+    /// context (its number).
+    stash: Vec<(u64, Event)>,
 }
 
 impl Reaper {
@@ -305,23 +306,29 @@ pub static REAPER: Shared = Shared {
     reaper: std::cell::UnsafeCell::new(None),
 };
 
-/// Keeps an event for the program's next reap.
-pub fn stash(ev: Event) {
-    with(|r| r.stash.push(ev));
+/// Keeps an event for the program's next reap of the context `ctx`.
+pub fn stash(ctx: u64, ev: Event) {
+    with(|r| r.stash.push((ctx, ev)));
 }
 
-/// Whether events wait for the program's next reap.
-pub fn stashed() -> bool {
-    with(|r| !r.stash.is_empty())
+/// Whether events wait for the program's next reap of `ctx`.
+pub fn stashed(ctx: u64) -> bool {
+    with(|r| r.stash.iter().any(|(c, _)| *c == ctx))
 }
 
-/// Moves waiting events into `out`; returns how many.
-pub fn unstash(out: &mut [Event]) -> usize {
+/// Moves the events waiting for `ctx` into `out`; returns how many.
+pub fn unstash(ctx: u64, out: &mut [Event]) -> usize {
     with(|r| {
-        let n = r.stash.len().min(out.len());
-        for (o, e) in out.iter_mut().zip(r.stash.drain(..n)) {
-            *o = e;
-        }
+        let mut n = 0;
+        r.stash.retain(|(c, e)| {
+            if *c == ctx && n < out.len() {
+                out[n] = *e;
+                n += 1;
+                false
+            } else {
+                true
+            }
+        });
         n
     })
 }

@@ -835,7 +835,7 @@ pub unsafe extern "C" fn io_submit(ctx: libc::c_ulong, nr: c_long, iocbs: *mut *
             res as i64
         };
         if let Some(ev) = aio::with(|reaper| reaper.done_by_hand(p as u64, res)) {
-            aio::stash(ev);
+            aio::stash(ctx, ev);
         }
     }
     if submitted == 0 && r < 0 {
@@ -881,14 +881,14 @@ unsafe fn getevents(
             }
         }
     };
-    let watching = !aio::with(|r| r.is_empty()) || aio::stashed();
+    let watching = !aio::with(|r| r.is_empty()) || aio::stashed(ctx);
     if !watching {
         let r = raw(min_nr, nr, events, timeout) as c_int;
         return if r < 0 { neg_errno() } else { r };
     }
     // SAFETY: the program's buffer of `nr` events.
     let out = unsafe { std::slice::from_raw_parts_mut(events, nr.max(0) as usize) };
-    let mut got = aio::unstash(out);
+    let mut got = aio::unstash(ctx, out);
     let deadline = (!timeout.is_null()).then(|| {
         // SAFETY: the program's timespec.
         let t = unsafe { *timeout };

@@ -154,6 +154,16 @@ static TABLE: Table = Table {
 };
 /// Descriptors the table holds, program and private: 0 lets every wrapped call skip it.
 static COUNT: AtomicUsize = AtomicUsize::new(0);
+/// The process the table belongs to (set again in a forked child). A `vfork` child (as
+/// `posix_spawn` and Python's subprocess make) shares the parent's memory until it execs,
+/// with descriptors of its own: it must not change the parent's table, so for it the
+/// library stands aside.
+static OWNER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+fn pid() -> u32 {
+    // SAFETY: getpid(2) has no failure mode.
+    unsafe { libc::getpid() as u32 }
+}
 
 fn with<R>(f: impl FnOnce(&mut Inner) -> R) -> R {
     TABLE.lock.lock();
@@ -166,7 +176,7 @@ fn with<R>(f: impl FnOnce(&mut Inner) -> R) -> R {
 }
 
 fn busy() -> bool {
-    COUNT.load(Ordering::Acquire) > 0
+    COUNT.load(Ordering::Acquire) > 0 && OWNER.load(Ordering::Acquire) == pid()
 }
 
 /// The direct open behind `fd`, if any.
@@ -185,6 +195,11 @@ pub fn any() -> bool {
 /// Records the program's new direct open at `fd`, and the library's own descriptors of it.
 pub fn install(fd: i32, d: Arc<Direct>) {
     at_fork();
+    if OWNER.load(Ordering::Acquire) != pid() && COUNT.load(Ordering::Acquire) > 0 {
+        // A vfork child: the table is its parent's (the descriptors close at its exec).
+        return;
+    }
+    OWNER.store(pid(), Ordering::Release);
     let own = d.own();
     let weak = Arc::downgrade(&d);
     let old = with(|t| {
@@ -231,6 +246,10 @@ pub fn is_private(fd: i32) -> bool {
 /// Guards a socket of the client's.
 pub fn add_socket(fd: i32) {
     at_fork();
+    if OWNER.load(Ordering::Acquire) != pid() && COUNT.load(Ordering::Acquire) > 0 {
+        return;
+    }
+    OWNER.store(pid(), Ordering::Release);
     with(|t| t.private.insert(fd, Private::Socket));
 }
 
@@ -343,8 +362,13 @@ fn at_fork() {
         crate::aio::REAPER.lock.unlock();
         crate::client::unlock_after_fork();
     }
+    extern "C" fn child() {
+        // The child's copy of the table is its own (its descriptors are copies).
+        OWNER.store(pid(), Ordering::Release);
+        after();
+    }
     // SAFETY: registers functions that take and release our own locks.
-    unsafe { libc::pthread_atfork(Some(prepare), Some(after), Some(after)) };
+    unsafe { libc::pthread_atfork(Some(prepare), Some(after), Some(child)) };
 }
 
 #[cfg(test)]

@@ -40,10 +40,14 @@ pub fn socket_name(major: u32, minor: u32) -> String {
 }
 
 /// The FUSE ioctl the daemon issues on a descriptor it was handed, to learn which of its
-/// own open handles that descriptor is (`_IOR('t', 0x42, [u8; 16])`: 16 bytes out, the
-/// handle and the inode). Any caller may ask it: the answer names only the caller's own
-/// handle.
-pub const IOC_HANDLE: u32 = ioc_read(b't', 0x42, 16);
+/// own open handles that descriptor is (`_IOR('t', 0x42, [u8; 24])`: 24 bytes out, the
+/// handle, the inode and the answering daemon's instance number, a random number each
+/// daemon draws at start: a descriptor of a later mount that got the same device number
+/// is answered by that mount's daemon, whose number differs). Any caller may ask it: the
+/// answer names only the caller's own handle.
+pub const IOC_HANDLE: u32 = ioc_read(b't', 0x42, IOC_HANDLE_LEN as u32);
+/// The bytes [`IOC_HANDLE`] answers.
+pub const IOC_HANDLE_LEN: usize = 24;
 
 const fn ioc_read(ty: u8, nr: u8, size: u32) -> u32 {
     // The kernel's _IOC(_IOC_READ, type, nr, size) on the common architectures.
@@ -530,8 +534,8 @@ mod tests {
 
     #[test]
     fn the_ioctl_number_is_the_kernels_ior() {
-        // _IOR('t', 0x42, 16 bytes) as <asm-generic/ioctl.h> builds it.
-        assert_eq!(IOC_HANDLE, 0x8010_7442);
+        // _IOR('t', 0x42, 24 bytes) as <asm-generic/ioctl.h> builds it.
+        assert_eq!(IOC_HANDLE, 0x8018_7442);
         assert_eq!(socket_name(0, 53), "tierfs-direct-0:53");
     }
 }

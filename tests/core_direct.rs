@@ -312,3 +312,34 @@ fn grants_give_no_more_than_the_handle_and_refuse_what_cannot_stay_exact() {
     off.release(fh).unwrap();
     let _ = FileLayout::Whole { tier: 0 };
 }
+
+#[test]
+fn reported_busy_time_counts_concurrent_programs_once_and_only_from_the_owner() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = fs_in(d.path(), "stripe", "");
+    let busy = |fs: &TierFs| fs.tiers()[1].counters.read_busy.total_ns();
+    let io = |periods: Vec<(u64, u64)>| tierfs_wire::TierIo {
+        tier: 1,
+        read_bytes: 1 << 20,
+        reads: 1,
+        read_lat_ns: 1000,
+        read_busy: periods,
+        ..Default::default()
+    };
+    let before = busy(&fs);
+    // Two ranks read the tier over the same second: one second of busy time, not two.
+    fs.direct_report(0, &[io(vec![(1_000_000_000, 2_000_000_000)])]);
+    fs.direct_report(0, &[io(vec![(1_500_000_000, 2_500_000_000)])]);
+    assert_eq!(busy(&fs) - before, 1_500_000_000);
+    // Another user's program adds bytes but never busy time (it could report anything).
+    let bytes = |fs: &TierFs| {
+        fs.tiers()[1]
+            .counters
+            .direct_bytes
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let (b0, t0) = (bytes(&fs), busy(&fs));
+    fs.direct_report(4242, &[io(vec![(9_000_000_000, 90_000_000_000)])]);
+    assert_eq!(bytes(&fs) - b0, 1 << 20);
+    assert_eq!(busy(&fs), t0);
+}

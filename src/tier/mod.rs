@@ -16,6 +16,7 @@ mod estimate;
 mod folder;
 pub mod identity;
 pub mod scratch;
+mod union;
 pub(crate) use estimate::epoch_ns_of;
 use estimate::{epoch_ns, within};
 pub use estimate::{
@@ -98,6 +99,11 @@ pub struct TierCounters {
     /// shared tier's busy rate for the ledger, which overlapping reads and writes would
     /// halve if the two were added.
     pub io_busy: Busy,
+    /// The busy periods programs under `tierfs run` reported (reads, writes, either),
+    /// merged, so only time no other report covered is added to the busy times above.
+    pub direct_read: union::Union,
+    pub direct_write: union::Union,
+    pub direct_io: union::Union,
 }
 
 /// Recovery probes: a tier whose share was cut and that has had no sample of its own

@@ -266,8 +266,10 @@ pub(crate) fn end_lease(fs: &TierFs, ino: u64, node: &FileNode, write: bool) {
 }
 
 /// What a program reports its direct descriptors moved, per tier: counted in the tiers'
-/// bytes and requests. The busy time feeds the bandwidth estimates only from the mount's
-/// owner (and root): another user's report cannot skew the layout of the owner's files.
+/// bytes and requests. The busy periods feed the bandwidth estimates, merged with what
+/// other descriptors reported (ranks reading a tier at once share its time), and only
+/// from the mount's owner (and root): another user's report cannot skew the layout of
+/// the owner's files.
 pub(crate) fn report(fs: &TierFs, uid: u32, tiers: &[TierIo]) {
     let trusted = uid == 0 || uid == fs.euid;
     for io in tiers {
@@ -282,11 +284,12 @@ pub(crate) fn report(fs: &TierFs, uid: u32, tiers: &[TierIo]) {
         c.direct_bytes
             .fetch_add(io.read_bytes + io.write_bytes, Ordering::Relaxed);
         if trusted {
-            c.read_busy.add_ns(io.read_busy_ns);
-            c.write_busy.add_ns(io.write_busy_ns);
-            c.io_busy.add_ns(io.read_busy_ns.max(io.write_busy_ns));
-            c.read_ns.fetch_add(io.read_busy_ns, Ordering::Relaxed);
-            c.write_ns.fetch_add(io.write_busy_ns, Ordering::Relaxed);
+            c.read_busy.add_ns(c.direct_read.add(&io.read_busy));
+            c.write_busy.add_ns(c.direct_write.add(&io.write_busy));
+            let both: Vec<_> = io.read_busy.iter().chain(&io.write_busy).copied().collect();
+            c.io_busy.add_ns(c.direct_io.add(&both));
+            c.read_ns.fetch_add(io.read_lat_ns, Ordering::Relaxed);
+            c.write_ns.fetch_add(io.write_lat_ns, Ordering::Relaxed);
         }
     }
 }

@@ -106,9 +106,14 @@ enum Watched {
         direct: Arc<Direct>,
         piece: usize,
         write: bool,
+        start: u64,
     },
     /// A whole file's own iocb, timed for the report.
-    Whole { direct: Arc<Direct>, write: bool },
+    Whole {
+        direct: Arc<Direct>,
+        write: bool,
+        start: u64,
+    },
 }
 
 /// The iocbs in flight the library watches, by address (a program may reuse an iocb's
@@ -156,6 +161,7 @@ impl Reaper {
                     Watched::Whole {
                         direct: d.clone(),
                         write,
+                        start: t,
                     },
                 );
                 vec![addr as *mut Iocb]
@@ -183,6 +189,7 @@ impl Reaper {
                             direct: d.clone(),
                             piece: *piece,
                             write,
+                            start: t,
                         },
                     );
                     out.push(p);
@@ -285,9 +292,14 @@ fn end_of(w: &Watched, res: i64) {
             direct,
             piece,
             write,
+            start,
             ..
-        } => direct.pieces[*piece].dir(*write).end(bytes, t),
-        Watched::Whole { direct, write } => direct.pieces[0].dir(*write).end(bytes, t),
+        } => direct.pieces[*piece].dir(*write).end(bytes, *start, t),
+        Watched::Whole {
+            direct,
+            write,
+            start,
+        } => direct.pieces[0].dir(*write).end(bytes, *start, t),
     }
 }
 

@@ -482,9 +482,10 @@ unsafe fn timed(
     call: impl FnOnce() -> ssize_t,
 ) -> ssize_t {
     let dir = d.pieces[0].dir(write);
-    dir.begin(now_ns());
+    let t0 = now_ns();
+    dir.begin(t0);
     let r = call();
-    dir.end(r.max(0) as u64, now_ns());
+    dir.end(r.max(0) as u64, t0, now_ns());
     if r >= 0 || errno() != libc::EINVAL {
         return r;
     }
@@ -544,7 +545,8 @@ unsafe fn stripe_rw(
             return Err(libc::EIO);
         };
         let dir = d.pieces[i].dir(write);
-        dir.begin(now_ns());
+        let t0 = now_ns();
+        dir.begin(t0);
         // SAFETY: `buf` holds `n` bytes (the program's), `e.buf + e.len <= n`.
         let r = unsafe {
             if write {
@@ -563,7 +565,7 @@ unsafe fn stripe_rw(
                 )
             }
         };
-        dir.end(r.max(0) as u64, now_ns());
+        dir.end(r.max(0) as u64, t0, now_ns());
         if r < 0 {
             refused |= errno() == libc::EINVAL;
             return Err(errno());

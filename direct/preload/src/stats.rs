@@ -20,9 +20,26 @@ pub fn now_ns() -> u64 {
 pub struct Dir {
     bytes: AtomicU64,
     requests: AtomicU64,
+    lat: AtomicU64,
     in_flight: AtomicU64,
     since: AtomicU64,
-    busy: AtomicU64,
+    /// Closed busy periods (start, end), at most [`tierfs_wire::MAX_PERIODS`].
+    periods: std::sync::Mutex<Vec<(u64, u64)>>,
+}
+
+/// Adds the period `p` to `v`, merging the two closest neighbours when `v` is full (the
+/// gap between them then counts as busy: an over-count bounded by the smallest gap).
+fn push_period(v: &mut Vec<(u64, u64)>, p: (u64, u64)) {
+    v.push(p);
+    v.sort_unstable();
+    if v.len() <= tierfs_wire::MAX_PERIODS {
+        return;
+    }
+    let i = (0..v.len() - 1)
+        .min_by_key(|i| v[i + 1].0.saturating_sub(v[*i].1))
+        .expect("two or more");
+    v[i].1 = v[i].1.max(v[i + 1].1);
+    v.remove(i + 1);
 }
 
 impl Dir {
@@ -33,16 +50,28 @@ impl Dir {
         }
     }
 
-    /// A request that began ends at `t`, having moved `bytes` (0 for a failure).
-    pub fn end(&self, bytes: u64, t: u64) {
+    /// A request that began at `start` ends at `t`, having moved `bytes` (0 for a failure).
+    pub fn end(&self, bytes: u64, start: u64, t: u64) {
         if bytes > 0 {
             self.bytes.fetch_add(bytes, Ordering::Relaxed);
             self.requests.fetch_add(1, Ordering::Relaxed);
+            self.lat
+                .fetch_add(t.saturating_sub(start), Ordering::Relaxed);
         }
         if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             let since = self.since.load(Ordering::Acquire);
-            self.busy
-                .fetch_add(t.saturating_sub(since), Ordering::Relaxed);
+            let mut v = match self.periods.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            push_period(&mut v, (since, t.max(since)));
+        }
+    }
+
+    fn periods(&self) -> Vec<(u64, u64)> {
+        match self.periods.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
         }
     }
 }
@@ -80,8 +109,10 @@ impl Piece {
             write_bytes: g(&self.write.bytes),
             reads: g(&self.read.requests),
             writes: g(&self.write.requests),
-            read_busy_ns: g(&self.read.busy),
-            write_busy_ns: g(&self.write.busy),
+            read_lat_ns: g(&self.read.lat),
+            write_lat_ns: g(&self.write.lat),
+            read_busy: self.read.periods(),
+            write_busy: self.write.periods(),
         }
     }
 
@@ -102,14 +133,27 @@ mod tests {
         let d = p.dir(true);
         d.begin(100);
         d.begin(150);
-        d.end(4096, 300);
-        d.end(4096, 400);
+        d.end(4096, 100, 300);
+        d.end(4096, 150, 400);
         d.begin(1000);
-        d.end(0, 1100); // failed: busy, but no bytes nor request
+        d.end(0, 1000, 1100); // failed: busy, but no bytes nor request
         let io = p.io();
-        assert_eq!(io.write_busy_ns, 300 + 100);
+        assert_eq!(io.write_busy, vec![(100, 400), (1000, 1100)]);
+        assert_eq!(io.write_lat_ns, 200 + 250);
         assert_eq!((io.write_bytes, io.writes, io.reads), (8192, 2, 0));
         assert!(p.moved());
         assert!(!Piece::new(0).moved());
+    }
+
+    #[test]
+    fn periods_beyond_the_limit_merge_the_closest() {
+        let mut v = Vec::new();
+        for i in 0..tierfs_wire::MAX_PERIODS as u64 + 1 {
+            // Gaps of 100, but 10 between the 5th and 6th.
+            let start = if i > 5 { i * 200 - 90 } else { i * 200 };
+            push_period(&mut v, (start, start + 100));
+        }
+        assert_eq!(v.len(), tierfs_wire::MAX_PERIODS);
+        assert!(v.contains(&(1000, 1210)), "{v:?}");
     }
 }

@@ -27,7 +27,10 @@ pub const VERSION: u16 = 1;
 /// The first four bytes of every message.
 pub const MAGIC: [u8; 4] = *b"TFDP";
 /// The largest message either side sends or accepts.
-pub const MAX_MESSAGE: usize = 16 << 10;
+pub const MAX_MESSAGE: usize = 64 << 10;
+/// The most busy periods a report gives for one direction of one piece (the library
+/// merges the closest ones beyond it).
+pub const MAX_PERIODS: usize = 32;
 /// The most descriptors one message carries (a piece per tier).
 pub const MAX_FDS: usize = 16;
 
@@ -65,7 +68,7 @@ pub enum Request {
 }
 
 /// Bytes, requests and busy time of one piece's direct I/O.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TierIo {
     /// The tier's index in the mount (as [`Grant::tiers`] names it).
     pub tier: u8,
@@ -73,9 +76,16 @@ pub struct TierIo {
     pub write_bytes: u64,
     pub reads: u64,
     pub writes: u64,
-    /// Time with at least one read (write) of this descriptor in flight on the piece.
-    pub read_busy_ns: u64,
-    pub write_busy_ns: u64,
+    /// The requests' latencies, summed.
+    pub read_lat_ns: u64,
+    pub write_lat_ns: u64,
+    /// The periods (start, end; `CLOCK_MONOTONIC` nanoseconds, which every process of the
+    /// machine shares) with at least one read (write) of this descriptor in flight on the
+    /// piece, at most [`MAX_PERIODS`]: the daemon adds their union with what other
+    /// descriptors reported to the tier's busy time, so concurrent programs are not
+    /// counted twice.
+    pub read_busy: Vec<(u64, u64)>,
+    pub write_busy: Vec<(u64, u64)>,
 }
 
 /// What one direct descriptor moved, per piece.
@@ -286,7 +296,7 @@ impl Request {
         match self {
             Request::Open { flags } => frame(K_OPEN, &flags.to_le_bytes()),
             Request::Report(r) => {
-                let mut p = Vec::with_capacity(10 + r.tiers.len() * 49);
+                let mut p = Vec::with_capacity(10 + r.tiers.len() * 60);
                 p.extend_from_slice(&r.ino.to_le_bytes());
                 p.extend_from_slice(&(r.tiers.len() as u16).to_le_bytes());
                 for t in &r.tiers {
@@ -296,10 +306,18 @@ impl Request {
                         t.write_bytes,
                         t.reads,
                         t.writes,
-                        t.read_busy_ns,
-                        t.write_busy_ns,
+                        t.read_lat_ns,
+                        t.write_lat_ns,
                     ] {
                         p.extend_from_slice(&v.to_le_bytes());
+                    }
+                    for periods in [&t.read_busy, &t.write_busy] {
+                        let n = periods.len().min(MAX_PERIODS);
+                        p.extend_from_slice(&(n as u16).to_le_bytes());
+                        for (a, b) in &periods[..n] {
+                            p.extend_from_slice(&a.to_le_bytes());
+                            p.extend_from_slice(&b.to_le_bytes());
+                        }
                     }
                 }
                 frame(K_REPORT, &p)
@@ -325,6 +343,15 @@ impl Request {
                     what: "report",
                 };
                 let ino = r.u64()?;
+                let period = |r: &mut Reader<'_>| -> Result<(u64, u64), DecodeError> {
+                    let (a, b) = (r.u64()?, r.u64()?);
+                    if b < a {
+                        return Err(DecodeError::Bad(
+                            "report (a period ending before it starts)",
+                        ));
+                    }
+                    Ok((a, b))
+                };
                 let tiers = r.list(MAX_FDS, |r| {
                     Ok(TierIo {
                         tier: r.u8()?,
@@ -332,8 +359,10 @@ impl Request {
                         write_bytes: r.u64()?,
                         reads: r.u64()?,
                         writes: r.u64()?,
-                        read_busy_ns: r.u64()?,
-                        write_busy_ns: r.u64()?,
+                        read_lat_ns: r.u64()?,
+                        write_lat_ns: r.u64()?,
+                        read_busy: r.list(MAX_PERIODS, period)?,
+                        write_busy: r.list(MAX_PERIODS, period)?,
                     })
                 })?;
                 r.done()?;
@@ -462,8 +491,10 @@ mod tests {
                         write_bytes: 3,
                         reads: 4,
                         writes: 5,
-                        read_busy_ns: 6,
-                        write_busy_ns: u64::MAX,
+                        read_lat_ns: 6,
+                        write_lat_ns: u64::MAX,
+                        read_busy: vec![(1, 2), (5, u64::MAX)],
+                        write_busy: Vec::new(),
                     },
                     TierIo::default(),
                 ],

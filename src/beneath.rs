@@ -388,6 +388,12 @@ impl<'a> Beneath<'a> {
         self.stat(p).is_ok()
     }
 
+    /// Whether `p` is surely not there (`ENOENT`): an entry that cannot be stat-ed for
+    /// another reason may be, and what decides to make or drop one must not guess.
+    pub fn absent(&self, p: &Path) -> bool {
+        matches!(self.stat(p), Err(e) if e.kind() == io::ErrorKind::NotFound)
+    }
+
     /// mkdir of `p` with `mode` (less the umask).
     pub fn mkdir(&self, p: &Path, mode: u32) -> io::Result<()> {
         let par = self.parent(p)?;

@@ -122,24 +122,49 @@ pub struct Found {
 }
 
 /// Reads the piece at `path` on tier `tier` (whose calls `on` makes). A piece that cannot
-/// be stat-ed counts as empty and as old as can be, as it did in each user before.
-pub fn read_piece(on: Beneath<'_>, path: &Path, tier: usize) -> Found {
-    let (len, mtime) = on
-        .stat(path)
-        .map(|m| (m.len(), (m.mtime(), m.mtime_nsec())))
-        .unwrap_or((0, (0, 0)));
-    Found {
+/// be stat-ed, or whose label cannot be read for any reason but its absence, is an error:
+/// taken for an unlabelled or empty piece, a stripe piece would be served as a whole file
+/// (a torn file, with no error) or set aside, and a whole copy judged older than it is.
+pub fn read_piece(on: Beneath<'_>, path: &Path, tier: usize) -> io::Result<Found> {
+    let m = on.stat(path)?;
+    Ok(Found {
         tier,
-        label: read_label(on, path),
-        len,
-        mtime,
+        label: read_label(on, path)?,
+        len: m.len(),
+        mtime: (m.mtime(), m.mtime_nsec()),
+    })
+}
+
+/// The layout xattr of the piece at `path`, if it has a non-empty one; `Ok(None)` also
+/// where the tier's file system keeps no xattrs.
+pub fn read_label(on: Beneath<'_>, path: &Path) -> io::Result<Option<String>> {
+    match on.getxattr(path, OsStr::new(LAYOUT_XATTR)) {
+        Ok(v) => Ok((!v.is_empty()).then(|| String::from_utf8_lossy(&v).into_owned())),
+        Err(e) if no_label(&e) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 
-/// The layout xattr of the piece at `path`, if it has a non-empty one.
-pub fn read_label(on: Beneath<'_>, path: &Path) -> Option<String> {
-    let v = on.getxattr(path, OsStr::new(LAYOUT_XATTR)).ok()?;
-    (!v.is_empty()).then(|| String::from_utf8_lossy(&v).into_owned())
+/// Whether a getxattr error says only that the label is not there.
+fn no_label(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENODATA) | Some(libc::ENOTSUP) | Some(libc::ENOSYS)
+    )
+}
+
+/// Reads every piece of the file at `rel`, the tier's calls and path given by `at`; the
+/// first piece that cannot be read is named with its error.
+pub fn read_pieces<'a>(
+    on: &[usize],
+    at: impl Fn(usize) -> (Beneath<'a>, std::path::PathBuf),
+) -> Result<Vec<Found>, (usize, io::Error)> {
+    on.iter()
+        .map(|&t| {
+            let (b, p) = at(t);
+            read_piece(b, &p, t).map_err(|e| (t, e))
+        })
+        .collect()
 }
 
 /// A piece's label, as read.
@@ -166,7 +191,10 @@ impl LayoutRead {
 
 /// The label of the piece at `path`, as read.
 pub fn read_layout(on: Beneath<'_>, path: &Path, ntiers: usize) -> LayoutRead {
-    LayoutRead::of(read_label(on, path).as_deref(), ntiers)
+    match read_label(on, path) {
+        Ok(l) => LayoutRead::of(l.as_deref(), ntiers),
+        Err(e) => LayoutRead::Bad(String::new(), format!("its label cannot be read: {e}")),
+    }
 }
 
 /// What a piece that does not belong to a striped file has instead.
@@ -618,19 +646,19 @@ mod tests {
         let p = d.path().join("piece");
         std::fs::write(&p, b"").unwrap();
         let on = Beneath::new(d.path());
-        assert_eq!(read_label(on, &p), None);
+        assert_eq!(read_label(on, &p).unwrap(), None);
         crate::testutil::require!(
             crate::sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), b"", 0).is_ok(),
             "no user xattrs on the temp file system"
         );
-        assert_eq!(read_label(on, &p), None);
+        assert_eq!(read_label(on, &p).unwrap(), None);
         assert_eq!(read_layout(on, &p, 2), LayoutRead::Absent);
         let l = stripe(vec![0, 1]).encode();
-        let found = [piece(0, Some(&l), 1, 1), read_piece(on, &p, 1)];
+        let found = [piece(0, Some(&l), 1, 1), read_piece(on, &p, 1).unwrap()];
         let plan = plan_file(&found, 2, never).unwrap();
         assert_eq!(plan.steps, vec![Step::Adopt { tier: 1 }]);
         crate::sys::lsetxattr(&p, OsStr::new(LAYOUT_XATTR), l.as_bytes(), 0).unwrap();
-        assert_eq!(read_label(on, &p).as_deref(), Some(l.as_str()));
+        assert_eq!(read_label(on, &p).unwrap().as_deref(), Some(l.as_str()));
     }
 
     #[test]

@@ -74,7 +74,10 @@ fn usable() -> Result<(), String> {
 fn assert_eio<T: std::fmt::Debug>(r: std::io::Result<T>, what: &str) {
     match r {
         Err(e) => assert_eq!(errno(&e), libc::EIO, "{what}: want EIO, got {e}"),
-        Ok(v) => panic!("{what}: want EIO, got Ok({v:?})"),
+        Ok(v) => {
+            let shown: String = format!("{v:?}").chars().take(120).collect();
+            panic!("{what}: want EIO, got Ok({shown}...)")
+        }
     }
 }
 
@@ -266,5 +269,67 @@ fn eio_tier_striped_files() {
 
     ff.set("off");
     assert_eq!(read_direct_threads(&m.path("s0"), 2), content[0]);
+    m.unmount();
+}
+
+/// A striped file one of whose pieces' layout label cannot be read (the tier's xattr reads
+/// fail) is held, answering EIO, with its pieces left as they are; `fsck --repair` lists it
+/// and changes nothing; once the label reads again, every byte is there.
+///
+/// Found (issue 38, point 7): the label's read error was taken for "no label", so the
+/// mount set the piece aside as a stray (renamed `s0.tierfs-conflict-slow-1`), recreated
+/// it empty, and served the file with zeros where its stripes on that tier were.
+#[test]
+fn a_piece_whose_label_cannot_be_read_is_held_not_served_torn() {
+    require!(usable());
+    let s = Setup::two("stripe");
+    let ff = FaultFs::start(
+        &s.dir.path().join("slow-src"),
+        &s.tier_path(1),
+        &s.dir.path().join("faultfs.log"),
+    );
+    let d = pattern(6 * MIB, 9);
+    let m = s.mount();
+    write_ds(&m.path("s0"), &d, 2, 0);
+    m.unmount();
+    let slow_piece = std::fs::read(s.backing(1, "s0")).unwrap();
+    assert!(!slow_piece.is_empty(), "s0 has no bytes on the slow tier");
+
+    ff.set("xattr");
+    let m = s.mount();
+    assert_eio(
+        std::fs::read(m.path("s0")),
+        "read of s0 with its label unreadable",
+    );
+    m.unmount();
+    let fsck = s.tierfs(&[
+        "fsck",
+        "--repair",
+        "--config",
+        s.config_path().to_str().unwrap(),
+    ]);
+    let out = format!(
+        "{}{}",
+        String::from_utf8_lossy(&fsck.stdout),
+        String::from_utf8_lossy(&fsck.stderr)
+    );
+    assert!(
+        out.contains("cannot be read"),
+        "fsck does not say why:\n{out}"
+    );
+    ff.set("off");
+    assert_eq!(
+        std::fs::read(s.backing(1, "s0")).unwrap(),
+        slow_piece,
+        "the piece was changed\n{out}"
+    );
+    let names: Vec<_> = std::fs::read_dir(s.tier_path(1).join("data"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, vec!["s0".to_string()], "set aside or added");
+
+    let m = s.mount();
+    assert_eq!(read_direct_threads(&m.path("s0"), 2), d);
     m.unmount();
 }

@@ -103,7 +103,7 @@ pub(crate) fn keep_old(
         }
         match r {
             Ok(()) => kept.push((t, Keep::Link(keep))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !b.exists(&entry) => {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && b.absent(&entry) => {
                 kept.push((t, Keep::NoEntry))
             }
             Err(e) if link_unsupported(&e) => {

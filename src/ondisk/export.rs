@@ -460,6 +460,10 @@ impl Exporter<'_> {
                         (Entry::File(v), on)
                     }
                     Item::Other(t, k) => (Entry::Other(t, k), vec![t]),
+                    Item::Unreadable(_, why) => {
+                        self.fail(&child, "not exported", why);
+                        continue;
+                    }
                 };
                 let tiers = self.tiers;
                 let (ids, shared) = backing_ids(|t| (tiers[t].fs(), tiers[t].path(&child)), &on);

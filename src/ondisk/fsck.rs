@@ -275,6 +275,7 @@ impl Check<'_> {
         let backing: Option<(Vec<usize>, Count, u64)> = match &item {
             Item::Dir(_) => None,
             Item::File(v) => Some((v.pieces.clone(), Count::File, v.size)),
+            Item::Unreadable(on, _) => Some((on.clone(), Count::File, 0)),
             Item::Other(t, EntKind::Symlink) => Some((vec![*t], Count::Symlink, 0)),
             Item::Other(t, _) => Some((vec![*t], Count::Other, 0)),
         };
@@ -302,6 +303,7 @@ impl Check<'_> {
                     self.incomplete.push((child, v));
                 }
             }
+            Item::Unreadable(..) => self.rep.files += 1,
             Item::Other(_, EntKind::Symlink) => self.rep.symlinks += 1,
             Item::Other(..) => self.rep.others += 1,
         }

@@ -5,7 +5,7 @@
 use super::{EntKind, TierDir};
 use crate::layout::{conflict_path, FileLayout, LAYOUT_XATTR};
 use crate::resolve::{
-    files_equal, plan_file, plan_name, read_piece, Aside, FilePlan, Found, Step, Stray, Winner,
+    files_equal, plan_file, plan_name, read_pieces, Aside, FilePlan, Step, Stray, Winner,
 };
 use std::path::{Path, PathBuf};
 
@@ -186,6 +186,9 @@ pub(super) enum Item {
     /// A folder; the tiers on which it is a folder.
     Dir(Vec<usize>),
     File(FileView),
+    /// A file one of whose pieces cannot be read: the tiers of its pieces, and why.
+    /// Nothing is planned for it (a guess could serve it torn or set a piece aside).
+    Unreadable(Vec<usize>, String),
     /// A symlink or special file, on `tier`.
     Other(usize, EntKind),
 }
@@ -231,11 +234,24 @@ pub(super) fn resolve(
             }
             (Item::Dir(dirs), issues)
         }
-        Winner::File(on) => {
-            let (view, more) = resolve_file(tiers, rel, &on);
-            issues.extend(more);
-            (Item::File(view), issues)
-        }
+        Winner::File(on) => match resolve_file(tiers, rel, &on) {
+            Ok((view, more)) => {
+                issues.extend(more);
+                (Item::File(view), issues)
+            }
+            Err((t, e)) => {
+                let why = format!("its piece on tier '{}' cannot be read ({e})", tiers[t].name);
+                issues.push(Issue::manual(
+                    rel,
+                    Some(t),
+                    format!("a piece that cannot be read ({e})"),
+                    "nothing is repaired for this file: fix the tier's permissions or device, \
+                     then run fsck again"
+                        .to_string(),
+                ));
+                (Item::Unreadable(on, why), issues)
+            }
+        },
         Winner::Other(t, k) => {
             if t != 0 {
                 issues.push(Issue::repair(
@@ -256,12 +272,13 @@ pub(super) fn resolve(
 }
 
 /// Works out a file from its pieces on `on` (not empty) with the mount's plan, and what is
-/// wrong with them.
-fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<Issue>) {
-    let found: Vec<Found> = on
-        .iter()
-        .map(|&t| read_piece(tiers[t].fs(), &tiers[t].path(rel), t))
-        .collect();
+/// wrong with them; the first piece that cannot be read, with its error, instead.
+fn resolve_file(
+    tiers: &[TierDir],
+    rel: &Path,
+    on: &[usize],
+) -> Result<(FileView, Vec<Issue>), (usize, std::io::Error)> {
+    let found = read_pieces(on, |t| (tiers[t].fs(), tiers[t].path(rel)))?;
     let plan = plan_file(&found, tiers.len(), |a, b| {
         same_bytes(&tiers[a], &tiers[b], rel)
     })
@@ -277,7 +294,7 @@ fn resolve_file(tiers: &[TierDir], rel: &Path, on: &[usize]) -> (FileView, Vec<I
         size: plan.size,
         pieces: plan.pieces,
     };
-    (view, issues)
+    Ok((view, issues))
 }
 
 /// The problem one step of a file's plan is, and its repair.

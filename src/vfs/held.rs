@@ -14,7 +14,7 @@
 use crate::data::file::FileNode;
 use crate::layout::FileLayout;
 use crate::relink::Held;
-use crate::resolve::{plan_file, read_piece, Found, Step};
+use crate::resolve::{plan_file, read_pieces, Step};
 use crate::vfs::state::TierFs;
 use crate::vfs::tree::{NodeData, Tree};
 use crate::vfs::types::Kind;
@@ -130,10 +130,11 @@ fn pieces_disagree(fs: &TierFs, rel: &Path, on: &[(usize, Kind)]) -> bool {
     if on.iter().any(|(_, k)| *k != Kind::File) {
         return true;
     }
-    let found: Vec<Found> = on
-        .iter()
-        .map(|&(t, _)| read_piece(fs.tiers[t].fs(), &fs.tiers[t].path(rel), t))
-        .collect();
+    let tiers: Vec<usize> = on.iter().map(|(t, _)| *t).collect();
+    // A piece that cannot be read is held by the scan in any case (`scan::place_file`).
+    let Ok(found) = read_pieces(&tiers, |t| (fs.tiers[t].fs(), fs.tiers[t].path(rel))) else {
+        return true;
+    };
     let Some(plan) = plan_file(&found, fs.tiers.len(), |_, _| false) else {
         return false;
     };

@@ -16,8 +16,8 @@ use crate::data::file::FileNode;
 use crate::error::{Error, Result};
 use crate::layout::{FileLayout, Part, StripeMap, LAYOUT_XATTR};
 use crate::resolve::{
-    backing_ids, files_equal, plan_file, plan_links, plan_name, read_piece, BackingId, Class,
-    FilePlan, Found, Step, Winner,
+    backing_ids, files_equal, plan_file, plan_links, plan_name, read_pieces, BackingId, Class,
+    FilePlan, Step, Winner,
 };
 use crate::vfs::backing;
 use crate::vfs::state::TierFs;
@@ -218,8 +218,14 @@ pub(crate) fn place_file(
     rel: &Path,
     on: &[usize],
 ) -> Placed {
-    let Some((layout, size, stripe)) = adopt_file(fs, rel, on) else {
-        return Placed::Nothing;
+    let (layout, size, stripe) = match adopt_file(fs, rel, on) {
+        Ok(Some(a)) => a,
+        Ok(None) => return Placed::Nothing,
+        Err(why) => {
+            let on: Vec<(usize, Kind)> = on.iter().map(|&t| (t, Kind::File)).collect();
+            crate::vfs::held::place_held(fs, tree, ino, name, &on, &why);
+            return Placed::Nothing;
+        }
     };
     backing::account_resize(fs, &layout, 0, size);
     for t in layout.tiers() {
@@ -491,10 +497,11 @@ pub(crate) fn recreate_piece(fs: &TierFs, rel: &Path, t: usize, encoded: &str) {
         p.display()
     );
     // The piece carries the layout like every other, or the next mount would take it
-    // for a whole file of its own.
+    // for a whole file of its own. Never over an entry that is there after all (one that
+    // could not be stat-ed, or came meanwhile): its bytes may be the stripes.
     let tfs = fs.tiers[t].fs();
     if tfs
-        .open(&p, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, 0o666)
+        .open(&p, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY, 0o666)
         .is_ok()
     {
         let _ = tfs.setxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0);
@@ -533,17 +540,24 @@ pub(crate) fn set_aside(fs: &TierFs, tier: usize, rel: &Path, why: &str) {
 /// Works out the layout and size of a file whose pieces were found on `on` tiers
 /// ([`crate::resolve::plan_file`]) and carries the plan out; for a striped file also
 /// returns its id and the pieces missing on tiers of this mount (which
-/// [`TierFs::settle_stripes`] looks for elsewhere before it recreates them).
+/// [`TierFs::settle_stripes`] looks for elsewhere before it recreates them). A piece that
+/// cannot be read makes it an error (why), and nothing is changed: planned on a guess, the
+/// file could be served torn or have a piece set aside or removed.
 pub(crate) fn adopt_file(
     fs: &TierFs,
     rel: &Path,
     on: &[usize],
-) -> Option<(FileLayout, u64, Option<StripeFound>)> {
-    let found: Vec<Found> = on
-        .iter()
-        .map(|&t| read_piece(fs.tiers[t].fs(), &fs.tiers[t].path(rel), t))
-        .collect();
-    let plan = plan_file(&found, fs.tiers.len(), |a, b| same_bytes(fs, rel, a, b))?;
+) -> std::result::Result<Option<(FileLayout, u64, Option<StripeFound>)>, String> {
+    let found =
+        read_pieces(on, |t| (fs.tiers[t].fs(), fs.tiers[t].path(rel))).map_err(|(t, e)| {
+            format!(
+                "its piece on tier '{}' cannot be read ({e}): left as it is",
+                fs.tiers[t].name
+            )
+        })?;
+    let Some(plan) = plan_file(&found, fs.tiers.len(), |a, b| same_bytes(fs, rel, a, b)) else {
+        return Ok(None);
+    };
     for step in &plan.steps {
         if let Step::Unusable { tier, why, .. } = step {
             log::warn!(
@@ -556,11 +570,11 @@ pub(crate) fn adopt_file(
         FileLayout::Stripe(m) => {
             let m = m.clone();
             let found = adopt_stripe(fs, rel, &m, &plan);
-            Some((plan.layout, plan.size, Some(found)))
+            Ok(Some((plan.layout, plan.size, Some(found))))
         }
         FileLayout::Whole { tier } => {
             adopt_whole(fs, rel, *tier, &plan);
-            Some((plan.layout, plan.size, None))
+            Ok(Some((plan.layout, plan.size, None)))
         }
     }
 }
@@ -608,7 +622,7 @@ pub(crate) fn adopt_stripe(fs: &TierFs, rel: &Path, m: &StripeMap, plan: &FilePl
         }
         // A piece that could not be set aside is still there: never truncated.
         let gone = plan.steps.contains(&Step::Missing { tier: *t }) || lost.contains(t);
-        if gone && !fs.tiers[*t].fs().exists(&fs.tiers[*t].path(rel)) {
+        if gone && fs.tiers[*t].fs().absent(&fs.tiers[*t].path(rel)) {
             missing.push(*t);
         }
     }

@@ -12,10 +12,12 @@
 //! - `write` — every data write, fsync, fallocate and truncate fail with EIO,
 //! - `meta`  — every namespace change (create, mkdir, mknod, symlink, unlink, rmdir,
 //!   rename, chmod/chown/utimes, set/remove xattr) fail with EIO,
-//! - `all`   — all three; `off` — none.
+//! - `all`   — all three; `off` — none;
+//! - `xattr` — (not in `all`) every xattr read (getxattr, listxattr) fail with EIO, like
+//!   a disk whose inode blocks holding them went bad.
 //!
-//! Reading the file gives the current set. Lookups, stat, listing, open and xattr reads keep
-//! working, like a disk whose media fails while its metadata is cached. Every injected
+//! Reading the file gives the current set. Lookups, stat, listing, open and (but for
+//! `xattr`) xattr reads keep working, like a disk whose media fails while its metadata is cached. Every injected
 //! error is counted and printed to stderr. Files are opened with `FOPEN_DIRECT_IO`, so no
 //! page cache hides a fault.
 
@@ -45,6 +47,7 @@ const TTL: Duration = Duration::ZERO;
 const F_READ: u32 = 1;
 const F_WRITE: u32 = 2;
 const F_META: u32 = 4;
+const F_XATTR: u32 = 8;
 
 struct Inodes {
     by_ino: HashMap<u64, PathBuf>,
@@ -79,7 +82,13 @@ impl Inodes {
             .collect();
         for (p, i) in moved {
             self.by_path.remove(&p);
-            let np = to.join(p.strip_prefix(from).unwrap());
+            // `to.join("")` would end in a slash, which a file's path must not (ENOTDIR).
+            let below = p.strip_prefix(from).unwrap();
+            let np = if below.as_os_str().is_empty() {
+                to.to_path_buf()
+            } else {
+                to.join(below)
+            };
             self.by_ino.insert(i, np.clone());
             self.by_path.insert(np, i);
         }
@@ -124,7 +133,12 @@ fn kind(ft: std::fs::FileType) -> FileType {
 
 fn faults_text(f: u32) -> String {
     let mut w = Vec::new();
-    for (bit, name) in [(F_READ, "read"), (F_WRITE, "write"), (F_META, "meta")] {
+    for (bit, name) in [
+        (F_READ, "read"),
+        (F_WRITE, "write"),
+        (F_META, "meta"),
+        (F_XATTR, "xattr"),
+    ] {
         if f & bit != 0 {
             w.push(name);
         }
@@ -144,6 +158,7 @@ fn parse_faults(text: &[u8]) -> Option<u32> {
             "read" => F_READ,
             "write" => F_WRITE,
             "meta" => F_META,
+            "xattr" => F_XATTR,
             "rw" => F_READ | F_WRITE,
             "all" => F_READ | F_WRITE | F_META,
             _ => return None,
@@ -774,20 +789,20 @@ impl Filesystem for FaultFs {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self
-            .rel(ino.0)
-            .and_then(|rel| sys::lgetxattr(&self.real(&rel), name).map_err(err))
-        {
+        match self.rel(ino.0).and_then(|rel| {
+            self.fault(F_XATTR, "getxattr", &rel)?;
+            sys::lgetxattr(&self.real(&rel), name).map_err(err)
+        }) {
             Ok(v) => xattr_reply(reply, &v, size),
             Err(e) => reply.error(e),
         }
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self
-            .rel(ino.0)
-            .and_then(|rel| sys::llistxattr(&self.real(&rel)).map_err(err))
-        {
+        match self.rel(ino.0).and_then(|rel| {
+            self.fault(F_XATTR, "listxattr", &rel)?;
+            sys::llistxattr(&self.real(&rel)).map_err(err)
+        }) {
             Ok(names) => {
                 let mut v = Vec::new();
                 for n in names {

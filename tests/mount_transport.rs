@@ -256,3 +256,30 @@ fn a_ring_that_cannot_be_set_up_falls_back_or_fails_when_asked() {
     );
     assert!(!tierfs::daemon::is_mountpoint(&s.mountpoint()));
 }
+
+/// A read-only open's close reaches the daemon only as RELEASE (`FOPEN_NOFLUSH`): the
+/// daemon has nothing to do at a reader's close, and DeepSpeed closes a swap file after
+/// every read. A writer's close still sends FLUSH (its size is settled there).
+#[test]
+fn a_readers_close_sends_no_flush() {
+    require!(fuse());
+    let s = Setup::two("stripe");
+    let m = s.mount();
+    std::fs::write(m.path("f"), pattern(MIB, 4)).unwrap();
+    let flushes = |m: &Mount<'_>| {
+        m.stats_json()["fuse"]["requests"]["FLUSH"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    let before = flushes(&m);
+    for _ in 0..20 {
+        assert_eq!(std::fs::read(m.path("f")).unwrap().len(), MIB);
+    }
+    assert_eq!(flushes(&m), before, "a reader's close sent FLUSH");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("f"))
+        .unwrap();
+    assert!(flushes(&m) > before, "a writer's close sent no FLUSH");
+    m.unmount();
+}

@@ -174,6 +174,7 @@ pub mod fattr {
 pub mod fopen {
     pub const DIRECT_IO: u32 = 1 << 0;
     pub const KEEP_CACHE: u32 = 1 << 1;
+    pub const NOFLUSH: u32 = 1 << 5;
     pub const PARALLEL_DIRECT_WRITES: u32 = 1 << 6;
     pub const PASSTHROUGH: u32 = 1 << 7;
 }

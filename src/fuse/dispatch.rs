@@ -174,12 +174,21 @@ fn attr_out(a: &Attr) -> abi::AttrOut {
 }
 
 fn open_flags(info: &crate::vfs::OpenInfo) -> u32 {
-    if info.direct_io {
-        fopen::DIRECT_IO
-    } else if info.keep_cache {
-        fopen::PARALLEL_DIRECT_WRITES | fopen::KEEP_CACHE
+    no_flush(info)
+        | if info.direct_io {
+            fopen::DIRECT_IO
+        } else if info.keep_cache {
+            fopen::PARALLEL_DIRECT_WRITES | fopen::KEEP_CACHE
+        } else {
+            fopen::PARALLEL_DIRECT_WRITES
+        }
+}
+
+fn no_flush(info: &crate::vfs::OpenInfo) -> u32 {
+    if info.no_flush {
+        fopen::NOFLUSH
     } else {
-        fopen::PARALLEL_DIRECT_WRITES
+        0
     }
 }
 
@@ -658,7 +667,7 @@ impl Dispatcher {
             if let Some(id) = self.backing_for(ino, fh, piece.file()) {
                 return abi::OpenOut {
                     fh,
-                    open_flags: fopen::PASSTHROUGH,
+                    open_flags: fopen::PASSTHROUGH | no_flush(info),
                     backing_id: id as i32,
                 };
             }

@@ -203,6 +203,7 @@ pub(crate) fn create(
             direct_io: false,
             // A new file has no pages to drop.
             keep_cache: true,
+            no_flush: false,
             passthrough: pt,
         },
     ))
@@ -222,6 +223,7 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, 
                 OpenInfo {
                     direct_io: true,
                     keep_cache: false,
+                    no_flush: false,
                     passthrough: None,
                 },
             ));
@@ -239,6 +241,7 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, 
             OpenInfo {
                 direct_io: true,
                 keep_cache: false,
+                no_flush: true,
                 passthrough: None,
             },
         ));
@@ -314,6 +317,7 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, 
         OpenInfo {
             direct_io: uncached,
             keep_cache,
+            no_flush: !write,
             passthrough: pt,
         },
     ))

@@ -168,6 +168,11 @@ pub struct OpenInfo {
     /// The kernel may keep the file's cached pages (`FOPEN_KEEP_CACHE`); see
     /// `FileState::open_keeps_cache`.
     pub keep_cache: bool,
+    /// The close needs no FLUSH (`FOPEN_NOFLUSH`): a read-only open, for which the daemon
+    /// has nothing to do at close, and the kernel (no writeback cache) nothing to write.
+    /// Every read close saves a round trip to the daemon, and the direct path's grant,
+    /// which closes its copy of the program's descriptor, one more.
+    pub no_flush: bool,
     /// Open in kernel passthrough on this backing piece: the kernel then does the handle's
     /// reads and writes itself. The adapter registers the piece once per inode and calls
     /// [`crate::vfs::TierFs::passthrough_refused`] if the kernel will not take it.

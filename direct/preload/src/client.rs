@@ -16,18 +16,53 @@ struct Conn {
     fd: i32,
 }
 
+/// A report not yet sent: reports wait for the process's next open of a file of the same
+/// mount and go just before its request, so the daemon reads both in one wake-up instead
+/// of being woken again at every close (DeepSpeed opens and closes a swap file for every
+/// read and write of a tensor). They go at once when [`PENDING_MAX`] wait or the oldest
+/// has waited [`PENDING_NS`], and at exit (not at `_exit` or a kill: those lose at most
+/// that many reports, which only feed the statistics and bandwidth estimates).
+struct Pending {
+    dev: u64,
+    pid: u32,
+    since: u64,
+    msg: Vec<u8>,
+}
+
+const PENDING_MAX: usize = 16;
+const PENDING_NS: u64 = 1_000_000_000;
+
 struct Conns {
     lock: Spin,
     list: std::cell::UnsafeCell<Vec<Conn>>,
+    pending: std::cell::UnsafeCell<Vec<Pending>>,
 }
 
-// SAFETY: `list` is only touched with `lock` held.
+// SAFETY: `list` and `pending` are only touched with `lock` held.
 unsafe impl Sync for Conns {}
 
 static CONNS: Conns = Conns {
     lock: Spin::new(),
     list: std::cell::UnsafeCell::new(Vec::new()),
+    pending: std::cell::UnsafeCell::new(Vec::new()),
 };
+
+/// Takes this process's reports waiting for `dev`'s daemon. The caller holds the lock.
+///
+/// # Safety
+/// `CONNS.lock` must be held.
+unsafe fn take_pending(dev: u64) -> Vec<Vec<u8>> {
+    let me = pid();
+    // SAFETY: the caller holds the lock.
+    let pending = unsafe { &mut *CONNS.pending.get() };
+    // A forked child's copies of its parent's reports are the parent's to send.
+    pending.retain(|p| p.pid == me);
+    let (mine, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(pending)
+        .into_iter()
+        .partition(|p| p.dev == dev);
+    *pending = rest;
+    mine.into_iter().map(|p| p.msg).collect()
+}
 
 pub fn lock_for_fork() {
     CONNS.lock.lock();
@@ -121,6 +156,11 @@ fn connect(m: &Mount) -> Result<i32, String> {
 pub fn ask(m: &Mount, fuse_fd: i32, flags: i32) -> Result<(Reply, Vec<i32>), String> {
     let msg = Request::Open { flags }.encode();
     with_conn(m, |fd| {
+        // SAFETY: `with_conn` holds the lock.
+        for r in unsafe { take_pending(m.dev()) } {
+            // Lost with the connection on failure, like a report sent at close.
+            sock::send(fd, &r, &[]).map_err(|e| format!("sending to the daemon: {e}"))?;
+        }
         sock::send(fd, &msg, &[fuse_fd]).map_err(|e| format!("sending to the daemon: {e}"))?;
         let mut buf = vec![0u8; tierfs_wire::MAX_MESSAGE];
         let (n, fds, cut) = sock::recv(fd, &mut buf).map_err(|e| {
@@ -150,8 +190,35 @@ pub fn ask(m: &Mount, fuse_fd: i32, flags: i32) -> Result<(Reply, Vec<i32>), Str
     })
 }
 
-/// Sends what a direct open moved to the daemon of the mount on device `dev` (no answer).
+/// Queues what a direct open moved for the daemon of the mount on device `dev` (no
+/// answer); see [`Pending`] for when it goes.
 pub fn report(dev: u64, r: tierfs_wire::Report) {
+    at_exit();
+    let now = crate::stats::now_ns();
+    let me = pid();
+    CONNS.lock.lock();
+    // SAFETY: the lock is held.
+    let pending = unsafe { &mut *CONNS.pending.get() };
+    pending.push(Pending {
+        dev,
+        pid: me,
+        since: now,
+        msg: Request::Report(r).encode(),
+    });
+    let due = pending.iter().filter(|p| p.dev == dev && p.pid == me);
+    let send = due.clone().count() >= PENDING_MAX
+        || due
+            .map(|p| p.since)
+            .min()
+            .is_some_and(|t| now.saturating_sub(t) >= PENDING_NS);
+    CONNS.lock.unlock();
+    if send {
+        send_pending(dev);
+    }
+}
+
+/// Sends this process's reports waiting for `dev`'s daemon now.
+fn send_pending(dev: u64) {
     let Some(m) = crate::mounts_known()
         .iter()
         .find(|m| m.dev() == dev)
@@ -159,10 +226,37 @@ pub fn report(dev: u64, r: tierfs_wire::Report) {
     else {
         return;
     };
-    let msg = Request::Report(r).encode();
     let _ = with_conn(&m, |fd| {
-        sock::send(fd, &msg, &[]).map_err(|e| e.to_string())
+        // SAFETY: `with_conn` holds the lock.
+        for r in unsafe { take_pending(dev) } {
+            sock::send(fd, &r, &[]).map_err(|e| e.to_string())?;
+        }
+        Ok(())
     });
+}
+
+/// Sends every waiting report when the process exits (registered once).
+fn at_exit() {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if DONE.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    extern "C" fn flush() {
+        CONNS.lock.lock();
+        // SAFETY: the lock is held.
+        let mut devs: Vec<u64> = unsafe { &*CONNS.pending.get() }
+            .iter()
+            .map(|p| p.dev)
+            .collect();
+        CONNS.lock.unlock();
+        devs.sort_unstable();
+        devs.dedup();
+        for d in devs {
+            send_pending(d);
+        }
+    }
+    // SAFETY: registers a function that takes and releases our own lock.
+    unsafe { libc::atexit(flush) };
 }
 
 /// Whether the library is turned off for this process (`TIERFS_DIRECT=0`).

@@ -489,10 +489,11 @@ fn passthrough_note(m: &MountFacts) -> String {
             .to_string()
     } else {
         format!(
-            "passthrough = \"{mode}\": DeepSpeed opens its swap files with O_DIRECT, which \
-                 this mode leaves to the daemon, so its requests take FUSE threads and the cap \
-                 above is the real limit. `passthrough = \"direct\"` in [mount] lets the \
-                 kernel serve them (Linux >= 6.9, the daemon as root)."
+            "passthrough = \"{mode}\": DeepSpeed's swap files (*.tensor.swp) that sit whole \
+                 on one tier go to the kernel with their O_DIRECT opens and take no FUSE \
+                 thread (with staging memory, only the fastest tier's: the others are staged \
+                 through the daemon); striped files, staged files and other O_DIRECT opens \
+                 take FUSE threads, and the cap above bounds those."
         )
     }
 }
@@ -829,7 +830,7 @@ mod tests {
         };
         assert!(said(&f, "take no FUSE thread"));
         f.passthrough_mode = Some("auto".into());
-        assert!(said(&f, "leaves to the daemon"));
+        assert!(said(&f, "sit whole on one tier go to the kernel"));
         f.passthrough = false;
         assert!(said(&f, "passthrough is off"));
     }

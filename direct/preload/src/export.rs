@@ -16,7 +16,7 @@ use libc::{c_char, c_int, c_long, c_uint, c_void, off_t, size_t, ssize_t};
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
-use tierfs_wire::{Reply, Shape as WireShape};
+use tierfs_wire::{NoReason, Reply, Shape as WireShape};
 
 fn errno() -> c_int {
     // SAFETY: __errno_location is always valid for the calling thread.
@@ -119,7 +119,14 @@ unsafe fn attach(fd: c_int, m: &Mount, flags: c_int, path: &[u8]) -> c_int {
             unsafe { real::close(*f) };
         }
     };
-    let (grant, fds) = match client::ask(m, fd, flags) {
+    let now = now_ns();
+    if !crate::backoff::asking(m.dev(), now) {
+        return fd;
+    }
+    let answer = client::ask(m, fd, flags);
+    let policy = matches!(&answer, Ok((Reply::No { why, .. }, _)) if *why == NoReason::Policy);
+    crate::backoff::answered(m.dev(), policy, now);
+    let (grant, fds) = match answer {
         Ok((Reply::Grant(g), fds)) if fds.len() == g.tiers.len() => (g, fds),
         Ok((Reply::Grant(_), fds)) => {
             close_all(&fds);

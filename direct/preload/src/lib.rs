@@ -33,6 +33,7 @@
 #![cfg_attr(test, allow(dead_code))]
 
 pub mod aio;
+mod backoff;
 mod client;
 mod fdtable;
 pub mod mounts;

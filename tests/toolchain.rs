@@ -186,11 +186,13 @@ fn ds_config_metrics_watch_record_plot() {
     assert!(t0.elapsed() >= Duration::from_millis(380));
     let screen = text(&out.stdout);
     assert_eq!(
-        screen.lines().filter(|l| l.starts_with("TIER")).count(),
+        screen.lines().filter(|l| l.starts_with("TIERS")).count(),
         2,
         "{screen}"
     );
-    for col in ["rMB/s", "wMB/s", "dev_rMB/s", "INFL", "SHARE", "ERR"] {
+    for col in [
+        "PROGRAMS", "rMB/s", "wMB/s", "wareq-sz", "w_await", "ptMB/s", "INFL", "SHARE", "ERR",
+    ] {
         assert!(screen.contains(col), "{col}: {screen}");
     }
     assert!(

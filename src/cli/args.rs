@@ -135,9 +135,7 @@ pub enum Cmd {
         mountpoint: Option<PathBuf>,
     },
     /// Show a mount's per-tier statistics, once or live.
-    #[command(
-        after_help = "Examples:\n  tierfs stat /tmp/tierfs-demo-$USER                 # per-tier table\n  tierfs stat /tmp/tierfs-demo-$USER --json          # the raw stats.json\n  tierfs stat /tmp/tierfs-demo-$USER --watch 1       # live, like iostat -x; Ctrl-C to stop\n  tierfs stat /tmp/tierfs-demo-$USER --watch 0.5 --count 10\n  tierfs stat /tmp/tierfs-demo-$USER --prom --out /var/lib/node_exporter/tierfs/tierfs-$USER.prom\n\nWith --watch: r/s w/s are backing requests per second, rMB/s wMB/s the bytes through\nthe daemon (MB = 10^6), dev_rMB/s dev_wMB/s the tier's block device (passthrough I/O\nshows only there; '-' without a block device), INFL requests in flight, WAIT requests\nwaiting in the tier's admission queue, PT passthrough files open, SHARE the Eq. 1\nshare, ERR errors in the interval."
-    )]
+    #[command(after_help = stat_help())]
     Stat {
         /// The tierfs mountpoint.
         mountpoint: PathBuf,
@@ -263,6 +261,15 @@ pub enum Cmd {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+}
+
+/// `tierfs stat --help`'s text after the options: examples, the one-shot table's columns
+/// and the watch screen's ([`crate::watch::COLUMNS_HELP`]).
+fn stat_help() -> String {
+    format!(
+        "Examples:\n  tierfs stat /tmp/tierfs-demo-$USER                 # per-tier table\n  tierfs stat /tmp/tierfs-demo-$USER --json          # the raw stats.json\n  tierfs stat /tmp/tierfs-demo-$USER --watch 1       # live, like iostat -x; Ctrl-C to stop\n  tierfs stat /tmp/tierfs-demo-$USER --watch 0.5 --count 10\n  tierfs stat /tmp/tierfs-demo-$USER --prom --out /var/lib/node_exporter/tierfs/tierfs-$USER.prom\n\nThe table: APP_READ APP_WRITTEN are what programs read and wrote at the mount for\nfiles on the tier, whichever path served them (the daemon, staging memory, the direct\npath, kernel passthrough); TIER_READ TIER_WRITTEN what reached the tier folder (a write\nstaging memory holds gets there later; stats.json `app` has every path apart).\n\n{}",
+        crate::watch::COLUMNS_HELP
+    )
 }
 
 /// A positive, finite number of seconds.

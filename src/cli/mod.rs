@@ -208,7 +208,7 @@ fn sleep_until(t: Instant) {
 }
 
 fn run_watch(mp: &Path, stats_dir: &str, secs: f64, count: Option<u64>) -> Result<(), Failure> {
-    use crate::monitor::{rates, render_watch, Sample};
+    use crate::monitor::Sample;
     use std::io::IsTerminal;
     let tty = std::io::stdout().is_terminal();
     let start = Instant::now();
@@ -229,8 +229,8 @@ fn run_watch(mp: &Path, stats_dir: &str, secs: f64, count: Option<u64>) -> Resul
         }
         sleep_until(start + Duration::from_secs_f64(secs * (i + 1) as f64));
         let (cur, now) = take()?;
-        let r = rates(&prev, &cur, (now - prev_t).as_secs_f64());
-        let screen = render_watch(&mount, &crate::monitor::clock(), &cur, &r);
+        let v = crate::watch::view(&prev, &cur, (now - prev_t).as_secs_f64());
+        let screen = crate::watch::render(&mount, &crate::monitor::clock(), &cur, &v);
         let w = if tty {
             write!(out, "\x1b[H\x1b[2J{screen}")
         } else if i > 0 {

@@ -23,8 +23,9 @@
 //!   shared state; [`data`]: an open file's state and its data path down to [`tierio`];
 //!   [`adapt`]: share refresh, pausing and recovery probes.
 //! - [`ondisk`]: `tierfs fsck` and `tierfs export`; [`client`]: reading a mount's
-//!   `.tierfs/` files from outside; [`dsconfig`], [`monitor`], [`watch`], [`plot`], [`prom`]:
-//!   advice, recording, the live view, figures and node_exporter output built on them.
+//!   `.tierfs/` files from outside; [`dsconfig`], [`tune`], [`monitor`], [`watch`], [`plot`],
+//!   [`prom`]: advice (chosen, and measured by a sweep), recording, the live view, figures
+//!   and node_exporter output built on them.
 //! - [`fuse`]: the kernel side: mounting, the FUSE protocol, its /dev/fuse and io_uring
 //!   transports and the one dispatcher into the core; [`daemon`]: mount, background,
 //!   unmount; [`cli`]: the commands, their clap definition in `cli::args`;
@@ -67,6 +68,7 @@ pub mod sys;
 mod testutil;
 pub mod tier;
 pub mod tierio;
+pub mod tune;
 pub mod units;
 pub mod vfs;
 pub mod watch;

@@ -4,6 +4,7 @@
 //! depending on what the commands do.
 
 pub mod args;
+pub mod tune;
 
 pub use args::{print_completions, Cli, Cmd, VERSION};
 
@@ -112,6 +113,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             ranks,
             stats_dir,
         } => run_ds_config(&mountpoint, ranks, &stats_dir),
+        Cmd::Tune(a) => tune::run(a),
         Cmd::Record {
             mountpoint,
             out,

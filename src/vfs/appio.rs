@@ -4,38 +4,49 @@
 //! operations in [`Request`], so each FUSE READ or WRITE counts once, however the data
 //! path serves it.
 
+use crate::data::file::FileNode;
 use crate::tier::app;
 use crate::vfs::handles;
 use crate::vfs::state::TierFs;
 use crate::vfs::types::Handle;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A read or write being served.
 pub(crate) struct Request {
     start: Instant,
+    /// The file, taken before the request runs: a read's reply goes out from inside the
+    /// data path, and the program may close the file (and the handle leave the table)
+    /// before the request is counted.
+    node: Option<Arc<FileNode>>,
 }
 
 impl Request {
-    /// Starts timing a request on this thread.
-    pub(crate) fn start() -> Request {
+    /// Starts timing a request on handle `fh` on this thread.
+    pub(crate) fn start(fs: &TierFs, fh: u64) -> Request {
         // What an earlier request of this thread left uncounted (one that failed).
         app::take_from_memory();
+        let node = match handles::handle(fs, fh) {
+            Ok(Handle::File { node, .. }) => Some(node),
+            _ => None, // the stats files, the control file, a bad handle
+        };
         Request {
             start: Instant::now(),
+            node,
         }
     }
 
-    /// Counts the request on handle `fh`: `done` bytes at `off`, `None` when it failed.
-    pub(crate) fn done(self, fs: &TierFs, fh: u64, off: u64, done: Option<u64>, write: bool) {
+    /// Counts the request: `done` bytes at `off`, `None` when it failed. Call it before
+    /// the reply goes out, so the stats have it by the time the program does.
+    pub(crate) fn done(self, fs: &TierFs, off: u64, done: Option<u64>, write: bool) {
         let ns = self.start.elapsed().as_nanos() as u64;
         let memory = app::take_from_memory();
-        let Some(n) = done.filter(|n| *n > 0) else {
+        let (Some(n), Some(node)) = (done.filter(|n| *n > 0), self.node) else {
             return;
         };
-        let Ok(Handle::File { node, .. }) = handles::handle(fs, fh) else {
-            return; // the stats files, the control file
-        };
-        let st = node.state.read();
+        // Recursive: a read's reply (and so this count) may run inside the data path with
+        // this thread holding the state already (a cached block handed out in place).
+        let st = node.state.read_recursive();
         // New bytes of a file moving to a new layout land in that layout.
         let layout = match (&st.migration, write) {
             (Some(m), true) => &m.layout,

@@ -315,10 +315,12 @@ impl TierFs {
         size: u32,
         reply: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
-        let req = appio::Request::start();
-        let r = path::read_with(self, fh, off, size, |d| (d.len(), reply(d)));
-        req.done(self, fh, off, r.as_ref().ok().map(|x| x.0 as u64), false);
-        r.map(|x| x.1)
+        let req = appio::Request::start(self, fh);
+        // Counted before the reply goes: the program may close the file once it has it.
+        path::read_with(self, fh, off, size, |d| {
+            req.done(self, off, Some(d.len() as u64), false);
+            reply(d)
+        })
     }
 
     /// Reads up to `buf.len()` bytes at `off` and hands them to `reply`: from the
@@ -332,19 +334,20 @@ impl TierFs {
         buf: &mut [u8],
         reply: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
-        let req = appio::Request::start();
-        let r = path::read_to(self, fh, off, buf, |d| (d.len(), reply(d)));
-        req.done(self, fh, off, r.as_ref().ok().map(|x| x.0 as u64), false);
-        r.map(|x| x.1)
+        let req = appio::Request::start(self, fh);
+        path::read_to(self, fh, off, buf, |d| {
+            req.done(self, off, Some(d.len() as u64), false);
+            reply(d)
+        })
     }
 
     /// Reads up to `buf.len()` bytes at `off` into `buf`; returns how many (fewer only at
     /// the end of the file). A page-aligned `buf` lets the tier's direct I/O land in it
     /// with no bounce copy: the FUSE transports pass their reply buffers here.
     pub fn read_into(&self, fh: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
-        let req = appio::Request::start();
+        let req = appio::Request::start(self, fh);
         let r = path::read_into(self, fh, off, buf);
-        req.done(self, fh, off, r.as_ref().ok().map(|n| *n as u64), false);
+        req.done(self, off, r.as_ref().ok().map(|n| *n as u64), false);
         r
     }
 
@@ -356,9 +359,9 @@ impl TierFs {
 
     /// Writes all of `data` at `off`, or fails with the tier's errno: never a short write.
     pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
-        let req = appio::Request::start();
+        let req = appio::Request::start(self, fh);
         let r = path::write(self, fh, off, data);
-        req.done(self, fh, off, r.as_ref().ok().map(|n| *n as u64), true);
+        req.done(self, off, r.as_ref().ok().map(|n| *n as u64), true);
         r
     }
 
@@ -367,9 +370,9 @@ impl TierFs {
     /// takes `buf` itself as the block's memory and leaves another buffer of the same size
     /// in `buf` (no copy); any other write copies as [`Self::write`] does.
     pub fn write_buf(&self, fh: u64, off: u64, buf: &mut crate::tierio::AlignedBuf) -> Result<u32> {
-        let req = appio::Request::start();
+        let req = appio::Request::start(self, fh);
         let r = path::write_buf(self, fh, off, buf);
-        req.done(self, fh, off, r.as_ref().ok().map(|n| *n as u64), true);
+        req.done(self, off, r.as_ref().ok().map(|n| *n as u64), true);
         r
     }
 

@@ -45,7 +45,7 @@ LAYERS = [
     # 8: the façade and the filesystem's construction and shutdown
     ["vfs::lifecycle", "vfs"],
     # 9: what reads the core or its files from outside: the on-disk tools, monitors, advice
-    ["ondisk", "dsconfig", "tune", "monitor", "watch", "plot", "prom", "client"],
+    ["ondisk", "dsconfig", "dsmemory", "tune", "monitor", "watch", "plot", "prom", "client"],
     # 10: the kernel side and the process
     ["fuse", "direct", "daemon", "mount_helper", "cli", "manpage", "main", "lib", "testutil"],
 ]

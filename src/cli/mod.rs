@@ -270,7 +270,8 @@ fn run_ds_config(mp: &Path, ranks: Option<u64>, stats_dir: &str) -> Result<(), F
         Some(n) => (n as usize, "--ranks".to_string()),
         None => detect_ranks(),
     };
-    let facts = MountFacts::from_snapshot(&abs, &snap, &cfg_text);
+    let mut facts = MountFacts::from_snapshot(&abs, &snap, &cfg_text);
+    facts.memory = crate::dsmemory::JobMemory::detect(snap.cache.as_ref().map_or(0, |c| c.used));
     let c = choose(&facts, ranks, &from);
     let mut err = std::io::stderr().lock();
     for n in threads_note.iter().chain(&c.notes) {

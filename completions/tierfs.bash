@@ -55,6 +55,9 @@ _tierfs() {
             tierfs,stat)
                 cmd="tierfs__subcmd__stat"
                 ;;
+            tierfs,tune)
+                cmd="tierfs__subcmd__tune"
+                ;;
             tierfs,unmount)
                 cmd="tierfs__subcmd__unmount"
                 ;;
@@ -97,6 +100,9 @@ _tierfs() {
             tierfs__subcmd__help,stat)
                 cmd="tierfs__subcmd__help__subcmd__stat"
                 ;;
+            tierfs__subcmd__help,tune)
+                cmd="tierfs__subcmd__help__subcmd__tune"
+                ;;
             tierfs__subcmd__help,unmount)
                 cmd="tierfs__subcmd__help__subcmd__unmount"
                 ;;
@@ -107,7 +113,7 @@ _tierfs() {
 
     case "${cmd}" in
         tierfs)
-            opts="-h -V --help --version mount run unmount probe check-config stat ds-config record plot fsck export man completions help"
+            opts="-h -V --help --version mount run unmount probe check-config stat ds-config tune record plot fsck export man completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -215,7 +221,7 @@ _tierfs() {
             return 0
             ;;
         tierfs__subcmd__help)
-            opts="mount run unmount probe check-config stat ds-config record plot fsck export man completions help"
+            opts="mount run unmount probe check-config stat ds-config tune record plot fsck export man completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -397,6 +403,20 @@ _tierfs() {
             return 0
             ;;
         tierfs__subcmd__help__subcmd__stat)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tierfs__subcmd__help__subcmd__tune)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -593,6 +613,52 @@ _tierfs() {
                     ;;
                 --out)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --stats-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tierfs__subcmd__tune)
+            opts="-h --quick --full --budget --size --block-sizes --queue-depths --threads --ranks --single-submit --no-overlap-events --engine --json --stats-dir --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --budget)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --size)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --block-sizes)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --queue-depths)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --threads)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --ranks)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --engine)
+                    COMPREPLY=($(compgen -W "auto psync" -- "${cur}"))
                     return 0
                     ;;
                 --stats-dir)

@@ -13,6 +13,7 @@ pub(crate) fn refresh_shares(fs: &TierFs) -> Vec<f64> {
     for t in &fs.tiers {
         changed |= t.sample_bandwidth();
     }
+    crate::tier::app::sample_passthrough(&fs.tiers);
     // The job's view of a shared tier moves with the other nodes, not only with this
     // one's traffic: every period counts.
     changed |= fs.shared.iter().any(Option::is_some);

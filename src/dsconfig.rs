@@ -46,6 +46,9 @@ pub struct MountFacts {
     /// The mount's staging memory: bytes and where the size comes from (stats.json
     /// `cache`); `None` without one.
     pub staging: Option<(u64, String)>,
+    /// What the host and the job let the ranks pin ([`crate::dsmemory`]); empty when not
+    /// looked at.
+    pub memory: crate::dsmemory::JobMemory,
 }
 
 /// One tier, as far as the choice goes.
@@ -85,6 +88,7 @@ impl MountFacts {
                 })
                 .collect(),
             staging: s.cache.as_ref().map(|c| (c.size, c.size_from.clone())),
+            memory: Default::default(),
         }
     }
 }
@@ -184,6 +188,9 @@ pub struct Choice {
     pub pipeline: bool,
     pub param_buffer_count: usize,
     pub optimizer_buffer_count: usize,
+    /// `sub_group_size` and `pin_memory`, as the host's and the job's memory allow.
+    pub sub_group_size: u64,
+    pub pin_memory: bool,
 }
 
 fn mbs(bps: f64) -> String {
@@ -220,7 +227,7 @@ pub fn choose(m: &MountFacts, ranks: usize, ranks_from: &str) -> Choice {
     depth.explain(&tiers, threads, ranks, &mut notes);
     notes.push(passthrough_note(m));
     notes.push(staging_note(m));
-    let buffers = Buffers::choose(n, depth.pipeline);
+    let buffers = Buffers::choose(n, depth.pipeline, ranks, &m.memory);
     buffers.explain(m, n, &mut notes);
     let config = ds_config(m, &depth, &buffers);
     let json = serde_json::to_value(&config).unwrap_or_default();
@@ -237,6 +244,8 @@ pub fn choose(m: &MountFacts, ranks: usize, ranks_from: &str) -> Choice {
         pipeline: depth.pipeline,
         param_buffer_count: buffers.param,
         optimizer_buffer_count: buffers.optimizer,
+        sub_group_size: buffers.fit.sub_group_size,
+        pin_memory: buffers.fit.pin_memory,
     }
 }
 
@@ -521,19 +530,31 @@ struct Buffers {
     /// `offload_optimizer.buffer_count`.
     optimizer: usize,
     pipeline: bool,
+    /// `sub_group_size` and `pin_memory` for `ranks` ranks in the job's memory.
+    fit: crate::dsmemory::Fit,
 }
 
 impl Buffers {
-    /// For `n` tiers, with or without pipelined optimizer swaps.
-    fn choose(n: usize, pipeline: bool) -> Buffers {
+    /// For `n` tiers, with or without pipelined optimizer swaps, `ranks` ranks sharing
+    /// `memory`.
+    fn choose(
+        n: usize,
+        pipeline: bool,
+        ranks: usize,
+        memory: &crate::dsmemory::JobMemory,
+    ) -> Buffers {
+        let param = 5usize.max(2 * n + 1);
+        let optimizer = if pipeline {
+            3 * ADAM_BUFFERS
+        } else {
+            ADAM_BUFFERS
+        };
+        let param_bytes = param as u64 * PARAM_BUFFER_SIZE * 2;
         Buffers {
-            param: 5usize.max(2 * n + 1),
-            optimizer: if pipeline {
-                3 * ADAM_BUFFERS
-            } else {
-                ADAM_BUFFERS
-            },
+            param,
+            optimizer,
             pipeline,
+            fit: crate::dsmemory::fit(param_bytes, optimizer, SUB_GROUP_SIZE, ranks, memory),
         }
     }
 
@@ -555,10 +576,15 @@ impl Buffers {
             (param_buffer_count as u64 * PARAM_BUFFER_SIZE * 2) as f64 / 1e9
         ));
         notes.push(format!(
-            "offload_param.max_in_cpu = {MAX_IN_CPU} elements (DeepSpeed's default); \
-             pin_memory = true on both offloads: page-locked buffers copy to the GPU fastest \
-             and are page aligned, as O_DIRECT wants (set false if the node is short of host \
-             memory)."
+            "offload_param.max_in_cpu = {MAX_IN_CPU} elements (DeepSpeed's default); {}",
+            if self.fit.pin_memory {
+                "pin_memory = true on both offloads: page-locked buffers copy to the GPU \
+                 fastest and are page aligned, as O_DIRECT wants (set false if the node is \
+                 short of host memory)."
+            } else {
+                "pin_memory = false on both offloads: the node's memory is too short to pin \
+                 the buffers (see the pinned memory note)."
+            }
         ));
         notes.push(if self.pipeline {
             format!(
@@ -578,8 +604,9 @@ impl Buffers {
                  exp_avg_sq, gradient)."
             )
         });
+        let sub_group_size = self.fit.sub_group_size;
         notes.push(format!(
-            "zero_optimization.sub_group_size = {SUB_GROUP_SIZE} elements: each subgroup \
+            "zero_optimization.sub_group_size = {sub_group_size} elements: each subgroup \
              becomes its own swap files, {}. Pinned host memory of the optimizer buffers per \
              rank: buffer_count x sub_group_size x 4 bytes = {:.1} GB; lower sub_group_size \
              (or turn the pipelines off and use buffer_count {ADAM_BUFFERS}) if that does not \
@@ -590,8 +617,9 @@ impl Buffers {
                 "and whole-file placement splits the state across tiers file by file, so many \
                  smaller subgroups follow the Eq. 1 shares more closely than a few large ones"
             },
-            (optimizer_buffer_count as u64 * SUB_GROUP_SIZE * 4) as f64 / 1e9
+            (optimizer_buffer_count as u64 * sub_group_size * 4) as f64 / 1e9
         ));
+        notes.push(self.fit.note.clone());
         notes.push(format!(
             "nvme_path = {}: the tierfs mount, for both offloads; merge these blocks into your \
              DeepSpeed config (stage 3 is needed for offload_param).",
@@ -605,11 +633,11 @@ fn ds_config(m: &MountFacts, depth: &Depth, buffers: &Buffers) -> DsConfig {
     DsConfig {
         zero_optimization: ZeroOptimization {
             stage: 3,
-            sub_group_size: SUB_GROUP_SIZE,
+            sub_group_size: buffers.fit.sub_group_size,
             offload_param: OffloadParam {
                 device: "nvme",
                 nvme_path: m.mountpoint.clone(),
-                pin_memory: true,
+                pin_memory: buffers.fit.pin_memory,
                 buffer_count: buffers.param,
                 buffer_size: PARAM_BUFFER_SIZE,
                 max_in_cpu: MAX_IN_CPU,
@@ -617,7 +645,7 @@ fn ds_config(m: &MountFacts, depth: &Depth, buffers: &Buffers) -> DsConfig {
             offload_optimizer: OffloadOptimizer {
                 device: "nvme",
                 nvme_path: m.mountpoint.clone(),
-                pin_memory: true,
+                pin_memory: buffers.fit.pin_memory,
                 buffer_count: buffers.optimizer,
                 pipeline_read: depth.pipeline,
                 pipeline_write: depth.pipeline,
@@ -703,6 +731,7 @@ mod tests {
                 })
                 .collect(),
             staging: None,
+            memory: Default::default(),
         }
     }
 
@@ -858,5 +887,45 @@ mod tests {
         f.tiers[1].queue_limit = 2;
         let c = choose(&f, 4, "test");
         assert!(c.notes.iter().any(|n| n.contains("admits only 2")));
+    }
+
+    #[test]
+    fn pinned_buffers_follow_the_jobs_memory() {
+        // A 32 GiB job and 4 ranks: the 5.8 GB per rank of the defaults would take 23 GB
+        // of it, a quarter is 8.6 GB.
+        let mut f = facts(&[(2e9, true), (1e9, true)], 64, false);
+        f.memory = crate::dsmemory::JobMemory {
+            bounds: vec![(32 << 30, "the cgroup v2 limit 32.0 GiB (/job)".into())],
+        };
+        let c = choose(&f, 4, "test");
+        let z = &c.json["zero_optimization"];
+        let sub = z["sub_group_size"].as_u64().unwrap();
+        assert_eq!(sub, c.sub_group_size);
+        assert!(sub < SUB_GROUP_SIZE, "{sub}");
+        let per_rank = c.param_buffer_count as u64 * PARAM_BUFFER_SIZE * 2
+            + c.optimizer_buffer_count as u64 * sub * 4;
+        assert!(4 * per_rank <= (32u64 << 30) / 4, "{per_rank}");
+        assert_eq!(z["offload_optimizer"]["pin_memory"], true);
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.contains("Capped by the cgroup v2 limit 32.0 GiB")),
+            "{:#?}",
+            c.notes
+        );
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.starts_with(&format!("zero_optimization.sub_group_size = {sub} "))),
+            "{:#?}",
+            c.notes
+        );
+        // Too little for any pinned buffers: pin_memory goes off on both offloads.
+        f.memory.bounds[0].0 = 2 << 30;
+        let c = choose(&f, 4, "test");
+        let z = &c.json["zero_optimization"];
+        assert_eq!(z["offload_param"]["pin_memory"], false);
+        assert_eq!(z["offload_optimizer"]["pin_memory"], false);
+        assert!(!c.pin_memory);
     }
 }

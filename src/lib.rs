@@ -23,8 +23,9 @@
 //!   shared state; [`data`]: an open file's state and its data path down to [`tierio`];
 //!   [`adapt`]: share refresh, pausing and recovery probes.
 //! - [`ondisk`]: `tierfs fsck` and `tierfs export`; [`client`]: reading a mount's
-//!   `.tierfs/` files from outside; [`dsconfig`], [`monitor`], [`plot`], [`prom`]: advice,
-//!   recording, figures and node_exporter output built on them.
+//!   `.tierfs/` files from outside; [`dsconfig`] (with [`dsmemory`]), [`tune`], [`monitor`], [`watch`], [`plot`],
+//!   [`prom`]: advice (chosen, and measured by a sweep), recording, the live view, figures
+//!   and node_exporter output built on them.
 //! - [`fuse`]: the kernel side: mounting, the FUSE protocol, its /dev/fuse and io_uring
 //!   transports and the one dispatcher into the core; [`daemon`]: mount, background,
 //!   unmount; [`cli`]: the commands, their clap definition in `cli::args`;
@@ -43,6 +44,7 @@ pub mod daemon;
 pub mod data;
 pub mod direct;
 pub mod dsconfig;
+pub mod dsmemory;
 pub mod error;
 pub mod failure;
 pub mod fuse;
@@ -67,5 +69,7 @@ pub mod sys;
 mod testutil;
 pub mod tier;
 pub mod tierio;
+pub mod tune;
 pub mod units;
 pub mod vfs;
+pub mod watch;

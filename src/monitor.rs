@@ -1,5 +1,5 @@
-//! Watching a mount over time: rates from counter deltas (`tierfs stat --watch`) and
-//! recordings of `stats.json` samples (`tierfs record`, read back by `tierfs plot`).
+//! Watching a mount over time: rates from counter deltas (`tierfs stat --watch` draws them:
+//! [`crate::watch`]) and recordings of `stats.json` samples (`tierfs record`, read back by `tierfs plot`).
 //!
 //! Rates use the daemon's own clock (`uptime_s` in the same snapshot as the counters), so a
 //! slow `stats.json` read does not skew them. A remount (another pid, or an uptime that went
@@ -7,9 +7,7 @@
 //! is 10^6 bytes, as everywhere in tierfs.
 
 use crate::stats::Snapshot;
-use crate::units::fmt_bytes;
 use serde::{Deserialize, Serialize};
-use std::fmt::Write as _;
 use std::io::{BufRead, Write};
 
 /// `cur - prev` for a counter, or `cur` when the counter restarted.
@@ -90,6 +88,18 @@ pub struct TierSample {
     /// recording shows when the machine's load, not the tier, held the requests up.
     #[serde(default)]
     pub core_wait_s: f64,
+    /// The time the tier's reads and writes took, summed (ns): with their counts, the
+    /// await of `tierfs stat --watch`.
+    #[serde(default)]
+    pub read_ns: u64,
+    #[serde(default)]
+    pub write_ns: u64,
+    /// What programs moved for files on the tier, by path ([`crate::stats::app`]).
+    #[serde(default)]
+    pub app: crate::stats::app::AppStats,
+    /// The tier's block device, `MAJ:MIN`.
+    #[serde(default)]
+    pub device: Option<String>,
 }
 
 /// One sample of a mount.
@@ -105,6 +115,9 @@ pub struct Sample {
     pub passthrough: bool,
     pub files: u64,
     pub tiers: Vec<TierSample>,
+    /// Staging memory's totals (None without it).
+    #[serde(default)]
+    pub cache: Option<crate::stats::CacheStats>,
 }
 
 impl Sample {
@@ -145,9 +158,14 @@ impl Sample {
                     shared_live: t.shared.as_ref().map(|x| x.live_nodes as u64),
                     shared_allot_bps: t.shared.as_ref().map(|x| x.allot_bps),
                     core_wait_s: t.core_wait_s,
+                    read_ns: t.read_ns,
+                    write_ns: t.write_ns,
+                    app: t.app.clone(),
+                    device: t.device.clone(),
                     ..TierSample::default()
                 })
                 .collect(),
+            cache: s.cache.clone(),
         }
     }
 }
@@ -221,108 +239,6 @@ pub fn fill_rates(prev: &Sample, cur: &mut Sample, wall_s: f64) {
         t.device_read_mbps = rt.device_read_mbps;
         t.device_write_mbps = rt.device_write_mbps;
     }
-}
-
-fn opt(v: Option<f64>) -> String {
-    v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into())
-}
-
-/// The `tierfs stat --watch` screen for one interval, like `iostat -x`.
-pub fn render_watch(mount: &str, when: &str, cur: &Sample, r: &Rates) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "tierfs {mount}  {when}  interval {:.2} s  layout {}  passthrough {}  files {}",
-        r.dt,
-        cur.layout,
-        if cur.passthrough { "on" } else { "off" },
-        cur.files
-    );
-    if r.restarted {
-        let _ = writeln!(
-            out,
-            "(the daemon restarted: pid {}, counters since its start)",
-            cur.pid
-        );
-    }
-    let _ = writeln!(
-        out,
-        "{:<10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>5} {:>5} {:>4} {:>6} {:>6} {:>10} {:>10}  STATE",
-        "TIER",
-        "r/s",
-        "w/s",
-        "rMB/s",
-        "wMB/s",
-        "dev_rMB/s",
-        "dev_wMB/s",
-        "INFL",
-        "WAIT",
-        "PT",
-        "SHARE",
-        "ERR",
-        "USED",
-        "FREE"
-    );
-    let mut tot = (0.0, 0.0, 0.0, 0.0, 0u64, 0u64, 0u64, 0u64);
-    for (t, rt) in cur.tiers.iter().zip(&r.tiers) {
-        let _ = writeln!(
-            out,
-            "{:<10} {:>8.1} {:>8.1} {:>9.1} {:>9.1} {:>9} {:>9} {:>5} {:>5} {:>4} {:>5.1}% {:>6} {:>10} {:>10}  {}",
-            t.name,
-            rt.reads_per_s,
-            rt.writes_per_s,
-            rt.read_mbps,
-            rt.write_mbps,
-            opt(rt.device_read_mbps),
-            opt(rt.device_write_mbps),
-            t.in_flight,
-            t.queue_waiting,
-            t.passthrough_open,
-            t.share * 100.0,
-            rt.errors,
-            fmt_bytes(t.used),
-            fmt_bytes(t.free),
-            if t.healthy { "ok" } else { "FAILED" }
-        );
-        tot.0 += rt.reads_per_s;
-        tot.1 += rt.writes_per_s;
-        tot.2 += rt.read_mbps;
-        tot.3 += rt.write_mbps;
-        tot.4 += t.in_flight;
-        tot.5 += t.queue_waiting;
-        tot.6 += t.passthrough_open;
-        tot.7 += rt.errors;
-    }
-    if cur.tiers.len() > 1 {
-        let used: u64 = cur.tiers.iter().map(|t| t.used).sum();
-        let free: u64 = cur.tiers.iter().map(|t| t.free).sum();
-        let _ = writeln!(
-            out,
-            "{:<10} {:>8.1} {:>8.1} {:>9.1} {:>9.1} {:>9} {:>9} {:>5} {:>5} {:>4} {:>6} {:>6} {:>10} {:>10}",
-            "total",
-            tot.0,
-            tot.1,
-            tot.2,
-            tot.3,
-            // Tiers can share a block device: a sum could count its bytes twice.
-            "",
-            "",
-            tot.4,
-            tot.5,
-            tot.6,
-            "",
-            tot.7,
-            fmt_bytes(used),
-            fmt_bytes(free)
-        );
-    }
-    if cur.tiers.iter().any(|t| t.passthrough_opens > 0) {
-        let _ = writeln!(
-            out,
-            "passthrough files bypass the daemon: their bytes show only in dev_rMB/s and dev_wMB/s (the whole block device, other users included)"
-        );
-    }
-    out
 }
 
 /// How a recording is written.
@@ -536,6 +452,7 @@ fn read_csv(
                 passthrough: row.get("passthrough") == "true",
                 files: row.u("files")?,
                 tiers: vec![tier],
+                cache: None,
             }),
         }
     }
@@ -608,6 +525,7 @@ impl CsvRow<'_> {
             shared_live: self.opt("shared_live")?,
             shared_allot_bps: self.opt("shared_allot_bps")?,
             core_wait_s: self.opt("core_wait_s")?.unwrap_or(0.0),
+            ..TierSample::default()
         })
     }
 }
@@ -656,6 +574,7 @@ pub(crate) mod tests {
             passthrough: false,
             files: 3,
             tiers,
+            cache: None,
         }
     }
 
@@ -703,37 +622,6 @@ pub(crate) mod tests {
         assert!(r.restarted);
         assert_eq!(r.dt, 1.0);
         assert_eq!(r.tiers[0].read_mbps, 4.0);
-        let screen = render_watch("/mnt", "12:00:00", &c, &r);
-        assert!(screen.contains("restarted"), "{screen}");
-    }
-
-    #[test]
-    fn watch_screen_has_every_tier_and_a_total() {
-        let a = sample(7, 10.0, vec![tier("nvme", 0, 0), tier("pfs", 0, 0)]);
-        let mut b = sample(
-            7,
-            11.0,
-            vec![tier("nvme", 0, 4_000_000), tier("pfs", 0, 2_000_000)],
-        );
-        b.tiers[0].passthrough_opens = 1;
-        b.tiers[0].in_flight = 3;
-        let r = rates(&a, &b, 1.0);
-        let s = render_watch("/mnt", "12:00:00", &b, &r);
-        let lines: Vec<&str> = s.lines().collect();
-        assert!(lines[1].starts_with("TIER"), "{s}");
-        assert!(
-            lines[2].starts_with("nvme") && lines[2].contains("4.0"),
-            "{s}"
-        );
-        assert!(
-            lines[3].starts_with("pfs") && lines[3].contains("2.0"),
-            "{s}"
-        );
-        assert!(
-            lines[4].starts_with("total") && lines[4].contains("6.0"),
-            "{s}"
-        );
-        assert!(s.contains("passthrough files bypass"), "{s}");
     }
 
     #[test]

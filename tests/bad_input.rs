@@ -926,6 +926,61 @@ fn command_line_rows() {
     std::fs::remove_file(&meta).unwrap();
 }
 
+/// `tierfs tune`: what it refuses before writing anything.
+#[test]
+fn tune_rows() {
+    let d = Dir::new();
+    std::fs::create_dir(d.p("plain")).unwrap();
+    let plain = d.s("plain");
+    let tune = |extra: &[&str]| {
+        let mut a = vec!["tune", plain.as_str(), "--ranks", "1"];
+        a.extend_from_slice(extra);
+        tierfs(&a)
+    };
+    expect("L51", "tune DIR", &tune(&["--quick"]), &[("MNT", &plain)]);
+    expect(
+        "L52",
+        "tune --block-sizes 1000",
+        &tune(&["--block-sizes", "1000"]),
+        &[],
+    );
+    expect(
+        "L53",
+        "tune --size 1MiB --threads 1,3",
+        &tune(&["--size", "1MiB", "--threads", "1,3"]),
+        &[],
+    );
+    assert_eq!(std::fs::read_dir(d.p("plain")).unwrap().count(), 0);
+    if have(fuse().is_ok(), "L54 needs a mount") {
+        let s = Setup::new(
+            vec![TierSpec::new("a", "1GB/s").capacity("512MiB")],
+            "whole-file",
+        );
+        let m = s.mount();
+        let mp = s.mountpoint();
+        expect(
+            "L54",
+            "tune with 1GiB files on a 512 MiB tier",
+            &tierfs(&[
+                "tune",
+                mp.to_str().unwrap(),
+                "--ranks",
+                "1",
+                "--size",
+                "1GiB",
+            ]),
+            &[("MNT", mp.to_str().unwrap())],
+        );
+        let made: Vec<_> = std::fs::read_dir(&mp)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n != ".tierfs")
+            .collect();
+        assert!(made.is_empty(), "L54 wrote {made:?}");
+        m.unmount();
+    }
+}
+
 /// Rows that need a live mount: a mounted mountpoint, tiers in use.
 #[test]
 fn command_line_rows_with_a_mount() {

@@ -149,6 +149,30 @@ fn ds_config_metrics_watch_record_plot() {
         notes.contains("queue_depth") && notes.contains("64 FUSE threads"),
         "{notes}"
     );
+    // The pinned buffers fit a quarter of the job's memory, and the notes say what capped
+    // them: here Slurm's allocation, 8000 MB, less than any test machine's own memory.
+    let out = std::process::Command::new(tierfs_bin())
+        .args(["ds-config", &mps, "--ranks", "1"])
+        .env("SLURM_MEM_PER_NODE", "8000")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let z = &j["zero_optimization"];
+    let per_rank = z["offload_param"]["buffer_count"].as_u64().unwrap()
+        * z["offload_param"]["buffer_size"].as_u64().unwrap()
+        * 2
+        + z["offload_optimizer"]["buffer_count"].as_u64().unwrap()
+            * z["sub_group_size"].as_u64().unwrap()
+            * 4;
+    let notes = text(&out.stderr);
+    assert!(
+        notes.contains("Capped by Slurm's SLURM_MEM_PER_NODE=8000 (MB)"),
+        "{notes}"
+    );
+    assert_eq!(z["offload_optimizer"]["pin_memory"], true, "{j}");
+    assert!(per_rank <= (8000u64 << 20) / 4, "{per_rank}: {j}");
+    assert!(z["sub_group_size"].as_u64().unwrap() < 100_000_000, "{j}");
     // Not a mount: a runtime error, nothing on stdout.
     let out = s.tierfs(&["ds-config", s.dir.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
@@ -186,11 +210,13 @@ fn ds_config_metrics_watch_record_plot() {
     assert!(t0.elapsed() >= Duration::from_millis(380));
     let screen = text(&out.stdout);
     assert_eq!(
-        screen.lines().filter(|l| l.starts_with("TIER")).count(),
+        screen.lines().filter(|l| l.starts_with("TIERS")).count(),
         2,
         "{screen}"
     );
-    for col in ["rMB/s", "wMB/s", "dev_rMB/s", "INFL", "SHARE", "ERR"] {
+    for col in [
+        "PROGRAMS", "rMB/s", "wMB/s", "wareq-sz", "w_await", "ptMB/s", "INFL", "SHARE", "ERR",
+    ] {
         assert!(screen.contains(col), "{col}: {screen}");
     }
     assert!(

@@ -90,9 +90,18 @@ impl Limit {
     /// The limit of the calling process's cgroups, else the host's memory; `None` only when
     /// not even `/proc/meminfo` can be read.
     pub fn detect() -> Option<Limit> {
-        let (total, available) = meminfo()?;
-        let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        Limit::detect_from(
+            &std::fs::read_to_string("/proc/meminfo").ok()?,
+            &std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+            &std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+        )
+    }
+
+    /// [`Limit::detect`] from the texts of `/proc/meminfo`, `/proc/self/cgroup` and
+    /// `/proc/self/mountinfo` (whose cgroup mounts name the folders read), so tests can
+    /// give their own.
+    pub fn detect_from(meminfo: &str, cgroups: &str, mountinfo: &str) -> Option<Limit> {
+        let (total, available) = parse_meminfo(meminfo)?;
         let mut best: Option<(u64, Source)> = None;
         let mut consider = |found: Option<(u64, Source)>| {
             if let Some((n, s)) = found {
@@ -101,10 +110,10 @@ impl Limit {
                 }
             }
         };
-        if let Some(dir) = cgroup_dir(&cgroups, &mountinfo, Hierarchy::V1Memory) {
+        if let Some(dir) = cgroup_dir(cgroups, mountinfo, Hierarchy::V1Memory) {
             consider(v1_limit(&dir));
         }
-        if let Some(dir) = cgroup_dir(&cgroups, &mountinfo, Hierarchy::V2) {
+        if let Some(dir) = cgroup_dir(cgroups, mountinfo, Hierarchy::V2) {
             consider(v2_limit(&dir));
         }
         Some(match best {

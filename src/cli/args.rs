@@ -135,9 +135,7 @@ pub enum Cmd {
         mountpoint: Option<PathBuf>,
     },
     /// Show a mount's per-tier statistics, once or live.
-    #[command(
-        after_help = "Examples:\n  tierfs stat /tmp/tierfs-demo-$USER                 # per-tier table\n  tierfs stat /tmp/tierfs-demo-$USER --json          # the raw stats.json\n  tierfs stat /tmp/tierfs-demo-$USER --watch 1       # live, like iostat -x; Ctrl-C to stop\n  tierfs stat /tmp/tierfs-demo-$USER --watch 0.5 --count 10\n  tierfs stat /tmp/tierfs-demo-$USER --prom --out /var/lib/node_exporter/tierfs/tierfs-$USER.prom\n\nWith --watch: r/s w/s are backing requests per second, rMB/s wMB/s the bytes through\nthe daemon (MB = 10^6), dev_rMB/s dev_wMB/s the tier's block device (passthrough I/O\nshows only there; '-' without a block device), INFL requests in flight, WAIT requests\nwaiting in the tier's admission queue, PT passthrough files open, SHARE the Eq. 1\nshare, ERR errors in the interval."
-    )]
+    #[command(after_help = stat_help())]
     Stat {
         /// The tierfs mountpoint.
         mountpoint: PathBuf,
@@ -169,7 +167,7 @@ pub enum Cmd {
     /// Print DeepSpeed offload and aio settings chosen for this mount (JSON on stdout, reasons on stderr).
     #[command(
         name = "ds-config",
-        after_help = "Examples:\n  tierfs ds-config /local/tierfs --ranks 4 > ds-offload.json\n  tierfs ds-config /local/tierfs --ranks 4 2>/dev/null | jq .aio\n\nPrints the `zero_optimization` offload blocks (offload_param, offload_optimizer with\ndevice nvme and nvme_path = MOUNTPOINT, buffer counts, sub_group_size) and the `aio`\nblock, chosen from the mount's tiers (stats.json), its FUSE threads (.tierfs/config)\nand the ranks per node: about 8 requests in flight per tier, all ranks together below\nthe FUSE threads. Each value's reason goes to stderr as a `#` line, so stdout is pure\nJSON to merge into your DeepSpeed config."
+        after_help = "Examples:\n  tierfs ds-config /local/tierfs --ranks 4 > ds-offload.json\n  tierfs ds-config /local/tierfs --ranks 4 2>/dev/null | jq .aio\n\nPrints the `zero_optimization` offload blocks (offload_param, offload_optimizer with\ndevice nvme and nvme_path = MOUNTPOINT, buffer counts, sub_group_size) and the `aio`\nblock, chosen from the mount's tiers (stats.json), its FUSE threads (.tierfs/config)\nand the ranks per node: about 8 requests in flight per tier, all ranks together below\nthe FUSE threads. The pinned buffers of all ranks stay under a quarter of the smallest of\nthe host's memory, its available memory, the memory cgroup limit and Slurm's allocation\n(SLURM_MEM_PER_NODE, _PER_GPU, _PER_CPU): sub_group_size is lowered first, then\npin_memory turned off; run it where the job runs. Each value's reason goes to stderr as\na `#` line, so stdout is pure JSON to merge into your DeepSpeed config. For measured aio\nvalues: tierfs tune."
     )]
     DsConfig {
         /// The tierfs mountpoint (becomes nvme_path).
@@ -182,6 +180,11 @@ pub enum Cmd {
         #[arg(long, default_value = ".tierfs")]
         stats_dir: String,
     },
+    /// Measure DeepSpeed's I/O pattern through a mount (block size x queue depth x threads) and print the aio section to use.
+    #[command(
+        after_help = "Examples:\n  tierfs tune /local/tierfs > aio.json                  # about 90 s; the table on stderr\n  tierfs tune /local/tierfs --quick                     # 8 points, about 20 s\n  tierfs tune /local/tierfs --ranks 4 --full --json > sweep.json\n  tierfs tune /local/tierfs --block-sizes 1MiB --queue-depths 8,16,32 --threads 1,2\n  tierfs run -- tierfs tune /local/tierfs               # as DeepSpeed under tierfs run\n\nWhat it does, like DeepSpeed's ds_nvme_tune on a raw drive: for each point, every rank\nwrites files of --size the way DeepSpeed's swapper writes a tensor (O_DIRECT, no\nO_TRUNC, one contiguous slice per thread, block-size requests on each thread's own\nkernel AIO context, queue-depth in flight), then reads them back; GB/s is 10^9 bytes\nover each phase's wall time. The files (*.tensor.swp, so the mount treats them as\nDeepSpeed's) live in MOUNTPOINT/.tierfs-tune-PID/, removed after each point, at the\nend, on an error and on Ctrl-C. The chosen point: of those within 3% of the fastest\nread + write, the one keeping the fewest bytes in flight.\n\nstdout: {\"aio\": {...}}, the section to merge into the DeepSpeed config (the shape\n`tierfs ds-config` prints); stderr: the table (BLOCK QD THREADS WRITE_GB/s READ_GB/s,\nFILES per phase, MEM_W% MEM_R% the share staging memory took in or served) and notes.\n--json: one object with every point instead. See docs/TUNING.md."
+    )]
+    Tune(super::tune::TuneArgs),
     /// Sample a mount's stats periodically into a JSON-lines or CSV file.
     #[command(
         after_help = "Examples:\n  tierfs record /local/tierfs --out run.jsonl                 # every second until Ctrl-C\n  tierfs record /local/tierfs --out run.csv --interval 0.5 --duration 600\n  tierfs record /local/tierfs --out run.jsonl & REC=$!; ...; kill $REC\n\nEach sample holds every tier's counters (bytes, requests, in flight, errors, share,\nused, free, device bytes) and the MB/s since the previous sample. JSON lines: one\nobject per sample. CSV (chosen by a .csv name or --format csv): one row per tier and\nsample. Every sample is flushed, so a recording stopped with Ctrl-C or kill is\ncomplete up to its last line. `tierfs plot` draws it."
@@ -263,6 +266,15 @@ pub enum Cmd {
         /// bash, zsh, fish, elvish or powershell.
         shell: clap_complete::Shell,
     },
+}
+
+/// `tierfs stat --help`'s text after the options: examples, the one-shot table's columns
+/// and the watch screen's ([`crate::watch::COLUMNS_HELP`]).
+fn stat_help() -> String {
+    format!(
+        "Examples:\n  tierfs stat /tmp/tierfs-demo-$USER                 # per-tier table\n  tierfs stat /tmp/tierfs-demo-$USER --json          # the raw stats.json\n  tierfs stat /tmp/tierfs-demo-$USER --watch 1       # live, like iostat -x; Ctrl-C to stop\n  tierfs stat /tmp/tierfs-demo-$USER --watch 0.5 --count 10\n  tierfs stat /tmp/tierfs-demo-$USER --prom --out /var/lib/node_exporter/tierfs/tierfs-$USER.prom\n\nThe table: APP_READ APP_WRITTEN are what programs read and wrote at the mount for\nfiles on the tier, whichever path served them (the daemon, staging memory, the direct\npath, kernel passthrough); TIER_READ TIER_WRITTEN what reached the tier folder (a write\nstaging memory holds gets there later; stats.json `app` has every path apart).\n\n{}",
+        crate::watch::COLUMNS_HELP
+    )
 }
 
 /// A positive, finite number of seconds.

@@ -4,6 +4,7 @@
 //! depending on what the commands do.
 
 pub mod args;
+pub mod tune;
 
 pub use args::{print_completions, Cli, Cmd, VERSION};
 
@@ -112,6 +113,7 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             ranks,
             stats_dir,
         } => run_ds_config(&mountpoint, ranks, &stats_dir),
+        Cmd::Tune(a) => tune::run(a),
         Cmd::Record {
             mountpoint,
             out,
@@ -208,7 +210,7 @@ fn sleep_until(t: Instant) {
 }
 
 fn run_watch(mp: &Path, stats_dir: &str, secs: f64, count: Option<u64>) -> Result<(), Failure> {
-    use crate::monitor::{rates, render_watch, Sample};
+    use crate::monitor::Sample;
     use std::io::IsTerminal;
     let tty = std::io::stdout().is_terminal();
     let start = Instant::now();
@@ -229,8 +231,8 @@ fn run_watch(mp: &Path, stats_dir: &str, secs: f64, count: Option<u64>) -> Resul
         }
         sleep_until(start + Duration::from_secs_f64(secs * (i + 1) as f64));
         let (cur, now) = take()?;
-        let r = rates(&prev, &cur, (now - prev_t).as_secs_f64());
-        let screen = render_watch(&mount, &crate::monitor::clock(), &cur, &r);
+        let v = crate::watch::view(&prev, &cur, (now - prev_t).as_secs_f64());
+        let screen = crate::watch::render(&mount, &crate::monitor::clock(), &cur, &v);
         let w = if tty {
             write!(out, "\x1b[H\x1b[2J{screen}")
         } else if i > 0 {
@@ -268,7 +270,8 @@ fn run_ds_config(mp: &Path, ranks: Option<u64>, stats_dir: &str) -> Result<(), F
         Some(n) => (n as usize, "--ranks".to_string()),
         None => detect_ranks(),
     };
-    let facts = MountFacts::from_snapshot(&abs, &snap, &cfg_text);
+    let mut facts = MountFacts::from_snapshot(&abs, &snap, &cfg_text);
+    facts.memory = crate::dsmemory::JobMemory::detect(snap.cache.as_ref().map_or(0, |c| c.used));
     let c = choose(&facts, ranks, &from);
     let mut err = std::io::stderr().lock();
     for n in threads_note.iter().chain(&c.notes) {

@@ -362,6 +362,9 @@ fn with_block<R>(
     let mut s = slot.lock();
     if s.valid {
         c.counters.hit_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        if class == Class::DemandRead {
+            crate::tier::app::served_from_memory(n as u64);
+        }
         if s.prefetched {
             s.prefetched = false;
             c.counters
@@ -476,6 +479,7 @@ pub(crate) fn cached_write(
     c.counters
         .absorbed_bytes
         .fetch_add(len as u64, Ordering::Relaxed);
+    crate::tier::app::served_from_memory(len as u64);
     c.touch(e);
     Ok(true)
 }

@@ -172,6 +172,14 @@ pub const TIER_DEVICE_WRITTEN: Metric = counter(
     "tierfs_tier_device_written_bytes_total",
     "Bytes written to the tier's block device since mount, by anyone, passthrough included (tiers with a block device only).",
 );
+pub const TIER_APP_READ_BYTES: Metric = counter(
+    "tierfs_tier_app_read_bytes_total",
+    "Bytes programs read at the mount from files on the tier since mount, by the path that served them (path=daemon|memory|direct|passthrough; passthrough from the tier's block device).",
+);
+pub const TIER_APP_WRITTEN_BYTES: Metric = counter(
+    "tierfs_tier_app_written_bytes_total",
+    "Bytes programs wrote at the mount to files on the tier since mount, by the path that took them (path=daemon|memory|direct|passthrough; memory: held in staging memory first).",
+);
 pub const TIER_QUEUE_LIMIT: Metric = gauge(
     "tierfs_tier_queue_limit",
     "Requests the tier's admission queue lets in flight at once.",
@@ -294,6 +302,8 @@ pub const ALL: &[Metric] = &[
     TIER_PASSTHROUGH_OPENS,
     TIER_DEVICE_READ,
     TIER_DEVICE_WRITTEN,
+    TIER_APP_READ_BYTES,
+    TIER_APP_WRITTEN_BYTES,
     TIER_QUEUE_LIMIT,
     TIER_QUEUE_WAITING,
     TIER_QUEUE_WAITED,
@@ -386,6 +396,44 @@ fn per_tier(
         .collect()
 }
 
+/// Programs' bytes per tier and path ([`super::app::AppStats`]), the paths apart so they
+/// sum to the total: the daemon's own (from the tier), staging memory's, the direct
+/// path's, passthrough's.
+fn app_paths(s: &Snapshot, written: bool) -> Vec<(Vec<(&str, String)>, Value)> {
+    let mut out = Vec::new();
+    for t in &s.tiers {
+        let a = &t.app;
+        let paths = if written {
+            [
+                (
+                    "daemon",
+                    a.fuse_written_bytes - a.memory_written_bytes.min(a.fuse_written_bytes),
+                ),
+                ("memory", a.memory_written_bytes),
+                ("direct", a.direct_written_bytes),
+                ("passthrough", a.passthrough_written_bytes),
+            ]
+        } else {
+            [
+                (
+                    "daemon",
+                    a.fuse_read_bytes - a.memory_read_bytes.min(a.fuse_read_bytes),
+                ),
+                ("memory", a.memory_read_bytes),
+                ("direct", a.direct_read_bytes),
+                ("passthrough", a.passthrough_read_bytes),
+            ]
+        };
+        for (path, v) in paths {
+            out.push((
+                vec![("tier", t.name.clone()), ("path", path.to_string())],
+                Value::Int(v),
+            ));
+        }
+    }
+    out
+}
+
 /// A shared tier's view of the job's ledger, while the node is coordinated.
 fn shared(
     s: &Snapshot,
@@ -459,6 +507,8 @@ pub fn render(s: &Snapshot) -> String {
             }
             n if n == TIER_DEVICE_READ.name => per_tier(s, |t| t.device_read.map(Int)),
             n if n == TIER_DEVICE_WRITTEN.name => per_tier(s, |t| t.device_written.map(Int)),
+            n if n == TIER_APP_READ_BYTES.name => app_paths(s, false),
+            n if n == TIER_APP_WRITTEN_BYTES.name => app_paths(s, true),
             n if n == TIER_QUEUE_LIMIT.name => per_tier(s, |t| Some(Int(t.queue.limit as u64))),
             n if n == TIER_QUEUE_WAITING.name => per_tier(s, |t| Some(Int(t.queue.waiting as u64))),
             n if n == TIER_QUEUE_WAITED.name => per_tier(s, |t| Some(Int(t.queue.waited))),

@@ -4,6 +4,7 @@
 //! snapshot; later reads of the same handle see the same bytes. `stats.json` holds
 //! everything the text files show, for tools (`tierfs stat` reads it).
 
+pub mod app;
 pub mod metrics;
 
 use crate::units::{fmt_bytes, fmt_rate};
@@ -92,9 +93,23 @@ pub struct TierStats {
     /// ran: CPU starvation, which the estimates leave out of the tier's busy time.
     #[serde(default)]
     pub core_wait_s: f64,
+    /// The time its completed reads and writes took, summed, nanoseconds (core waits
+    /// included): with `reads`/`writes`, their average (await).
+    #[serde(default)]
+    pub read_ns: u64,
+    #[serde(default)]
+    pub write_ns: u64,
     /// A tier the job's nodes share (`shared_ledger`): this node's view of the ledger.
     #[serde(default)]
     pub shared: Option<SharedStats>,
+    /// What programs read and wrote at the mount for files with a piece here, whichever
+    /// path served them (the counters above are what reached the tier folder).
+    #[serde(default)]
+    pub app: app::AppStats,
+    /// The tier's block device (`MAJ:MIN`); tiers with the same one share it. None without
+    /// a block device.
+    #[serde(default)]
+    pub device: Option<String>,
 }
 
 /// A shared tier's coordination, as `stats.json` shows it.
@@ -258,7 +273,7 @@ pub struct FuseStats {
 }
 
 /// The cache's totals in `stats.json`, in bytes unless named otherwise.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CacheStats {
     pub size: u64,
     /// Where the size comes from (the config, or the memory limit and the rule).
@@ -295,15 +310,15 @@ pub fn tiers_table(s: &Snapshot) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<8} {:>10} {:>10} {:>6} {:>10} {:>10} {:>9} {:>9} {:>5} {:>6} {:>6} {:>10} {:>10}  PATH",
+        "{:<8} {:>10} {:>10} {:>6} {:>10} {:>11} {:>10} {:>12} {:>5} {:>6} {:>6} {:>10} {:>10}  PATH",
         "TIER",
         "READ_BW",
         "WRITE_BW",
         "SHARE",
-        "READ",
-        "WRITTEN",
-        "READS",
-        "WRITES",
+        "APP_READ",
+        "APP_WRITTEN",
+        "TIER_READ",
+        "TIER_WRITTEN",
         "INFL",
         "ERRORS",
         "FILES",
@@ -314,15 +329,15 @@ pub fn tiers_table(s: &Snapshot) -> String {
     for t in &s.tiers {
         let _ = writeln!(
             out,
-            "{:<8} {:>10} {:>10} {:>5.1}% {:>10} {:>10} {:>9} {:>9} {:>5} {:>6} {:>6} {:>10} {:>10}  {}{}",
+            "{:<8} {:>10} {:>10} {:>5.1}% {:>10} {:>11} {:>10} {:>12} {:>5} {:>6} {:>6} {:>10} {:>10}  {}{}",
             t.name,
             fmt_rate(t.read_bps),
             fmt_rate(t.write_bps),
             t.share * 100.0,
+            fmt_bytes(t.app.read_bytes),
+            fmt_bytes(t.app.written_bytes),
             fmt_bytes(t.bytes_read),
             fmt_bytes(t.bytes_written),
-            t.reads,
-            t.writes,
             t.in_flight,
             t.errors,
             t.files,
@@ -372,6 +387,7 @@ pub fn tiers_table(s: &Snapshot) -> String {
             .join(" ")
     );
     out.push_str(&held_line(s));
+    out.push_str(&app::staging_line(s.cache.as_ref()));
     out
 }
 
@@ -419,6 +435,7 @@ fn tier_notes(t: &TierStats) -> Vec<String> {
             fmt_bytes(w)
         ));
     }
+    notes.extend(app::paths_note(&t.app));
     notes
 }
 

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::lock::TierLock;
 
+pub mod app;
 mod estimate;
 mod folder;
 pub mod identity;
@@ -104,6 +105,9 @@ pub struct TierCounters {
     pub direct_read: union::Union,
     pub direct_write: union::Union,
     pub direct_io: union::Union,
+    /// What programs moved at the mount for files with a piece here, whichever path served
+    /// them (the counters above are what reached the tier folder).
+    pub app: app::AppCounters,
 }
 
 /// Recovery probes: a tier whose share was cut and that has had no sample of its own
@@ -358,6 +362,12 @@ impl Tier {
             r.saturating_sub(self.device_base.0),
             w.saturating_sub(self.device_base.1),
         ))
+    }
+
+    /// The block device's stat file (`/sys/dev/block/MAJ:MIN/stat`): tiers with the same
+    /// one share a device. `None` without a block device.
+    pub fn device_id(&self) -> Option<&Path> {
+        self.device_stat.as_deref()
     }
 
     /// Samples the online estimates (called about once a second by the daemon); true when

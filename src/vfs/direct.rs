@@ -283,6 +283,7 @@ pub(crate) fn report(fs: &TierFs, uid: u32, tiers: &[TierIo]) {
         c.writes.fetch_add(io.writes, Ordering::Relaxed);
         c.direct_bytes
             .fetch_add(io.read_bytes + io.write_bytes, Ordering::Relaxed);
+        c.app.direct(io);
         if trusted {
             c.read_busy.add_ns(c.direct_read.add(&io.read_busy));
             c.write_busy.add_ns(c.direct_write.add(&io.write_busy));

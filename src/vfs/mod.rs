@@ -12,7 +12,8 @@
 //! - [`backing`]: tier paths, limbo, xattrs, statfs; [`scan`]: the tree rebuilt at mount;
 //! - [`statsdir`]: the `.tierfs/` files and control; [`contain`]: panics kept to one request;
 //! - [`state`]: the shared state; [`lifecycle`]: its construction and shutdown;
-//! - [`snapshot`]: the counters gathered for the `.tierfs/` files;
+//! - [`snapshot`]: the counters gathered for the `.tierfs/` files; [`appio`]: each read and
+//!   write counted for the programs' view of it;
 //! - below them, [`crate::data`] (an open file's state and the data path) and
 //!   [`crate::tierio`]-level tier access; beside them, [`crate::adapt`] (shares and probes).
 //!
@@ -28,6 +29,7 @@
 //! data path (read, write) does not take the tree lock at all: an open handle holds its
 //! file's state, so metadata traffic never stalls I/O.
 
+pub mod appio;
 pub mod attr;
 pub mod backing;
 pub mod contain;
@@ -313,7 +315,12 @@ impl TierFs {
         size: u32,
         reply: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
-        path::read_with(self, fh, off, size, reply)
+        let req = appio::Request::start(self, fh);
+        // Counted before the reply goes: the program may close the file once it has it.
+        path::read_with(self, fh, off, size, |d| {
+            req.done(self, off, Some(d.len() as u64), false);
+            reply(d)
+        })
     }
 
     /// Reads up to `buf.len()` bytes at `off` and hands them to `reply`: from the
@@ -327,14 +334,21 @@ impl TierFs {
         buf: &mut [u8],
         reply: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
-        path::read_to(self, fh, off, buf, reply)
+        let req = appio::Request::start(self, fh);
+        path::read_to(self, fh, off, buf, |d| {
+            req.done(self, off, Some(d.len() as u64), false);
+            reply(d)
+        })
     }
 
     /// Reads up to `buf.len()` bytes at `off` into `buf`; returns how many (fewer only at
     /// the end of the file). A page-aligned `buf` lets the tier's direct I/O land in it
     /// with no bounce copy: the FUSE transports pass their reply buffers here.
     pub fn read_into(&self, fh: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
-        path::read_into(self, fh, off, buf)
+        let req = appio::Request::start(self, fh);
+        let r = path::read_into(self, fh, off, buf);
+        req.done(self, off, r.as_ref().ok().map(|n| *n as u64), false);
+        r
     }
 
     /// Replaces the engine that runs the batches (before the filesystem is shared): tests
@@ -345,7 +359,10 @@ impl TierFs {
 
     /// Writes all of `data` at `off`, or fails with the tier's errno: never a short write.
     pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
-        path::write(self, fh, off, data)
+        let req = appio::Request::start(self, fh);
+        let r = path::write(self, fh, off, data);
+        req.done(self, off, r.as_ref().ok().map(|n| *n as u64), true);
+        r
     }
 
     /// [`Self::write`] of a FUSE transport's page-aligned request buffer: a write of
@@ -353,7 +370,10 @@ impl TierFs {
     /// takes `buf` itself as the block's memory and leaves another buffer of the same size
     /// in `buf` (no copy); any other write copies as [`Self::write`] does.
     pub fn write_buf(&self, fh: u64, off: u64, buf: &mut crate::tierio::AlignedBuf) -> Result<u32> {
-        path::write_buf(self, fh, off, buf)
+        let req = appio::Request::start(self, fh);
+        let r = path::write_buf(self, fh, off, buf);
+        req.done(self, off, r.as_ref().ok().map(|n| *n as u64), true);
+        r
     }
 
     pub fn fsync(&self, fh: u64, datasync: bool) -> Result<()> {

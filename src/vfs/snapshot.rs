@@ -26,6 +26,8 @@ pub enum Detail {
 /// `detail` asks for them (walking every file under the tree lock is for the views that
 /// list them).
 pub fn snapshot(fs: &TierFs, detail: Detail) -> Snapshot {
+    // Passthrough's bytes up to now, not only up to the estimator's last tick.
+    crate::tier::app::sample_passthrough(fs.tiers());
     let shares = fs.placer().shares();
     let tiers: Vec<TierStats> = fs
         .tiers()
@@ -230,6 +232,13 @@ fn tier_stats(fs: &TierFs, t: &Tier, shares: &[f64]) -> TierStats {
         est_write_bps: t.est_write.get(),
         saturated: t.queueing.saturated(),
         core_wait_s: t.core_wait_s(),
+        read_ns: c.read_ns.load(Ordering::Relaxed) + c.read_core_wait_ns.load(Ordering::Relaxed),
+        write_ns: c.write_ns.load(Ordering::Relaxed) + c.write_core_wait_ns.load(Ordering::Relaxed),
+        app: app_stats(&c.app),
+        device: t.device_id().and_then(|p| {
+            // /sys/dev/block/MAJ:MIN/stat
+            Some(p.parent()?.file_name()?.to_string_lossy().into_owned())
+        }),
         shared: fs.shared_tier(t.index).map(|sh| {
             let plan = sh.plan();
             let p = plan.unwrap_or_default();
@@ -243,6 +252,25 @@ fn tier_stats(fs: &TierFs, t: &Tier, shares: &[f64]) -> TierStats {
             }
         }),
     }
+}
+
+/// A tier's `app` object from its counters.
+fn app_stats(a: &crate::tier::app::AppCounters) -> crate::stats::app::AppStats {
+    let g = |x: &std::sync::atomic::AtomicU64| x.load(Ordering::Relaxed);
+    crate::stats::app::AppStats::from_paths(
+        (g(&a.fuse_read_bytes), g(&a.fuse_written_bytes)),
+        (g(&a.fuse_reads), g(&a.fuse_writes)),
+        (g(&a.fuse_read_ns), g(&a.fuse_write_ns)),
+        (g(&a.memory_read_bytes), g(&a.memory_written_bytes)),
+        (g(&a.direct_read_bytes), g(&a.direct_written_bytes)),
+        (g(&a.direct_reads), g(&a.direct_writes)),
+        (g(&a.direct_read_ns), g(&a.direct_write_ns)),
+        (
+            g(&a.passthrough_read_bytes),
+            g(&a.passthrough_written_bytes),
+        ),
+        (g(&a.unsplit_read_bytes), g(&a.unsplit_written_bytes)),
+    )
 }
 
 /// Every file's path, size, layout and tiers (the tree lock is held while it is walked).

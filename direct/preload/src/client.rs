@@ -20,8 +20,9 @@ struct Conn {
 /// mount and go just before its request, so the daemon reads both in one wake-up instead
 /// of being woken again at every close (DeepSpeed opens and closes a swap file for every
 /// read and write of a tensor). They go at once when [`PENDING_MAX`] wait or the oldest
-/// has waited [`PENDING_NS`], and at exit (not at `_exit` or a kill: those lose at most
-/// that many reports, which only feed the statistics and bandwidth estimates).
+/// has waited [`PENDING_NS`], and at exit, `_exit` and `_Exit` (fio's and Python's
+/// worker processes end with `_exit`); a kill or a raw `exit_group` loses at most that
+/// many reports, which only feed the statistics and bandwidth estimates.
 struct Pending {
     dev: u64,
     pid: u32,
@@ -55,11 +56,11 @@ unsafe fn take_pending(dev: u64) -> Vec<Vec<u8>> {
     let me = pid();
     // SAFETY: the caller holds the lock.
     let pending = unsafe { &mut *CONNS.pending.get() };
-    // A forked child's copies of its parent's reports are the parent's to send.
-    pending.retain(|p| p.pid == me);
+    // A forked child's copies of its parent's reports are the parent's to send, and a
+    // vfork child shares its parent's memory: only this process's own are touched.
     let (mine, rest): (Vec<Pending>, Vec<Pending>) = std::mem::take(pending)
         .into_iter()
-        .partition(|p| p.dev == dev);
+        .partition(|p| p.dev == dev && p.pid == me);
     *pending = rest;
     mine.into_iter().map(|p| p.msg).collect()
 }
@@ -235,6 +236,24 @@ fn send_pending(dev: u64) {
     });
 }
 
+/// Sends every report this process has waiting (at exit, `exit` or `_exit`).
+pub fn flush_pending() {
+    let me = pid();
+    CONNS.lock.lock();
+    // SAFETY: the lock is held.
+    let mut devs: Vec<u64> = unsafe { &*CONNS.pending.get() }
+        .iter()
+        .filter(|p| p.pid == me)
+        .map(|p| p.dev)
+        .collect();
+    CONNS.lock.unlock();
+    devs.sort_unstable();
+    devs.dedup();
+    for d in devs {
+        send_pending(d);
+    }
+}
+
 /// Sends every waiting report when the process exits (registered once).
 fn at_exit() {
     static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -242,18 +261,7 @@ fn at_exit() {
         return;
     }
     extern "C" fn flush() {
-        CONNS.lock.lock();
-        // SAFETY: the lock is held.
-        let mut devs: Vec<u64> = unsafe { &*CONNS.pending.get() }
-            .iter()
-            .map(|p| p.dev)
-            .collect();
-        CONNS.lock.unlock();
-        devs.sort_unstable();
-        devs.dedup();
-        for d in devs {
-            send_pending(d);
-        }
+        flush_pending();
     }
     // SAFETY: registers a function that takes and releases our own lock.
     unsafe { libc::atexit(flush) };

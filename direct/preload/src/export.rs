@@ -285,6 +285,21 @@ fn keeping_errno<R>(f: impl FnOnce() -> R, gone: Vec<Arc<Direct>>) -> R {
     r
 }
 
+/// `_exit` (and `_Exit`): the process's waiting reports go first (see `client::Pending`).
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    client::flush_pending();
+    // SAFETY: ends the process as the program asked.
+    unsafe { real::exit_now(status) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    client::flush_pending();
+    // SAFETY: as above.
+    unsafe { real::exit_now(status) }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if fdtable::is_private(fd) {

@@ -73,6 +73,7 @@ mod tier_dirs;
 mod tiers;
 mod vars;
 
+pub use access::who as who_am_i;
 pub use cache::{
     CacheConfig, CachePolicy, CacheSection, CacheSize, DEFAULT_PREFETCH, DEFAULT_WRITEBACK_DELAY,
     MIN_CACHE,

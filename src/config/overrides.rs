@@ -367,11 +367,18 @@ pub(super) fn apply(
             .map_err(|e| super::problems::toml_error(t, file, &e))?,
         None => toml::Table::new(),
     };
+    // The tiers the options add first, in the order of their paths, so that a tier's
+    // other keys may come before its path.
+    for o in overrides {
+        if let Some((tier, "path")) = o.tier_key() {
+            tier_index(&mut table, tier, "path", o, file)?;
+        }
+    }
     let mut given = Vec::new();
     for o in overrides {
         let at = match o.tier_key() {
             Some((tier, field)) => {
-                let i = tier_index(&mut table, tier, field, o)?;
+                let i = tier_index(&mut table, tier, field, o, file)?;
                 format!("tier[{i}].{field}")
             }
             None => {
@@ -398,12 +405,13 @@ pub(super) fn apply(
 }
 
 /// Tier `tier`'s index among the `[[tier]]` tables, with `o`'s value set in it; a tier the
-/// table lacks is added, which only a path may do.
+/// table lacks is added, which only a path may do (`file`: for the message).
 fn tier_index(
     table: &mut toml::Table,
     tier: &str,
     field: &str,
     o: &Override,
+    file: &str,
 ) -> Result<usize, ConfigError> {
     let list = table
         .entry("tier")
@@ -424,8 +432,8 @@ fn tier_index(
         }
         None => {
             return Err(ConfigError::Invalid(format!(
-                "-o {}: there is no tier '{tier}'; add it with its folder, \
-                 tier.{tier}.path=DIR, before its other keys",
+                "-o {}: {file} has no tier '{tier}'; add it with its folder, \
+                 tier.{tier}.path=DIR",
                 o.given
             )))
         }
@@ -658,9 +666,17 @@ mod tests {
         );
         let e = load(Some(file), &["tier.c.create=true"]).unwrap_err();
         assert!(
-            e.contains("there is no tier 'c'; add it with its folder, tier.c.path=DIR"),
+            e.contains("c.toml has no tier 'c'; add it with its folder, tier.c.path=DIR"),
             "{e}"
         );
+        // A tier's keys may come before its path; tiers are in the order of their paths.
+        let c = load(
+            None,
+            &["tier.b.create=true", "tier.a.path=/a", "tier.b.path=/b"],
+        )
+        .unwrap();
+        assert_eq!(c.tiers[0].name, "a");
+        assert!(c.tiers[1].create);
         // The file's own problems keep its name, line and column.
         let e = load(
             Some("[[tier]]\nname='a'\npath='/a'\n[mount]\nthreads=0\n"),

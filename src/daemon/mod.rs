@@ -12,7 +12,8 @@
 //! - `fresh`: what the tier folders held before, so a failed mount removes what it made;
 //! - `mountinfo`: what is mounted where, and whether its daemon answers;
 //! - `unmount`: asking the kernel to unmount, and `tierfs unmount` ([`unmount`]);
-//! - `lost`: the report of data an unmount could not write back.
+//! - `lost`: the report of data an unmount could not write back;
+//! - `textfile`: the metrics file the daemon writes for node_exporter (`[metrics]`).
 
 mod background;
 mod fresh;
@@ -22,6 +23,7 @@ mod options;
 mod scratch;
 mod serve;
 mod shutdown;
+mod textfile;
 mod tiers;
 mod unmount;
 
@@ -101,6 +103,8 @@ pub fn mount(opts: &MountOptions) -> Result<(), Failure> {
     // Before anything is created in the tier folders (by this command or, for the
     // background daemon, by the command that started it).
     let before = fresh::Before::inherited_or_survey(&config);
+    // Before the tier folders are made: a refusal leaves nothing behind.
+    textfile::check(&config, &opts.mountpoint)?;
     if let Some(scratch) = opts.scratch {
         config.mount.scratch = scratch;
     }

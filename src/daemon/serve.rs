@@ -91,12 +91,16 @@ fn serve(
     );
     start_threads(&fs)?;
     let mut direct = start_direct(&fs, &opts.mountpoint, &session);
+    let textfile = super::textfile::Writer::start(&fs, config, &opts.mountpoint)?;
     ready.ok();
     shutdown::wait_for_end(&session, &opts.mountpoint, &mountpoint);
     if let Some(d) = direct.as_mut() {
         d.stop();
     }
     session.join();
+    if let Some(t) = textfile {
+        t.stop();
+    }
     shutdown::finish(&fs, config, &mountpoint, &lost_report)
 }
 

@@ -1299,6 +1299,21 @@ impl WriteAll for std::fs::File {
 // ---------------------------------------------------------------------------------------
 // The direct path (`tierfs run`).
 
+/// Runs a binary the test has just copied. Another test's child may hold the copy open for
+/// writing for a moment (the copy's descriptor is inherited between that child's fork and
+/// its exec, close-on-exec or not), and exec then fails with ETXTBSY: retried.
+fn output_of_copy(cmd: &mut Command) -> Output {
+    for _ in 0..100 {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            r => return r.unwrap(),
+        }
+    }
+    cmd.output().unwrap()
+}
+
 #[test]
 fn direct_path_rows() {
     let d = Dir::new();
@@ -1306,11 +1321,11 @@ fn direct_path_rows() {
     let lone = d.p("lone");
     std::fs::create_dir(&lone).unwrap();
     std::fs::copy(tierfs_bin(), lone.join("tierfs")).unwrap();
-    let o = Command::new(lone.join("tierfs"))
-        .args(["run", "--", "true"])
-        .env_remove("TIERFS_PRELOAD")
-        .output()
-        .unwrap();
+    let o = output_of_copy(
+        Command::new(lone.join("tierfs"))
+            .args(["run", "--", "true"])
+            .env_remove("TIERFS_PRELOAD"),
+    );
     expect(
         "D01",
         "run without the library",
@@ -1431,28 +1446,39 @@ struct Ordinary {
 impl Ordinary {
     const USER: &'static str = "tierfs-test";
 
-    /// The user, owning `d`'s folder (so it may work there).
-    fn get(d: &Dir) -> Result<Ordinary, String> {
+    /// Whether there is one: always where we are not root, else the test user and setpriv.
+    fn available() -> Result<(), String> {
+        if is_root() {
+            user(Self::USER)?;
+            tool("setpriv", "util-linux")?;
+        }
+        Ok(())
+    }
+
+    /// The user ([`Ordinary::available`] first), owning `d`'s folder (so it may work there).
+    fn get(d: &Dir) -> Ordinary {
         if !is_root() {
             let o = Command::new("id").arg("-un").output().unwrap();
             let name = String::from_utf8_lossy(&o.stdout).trim().to_string();
-            return Ok(Ordinary {
+            return Ordinary {
                 name,
                 bin: tierfs_bin(),
                 ids: None,
-            });
+            };
         }
-        user(Self::USER)?;
-        tool("setpriv", "util-linux")?;
+        // A hard link where it can be (a copy just written may be busy for exec a moment,
+        // see `output_of_copy`), else a copy.
         let bin = d.p("tierfs");
-        std::fs::copy(tierfs_bin(), &bin).unwrap();
+        if std::fs::hard_link(tierfs_bin(), &bin).is_err() {
+            std::fs::copy(tierfs_bin(), &bin).unwrap();
+        }
         let (uid, gid) = user_ids(Self::USER).unwrap();
         sh(&format!("chown -R {uid}:{gid} {}", q(d.d.path())));
-        Ok(Ordinary {
+        Ordinary {
             name: Self::USER.to_string(),
             bin,
             ids: Some((uid, gid)),
-        })
+        }
     }
 
     fn run(&self, args: &[&str]) -> Output {
@@ -1493,13 +1519,8 @@ impl Ordinary {
 #[test]
 fn permission_rows() {
     let d = Dir::new();
-    let who = match Ordinary::get(&d) {
-        Ok(w) => w,
-        Err(why) => {
-            have(false, &why);
-            return;
-        }
-    };
+    require!(Ordinary::available());
+    let who = Ordinary::get(&d);
     let user = who.name.clone();
     // C50: the file itself.
     let cfg = d.write("secret.toml", &d.two());
@@ -1595,13 +1616,8 @@ fn refused_mount_leaves_the_tier_folders_as_they_were() {
             d.tiers(&[("b", "b")])
         ),
     );
-    let who = match Ordinary::get(&d) {
-        Ok(w) => w,
-        Err(why) => {
-            have(false, &why);
-            return;
-        }
-    };
+    require!(Ordinary::available());
+    let who = Ordinary::get(&d);
     let ro = d.p("ro-mnt");
     std::fs::create_dir(&ro).unwrap();
     if let Some((uid, gid)) = who.ids {

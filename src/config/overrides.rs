@@ -471,12 +471,18 @@ impl super::MountConfig {
             return Self::parse(&text, source);
         }
         let label = source.display().to_string();
-        // The file alone first, so that its own mistakes get their line and column.
-        if let Some(t) = &text {
-            toml::from_str::<RawConfig>(t)
-                .map_err(|e| super::problems::toml_error(t, &label, &e))?;
-        }
-        let (raw, given) = apply(text.as_deref(), &label, overrides)?;
+        let (raw, given) = match apply(text.as_deref(), &label, overrides) {
+            Ok(r) => r,
+            // A mistake of the file's own (the options may also fill what it leaves out,
+            // a tier's path) is said as the file alone says it, with its line and column.
+            Err(e) => match text.as_deref().map(toml::from_str::<RawConfig>) {
+                Some(Err(fe)) => {
+                    let t = text.as_deref().unwrap_or_default();
+                    return Err(super::problems::toml_error(t, &label, &fe));
+                }
+                _ => return Err(e),
+            },
+        };
         let mut p = Problems::new(label);
         p.name_by_options(given);
         super::validate(raw, source, &super::process_var, p)
@@ -669,6 +675,9 @@ mod tests {
             e.contains("c.toml has no tier 'c'; add it with its folder, tier.c.path=DIR"),
             "{e}"
         );
+        // A file may leave out what the options give (a template with no paths).
+        let c = load(Some("[[tier]]\nname='a'\n"), &["tier.a.path=/x"]).unwrap();
+        assert_eq!(c.tiers[0].path, Path::new("/x"));
         // A tier's keys may come before its path; tiers are in the order of their paths.
         let c = load(
             None,

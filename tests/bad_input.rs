@@ -1294,9 +1294,6 @@ impl WriteAll for std::fs::File {
 }
 
 // ---------------------------------------------------------------------------------------
-
-/// The ids in docs/ERRORS.md's tables and the ids this file checks are the same set.
-// ---------------------------------------------------------------------------------------
 // The direct path (`tierfs run`).
 
 /// Runs a binary the test has just copied. Another test's child may hold the copy open for
@@ -1721,6 +1718,7 @@ fn metrics_textfile_rows() {
     );
 }
 
+/// The ids in docs/ERRORS.md's tables and the ids this file checks are the same set.
 #[test]
 fn every_row_of_errors_md_is_tested() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -463,7 +463,7 @@ _tierfs() {
             return 0
             ;;
         tierfs__subcmd__mount)
-            opts="-c -f -h --config --foreground --force --reprobe --degraded --break-lock --scratch --no-scratch --allow-other --nonempty --help"
+            opts="-c -o -f -h --config --metrics-textfile --foreground --force --reprobe --degraded --break-lock --scratch --no-scratch --allow-other --nonempty --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -474,6 +474,14 @@ _tierfs() {
                     return 0
                     ;;
                 -c)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --metrics-textfile)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -41,7 +41,9 @@ complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "export" -d 'Copy ever
 complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "man" -d 'Print the manual page, or write one page per command into a folder'
 complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c tierfs -n "__fish_tierfs_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
-complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s c -l config -d 'The TOML config naming the tiers' -r -F
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s c -l config -d 'The TOML config naming the tiers (optional where -o names them)' -r -F
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s o -d 'Mount options, comma-separated, repeatable: config keys as the file names them (mount.threads=32, threads=32, tier.NAME.path=DIR adds a tier), over the file\'s; also force, reprobe, nonempty, break_lock and what fstab lines carry (see `man tierfs`, MOUNT OPTIONS)' -r
+complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l metrics-textfile -d 'Write the metrics (as `tierfs stat --prom`) to FILE every few seconds, for node_exporter\'s textfile collector (also `textfile` under [metrics])' -r -F
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -s f -l foreground -d 'Stay attached and log to stderr (or the config\'s log_file)'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l force -d 'Clear a dead tierfs mount left at MOUNTPOINT by a killed daemon'
 complete -c tierfs -n "__fish_tierfs_using_subcommand mount" -l reprobe -d 'Measure tiers again even where a probe result is cached'

@@ -2,10 +2,12 @@
 //! pages always describe the binary that prints them (`tierfs man`).
 //!
 //! tierfs(1) has the overview, every command in one list, and what `--help` cannot say:
-//! the mount helper (`mount -t fuse.tierfs`, fstab), the environment, files and exit
-//! status. `tierfs man --dir DIR` also writes tierfs-COMMAND(1) for each command, with its
+//! the mount options (`-o`: every option and config key they take, from the tables
+//! `tierfs mount -o` and the helper read), the mount helper (`mount -t fuse.tierfs`,
+//! fstab), the environment, files and exit status. `tierfs man --dir DIR` also writes tierfs-COMMAND(1) for each command, with its
 //! options and examples.
 
+use crate::config::{short_name, OPTION_KEYS};
 use crate::mount_helper::{Treatment, OPTIONS};
 use clap_mangen::roff::{bold, italic, roman, Roff};
 use clap_mangen::Man;
@@ -51,13 +53,60 @@ fn lines(v: &[&str]) -> Block {
     Block::Lines(v.iter().map(|s| s.to_string()).collect())
 }
 
+/// MOUNT OPTIONS: what `-o` takes, from the tables that read it.
+fn options_section(r: &mut Roff) {
+    let mut blocks = vec![
+        Block::Para(
+            "tierfs mount -o, mount(8) and fstab take the same options, comma-separated (a \
+             value in double quotes may hold commas; -o may be repeated). A config key with \
+             its value is applied over the config file as if written there, and can stand in \
+             for the file: with the tiers given as tier.NAME.path=DIR no file is needed. A \
+             key is named as in the file, section.key, or by the key alone where only one \
+             section has it; true/false keys are true by their name alone. An unknown option \
+             is refused with the list of accepted ones, a bad value with the key and the fix.",
+        ),
+        lines(&[
+            "tierfs mount --config node.toml -o threads=32,layout=stripe /local/tierfs",
+            "tierfs mount -o tier.nvme.path=/local/x,tier.pfs.path=/lus/me/x /local/tierfs",
+            "",
+            "# /etc/fstab, no config file (the source is the word tierfs)",
+            "tierfs  /local/tierfs  fuse.tierfs  tier.nvme.path=/local/x,tier.pfs.path=/lus/x,nofail  0 0",
+        ]),
+    ];
+    for (name, t, why) in OPTIONS {
+        let what = match t {
+            Treatment::Flag => format!("tierfs: {why}."),
+            Treatment::NoEffect => format!("accepted: {why}."),
+            Treatment::NotApplied => format!("accepted but not applied (a note says so): {why}."),
+            Treatment::Refused => format!("refused: {why}."),
+        };
+        blocks.push(Block::Item(name.to_string(), what));
+    }
+    blocks.push(Block::Para(
+        "x-* and comment= options are left to mount(8) and the init system. The config keys \
+         (see the config file's documentation for each):",
+    ));
+    for k in OPTION_KEYS {
+        let tag = match k.name.strip_prefix("tier.") {
+            Some(key) => format!("tier.NAME.{key}={}", k.example),
+            None => format!("{}={}", k.name, k.example),
+        };
+        let also = short_name(k)
+            .map(|s| format!(" (also {s}=)"))
+            .unwrap_or_default();
+        blocks.push(Block::Item(tag, format!("{}{also}.", k.help)));
+    }
+    section(r, "MOUNT OPTIONS", blocks);
+}
+
 /// The sections of tierfs(1) that come from no clap definition.
 fn extra_sections() -> Roff {
     let mut r = Roff::new();
-    let mut helper = vec![
+    options_section(&mut r);
+    let helper = vec![
         Block::Para(
             "mount(8) and /etc/fstab mount tierfs as the file system type fuse.tierfs, with \
-             the config file as the source:",
+             the config file as the source (or the word tierfs, the tiers given as options):",
         ),
         lines(&[
             "mount -t fuse.tierfs /etc/tierfs/node.toml /local/tierfs -o allow_other",
@@ -78,24 +127,12 @@ fn extra_sections() -> Roff {
         Block::Para(
             "The helper returns once the mount answers, like tierfs mount; the daemon logs \
              to the config's log_file or the first tier's .tierfs-meta/daemon.log. Unmount \
-             with umount(8), fusermount3 -u or tierfs unmount. Options (-o, comma-separated):",
+             with umount(8), fusermount3 -u or tierfs unmount. It takes the options of MOUNT \
+             OPTIONS above. Any other option is refused with exit status 1, unless mount -s \
+             (sloppy) was given; mount -f checks the config and mounts nothing. The helper \
+             exits 0 when mounted, 1 for a wrong option or config, 32 when the mount failed.",
         ),
     ];
-    for (name, t, why) in OPTIONS {
-        let what = match t {
-            Treatment::Own => format!("tierfs: {why}."),
-            Treatment::NoEffect => format!("accepted: {why}."),
-            Treatment::NotApplied => format!("accepted but not applied (a note says so): {why}."),
-            Treatment::Refused => format!("refused: {why}."),
-        };
-        helper.push(Block::Item(name.to_string(), what));
-    }
-    helper.push(Block::Para(
-        "x-* and comment= options are left to mount(8) and the init system. Any other option \
-         is refused with exit status 1, unless mount -s (sloppy) was given; mount -f checks \
-         the config and mounts nothing. The helper exits 0 when mounted, 1 for a wrong \
-         option or config, 32 when the mount failed.",
-    ));
     section(&mut r, "MOUNT HELPER", helper);
 
     section(
@@ -311,6 +348,16 @@ mod tests {
                 "option {name} missing"
             );
         }
+        // Every config key -o takes, with an example value.
+        for k in OPTION_KEYS {
+            let shown = k.name.replacen("tier.", "tier.NAME.", 1);
+            assert!(
+                page.contains(&format!("\\fB{shown}={}", k.example)),
+                "config key {} missing",
+                k.name
+            );
+        }
+        assert!(page.contains("MOUNT OPTIONS") && page.contains("MOUNT HELPER"));
         assert!(page.contains(crate::cli::VERSION), "no version in the page");
     }
 

@@ -12,12 +12,18 @@
 //!
 //! So the tierfs binary is a helper in both forms: called by a name ending in
 //! `mount.fuse.tierfs` (a symlink in /sbin), or as `tierfs CONFIG MOUNTPOINT ...` with an
-//! existing file where a command name would be. Either way the options become a plain
-//! `tierfs mount` ([`MountOptions`]), which returns once the mount answers, as mount(8)
-//! expects of a helper. Each option is either tierfs's own, one that changes nothing for a
-//! tierfs mount (said in [`OPTIONS`]), or refused with the list of accepted ones: a mount
-//! silently weaker than its fstab line (`ro` mounted read-write) must not happen.
+//! existing file (or the word `tierfs`: no file, the options name the tiers) where a command
+//! name would be. Either way the options become a plain `tierfs mount` ([`MountOptions`]),
+//! which returns once the mount answers, as mount(8) expects of a helper.
+//!
+//! `tierfs mount -o` takes the same options, read by the same [`apply`]: one grammar for
+//! the command line and fstab. Each option is a flag of `tierfs mount`, one that changes
+//! nothing for a tierfs mount (both in [`OPTIONS`]), a config key with its value (the
+//! config's own table, [`crate::config::OPTION_KEYS`]), or refused with the list of
+//! accepted ones: a mount silently weaker than its fstab line (`ro` mounted read-write)
+//! must not happen.
 
+use crate::config::{Override, OPTION_KEYS};
 use crate::daemon::MountOptions;
 use crate::failure::Failure;
 use std::ffi::OsString;
@@ -29,11 +35,15 @@ pub const HELPER_NAME: &str = "mount.fuse.tierfs";
 /// The file system type to give mount(8) and fstab.
 pub const FS_TYPE: &str = "fuse.tierfs";
 
+/// The source of an fstab line or a `mount -t fuse.tierfs` with no config file: the
+/// options name the tiers (`tier.NAME.path=DIR`).
+pub const NO_CONFIG: &str = "tierfs";
+
 /// What one `-o` option does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Treatment {
-    /// tierfs's own option (the same as a `tierfs mount` flag).
-    Own,
+    /// A flag of `tierfs mount` (`force` is `--force`).
+    Flag,
     /// Accepted; a tierfs mount already behaves so, or only mount(8) and fstab read it.
     NoEffect,
     /// Accepted, but not applied: the helper says so on stderr.
@@ -45,29 +55,24 @@ pub enum Treatment {
 /// Every option the helper knows, what it does with it, and why. Anything else is refused.
 pub const OPTIONS: &[(&str, Treatment, &str)] = &[
     (
-        "allow_other",
-        Treatment::Own,
-        "let other users in (tierfs mount --allow-other)",
-    ),
-    (
-        "degraded",
-        Treatment::Own,
-        "mount without a missing tier other than the first (--degraded)",
-    ),
-    (
         "force",
-        Treatment::Own,
+        Treatment::Flag,
         "clear a dead mount left at the mountpoint (--force)",
     ),
     (
         "reprobe",
-        Treatment::Own,
+        Treatment::Flag,
         "measure the tiers' bandwidth again (--reprobe)",
     ),
     (
         "nonempty",
-        Treatment::Own,
+        Treatment::Flag,
         "mount over a mountpoint that is not empty, hiding its files (--nonempty)",
+    ),
+    (
+        "break_lock",
+        Treatment::Flag,
+        "take over tier locks of a daemon on another host that is surely gone (--break-lock)",
     ),
     ("rw", Treatment::NoEffect, "tierfs mounts are read-write"),
     ("defaults", Treatment::NoEffect, "fstab's placeholder"),
@@ -202,7 +207,7 @@ pub const OPTIONS: &[(&str, Treatment, &str)] = &[
     ),
 ];
 
-/// How to treat an option (`name` or `name=value`); None: unknown.
+/// How to treat an option of [`OPTIONS`] (`name` or `name=value`); None: not one of them.
 pub fn treatment(opt: &str) -> Option<(Treatment, &'static str)> {
     let name = opt.split_once('=').map_or(opt, |(n, _)| n);
     // Options mount(8) keeps to itself but that mount.fuse3 passes on, and the `user=NAME`
@@ -219,10 +224,27 @@ pub fn treatment(opt: &str) -> Option<(Treatment, &'static str)> {
         .map(|(_, t, why)| (*t, *why))
 }
 
+/// One `-o` argument split at its commas; a value in double quotes may hold commas
+/// (`tier.pfs.path="/lus/a,b"`), as libmount passes it. The quotes go.
+pub fn split_options(arg: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut quoted = false;
+    for c in arg.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => out.push(String::new()),
+            c => out.last_mut().expect("never empty").push(c),
+        }
+    }
+    out.retain(|o| !o.is_empty());
+    out
+}
+
 /// The helper's command line, as mount(8) or mount.fuse3 gives it.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct HelperArgs {
-    pub config: PathBuf,
+    /// The config file; `None` for the source [`NO_CONFIG`].
+    pub config: Option<PathBuf>,
     pub mountpoint: PathBuf,
     /// The `-o` options, split at commas, in order (several `-o` add up).
     pub options: Vec<String>,
@@ -235,8 +257,8 @@ pub struct HelperArgs {
 }
 
 /// Whether this process was started as a mount helper: by the name mount(8) looks for, or
-/// as `tierfs CONFIG MOUNTPOINT ...` (mount.fuse3), where CONFIG is an existing file and
-/// not a command name.
+/// as `tierfs CONFIG MOUNTPOINT ...` (mount.fuse3), where CONFIG is an existing file (or
+/// [`NO_CONFIG`]) and not a command name.
 pub fn is_helper_call(args: &[OsString], commands: &[&str]) -> bool {
     let by_name = args.first().is_some_and(|a0| {
         Path::new(a0)
@@ -249,7 +271,9 @@ pub fn is_helper_call(args: &[OsString], commands: &[&str]) -> bool {
     match (args.get(1), args.get(2)) {
         (Some(first), Some(_)) => {
             let s = first.to_string_lossy();
-            !s.starts_with('-') && !commands.contains(&s.as_ref()) && Path::new(first).is_file()
+            !s.starts_with('-')
+                && !commands.contains(&s.as_ref())
+                && (Path::new(first).is_file() || s == NO_CONFIG)
         }
         _ => false,
     }
@@ -261,7 +285,8 @@ pub fn parse_args(args: &[OsString]) -> Result<HelperArgs, Failure> {
         Failure::usage(format!(
             "usage: {HELPER_NAME} CONFIG MOUNTPOINT [-o OPTIONS] (as mount(8) calls it: \
              `mount -t {FS_TYPE} CONFIG MOUNTPOINT -o OPTIONS`, or an fstab line \
-             `CONFIG MOUNTPOINT {FS_TYPE} OPTIONS 0 0`)"
+             `CONFIG MOUNTPOINT {FS_TYPE} OPTIONS 0 0`; CONFIG `{NO_CONFIG}` for none, the \
+             tiers given as options tier.NAME.path=DIR)"
         ))
     };
     let mut positional = Vec::new();
@@ -279,11 +304,7 @@ pub fn parse_args(args: &[OsString]) -> Result<HelperArgs, Failure> {
                 let o = o.to_str().ok_or_else(|| {
                     Failure::usage(format!("-o {o:?}: mount options must be UTF-8 text"))
                 })?;
-                h.options.extend(
-                    o.split(',')
-                        .filter(|s| !s.is_empty())
-                        .map(|s| s.to_string()),
-                );
+                h.options.extend(split_options(o));
             }
             Some("-t") => {
                 let t = it.next().ok_or_else(usage)?.to_string_lossy().into_owned();
@@ -310,12 +331,107 @@ pub fn parse_args(args: &[OsString]) -> Result<HelperArgs, Failure> {
     }
     match <[OsString; 2]>::try_from(positional) {
         Ok([config, mountpoint]) => {
-            h.config = config.into();
+            // A file of that name wins: it is what mount(8) was pointed at.
+            let none = config == NO_CONFIG && !Path::new(&config).is_file();
+            h.config = (!none).then(|| config.into());
             h.mountpoint = mountpoint.into();
             Ok(h)
         }
         Err(_) => Err(usage()),
     }
+}
+
+/// Applies `-o` options (each one item, already split at commas) to a `tierfs mount`:
+/// flags are set, config keys become overrides of the config, the rest is accepted or
+/// refused as [`OPTIONS`] says. `sloppy` (mount -s) turns unknown options into notes.
+/// Returns the notes to print; refuses everything wrong at once.
+pub fn apply(m: &mut MountOptions, items: &[String], sloppy: bool) -> Result<Vec<String>, Failure> {
+    let mut notes = Vec::new();
+    let mut refused = Vec::new();
+    let mut unknown = false;
+    for o in items {
+        match treatment(o) {
+            Some((Treatment::Flag, _)) => match o.as_str() {
+                "force" => m.force = true,
+                "reprobe" => m.reprobe = true,
+                "nonempty" => m.nonempty = true,
+                "break_lock" => m.break_lock = true,
+                _ => unreachable!("OPTIONS lists a flag that apply() does not map: {o}"),
+            },
+            Some((Treatment::NoEffect, _)) => {}
+            Some((Treatment::NotApplied, why)) => {
+                notes.push(format!("mount option {o} is not applied: {why}"))
+            }
+            Some((Treatment::Refused, why)) => refused.push(format!("{o}: {why}")),
+            None => match crate::config::parse_option(o) {
+                Ok(Some(ov)) => m.overrides.push(ov),
+                Err(why) => refused.push(format!("{o}: {why}")),
+                Ok(None) if sloppy => notes.push(format!("unknown mount option {o} ignored (-s)")),
+                Ok(None) => {
+                    unknown = true;
+                    refused.push(format!("{o}: not a tierfs mount option"));
+                }
+            },
+        }
+    }
+    if refused.is_empty() {
+        return Ok(notes);
+    }
+    let mut msg = format!(
+        "refused mount option{}: {}",
+        if refused.len() > 1 { "s" } else { "" },
+        refused.join("; ")
+    );
+    if unknown {
+        msg.push('\n');
+        msg.push_str(&accepted());
+    }
+    Err(Failure::usage(msg))
+}
+
+/// What `-o` takes, for the message that refuses an unknown option: the flags, every
+/// config key by section, and a word on the generic ones.
+pub fn accepted() -> String {
+    let flags: Vec<&str> = OPTIONS
+        .iter()
+        .filter(|(_, t, _)| *t == Treatment::Flag)
+        .map(|(n, _, _)| *n)
+        .collect();
+    let mut sections: Vec<(&str, Vec<&str>)> = Vec::new();
+    for k in OPTION_KEYS {
+        let (section, key) = k.name.split_once('.').unwrap_or(("", k.name));
+        match sections.iter_mut().find(|(s, _)| *s == section) {
+            Some((_, keys)) => keys.push(key),
+            None => sections.push((section, vec![key])),
+        }
+    }
+    let keys: Vec<String> = sections
+        .iter()
+        .map(|(s, keys)| {
+            let s = if *s == "tier" { "tier.NAME" } else { s };
+            format!("{s}.{{{}}}", keys.join(", "))
+        })
+        .collect();
+    format!(
+        "tierfs takes the flags {}; any config key as the config file names it, \
+         section.key=VALUE, or key=VALUE alone where one section has it (threads=32, \
+         allow_other; tier.NAME.path=DIR adds a tier): {}; and the generic options mount(8) \
+         passes (rw, nosuid, nodev, noauto, _netdev, nofail, ...). See `man tierfs`, MOUNT \
+         OPTIONS.",
+        flags.join(", "),
+        keys.join(", ")
+    )
+}
+
+/// Refuses a `tierfs mount` that has neither a config file nor a tier.
+pub fn check_source(m: &MountOptions) -> Result<(), Failure> {
+    if m.config.is_some() || crate::config::names_a_tier(&m.overrides) {
+        return Ok(());
+    }
+    Err(Failure::usage(format!(
+        "no config: give the config file (--config FILE), or the tiers as mount options \
+         (-o tier.NAME.path=DIR,...; for mount(8) and fstab the source `{NO_CONFIG}`)"
+    )))
 }
 
 /// What the helper will do: a `tierfs mount` and the notes it prints first.
@@ -327,54 +443,9 @@ pub struct Plan {
 
 /// Translates the options into a `tierfs mount`; refuses what cannot be honoured.
 pub fn plan(h: &HelperArgs) -> Result<Plan, Failure> {
-    let mut m = MountOptions {
-        config: h.config.clone(),
-        mountpoint: h.mountpoint.clone(),
-        foreground: false,
-        force: false,
-        reprobe: false,
-        degraded: false,
-        allow_other: false,
-        break_lock: false,
-        scratch: None,
-        nonempty: false,
-    };
-    let mut notes = Vec::new();
-    let mut refused = Vec::new();
-    for o in &h.options {
-        match treatment(o) {
-            Some((Treatment::Own, _)) => match o.as_str() {
-                "allow_other" => m.allow_other = true,
-                "degraded" => m.degraded = true,
-                "force" => m.force = true,
-                "reprobe" => m.reprobe = true,
-                "nonempty" => m.nonempty = true,
-                _ => unreachable!("OPTIONS lists an own option that plan() does not map: {o}"),
-            },
-            Some((Treatment::NoEffect, _)) => {}
-            Some((Treatment::NotApplied, why)) => {
-                notes.push(format!("mount option {o} is not applied: {why}"))
-            }
-            Some((Treatment::Refused, why)) => refused.push(format!("{o}: {why}")),
-            None if h.sloppy => notes.push(format!("unknown mount option {o} ignored (-s)")),
-            None => refused.push(format!("{o}: not a tierfs mount option")),
-        }
-    }
-    if !refused.is_empty() {
-        let own: Vec<&str> = OPTIONS
-            .iter()
-            .filter(|(_, t, _)| *t == Treatment::Own)
-            .map(|(n, _, _)| *n)
-            .collect();
-        return Err(Failure::usage(format!(
-            "refused mount option{}: {}\ntierfs takes {} (see `man tierfs`, MOUNT HELPER); \
-             the generic ones mount(8) passes (rw, nosuid, nodev, noauto, _netdev, nofail, \
-             ...) are accepted",
-            if refused.len() > 1 { "s" } else { "" },
-            refused.join("; "),
-            own.join(", ")
-        )));
-    }
+    let mut m = MountOptions::new(h.config.clone(), h.mountpoint.clone());
+    let notes = apply(&mut m, &h.options, h.sloppy)?;
+    check_source(&m)?;
     Ok(Plan { mount: m, notes })
 }
 
@@ -387,16 +458,20 @@ pub fn describe(m: &MountOptions) -> String {
         (m.force, " --force"),
         (m.reprobe, " --reprobe"),
         (m.nonempty, " --nonempty"),
+        (m.break_lock, " --break-lock"),
     ] {
         if on {
             s.push_str(flag);
         }
     }
-    format!(
-        "{s} --config {} {}",
-        m.config.display(),
-        m.mountpoint.display()
-    )
+    if let Some(c) = &m.config {
+        s.push_str(&format!(" --config {}", c.display()));
+    }
+    let opts: Vec<String> = m.overrides.iter().map(Override::as_option).collect();
+    if !opts.is_empty() {
+        s.push_str(&format!(" -o {}", opts.join(",")));
+    }
+    format!("{s} {}", m.mountpoint.display())
 }
 
 /// Runs the helper; returns the exit status mount(8) expects of one: 0 mounted, 1 wrong
@@ -413,8 +488,11 @@ pub fn run(args: &[OsString]) -> i32 {
             }
             if h.fake {
                 // -f: the checks `tierfs check-config` makes, and nothing mounted.
-                let cfg = crate::config::MountConfig::load(&p.mount.config)
-                    .map_err(|e| Failure::usage(e.to_string()))?;
+                let cfg = crate::config::MountConfig::load_with(
+                    p.mount.config.as_deref(),
+                    &p.mount.overrides,
+                )
+                .map_err(|e| Failure::usage(e.to_string()))?;
                 let problems = cfg.check_tier_dirs();
                 return if problems.is_empty() {
                     Ok(())
@@ -456,18 +534,28 @@ mod tests {
             "-o",
             "rw,nosuid,nodev,allow_other",
             "-o",
-            "degraded",
+            "degraded,tier.pfs.path=\"/lus/a,b\"",
             "-t",
             "fuse.tierfs",
         ]))
         .unwrap();
-        assert_eq!(h.config, Path::new("/etc/tierfs.toml"));
+        assert_eq!(h.config.as_deref(), Some(Path::new("/etc/tierfs.toml")));
         assert_eq!(h.mountpoint, Path::new("/local/tierfs"));
         assert_eq!(
             h.options,
-            ["rw", "nosuid", "nodev", "allow_other", "degraded"]
+            [
+                "rw",
+                "nosuid",
+                "nodev",
+                "allow_other",
+                "degraded",
+                "tier.pfs.path=/lus/a,b"
+            ]
         );
         assert!(h.sloppy && h.verbose && !h.fake);
+        // The source `tierfs`: no config file.
+        let h = parse_args(&os(&["tierfs", "/m", "-o", "tier.a.path=/a"])).unwrap();
+        assert_eq!(h.config, None);
     }
 
     #[test]
@@ -497,16 +585,30 @@ mod tests {
     }
 
     #[test]
-    fn own_options_become_mount_flags() {
-        let p = plan_of("allow_other,degraded,force,reprobe").unwrap();
-        assert!(p.mount.allow_other && p.mount.degraded && p.mount.force && p.mount.reprobe);
+    fn own_options_become_mount_flags_and_config_keys() {
+        let p = plan_of("allow_other,degraded,force,reprobe,break_lock,threads=8").unwrap();
+        assert!(p.mount.force && p.mount.reprobe && p.mount.break_lock);
         assert!(!p.mount.foreground, "a helper must return once mounted");
         assert_eq!(
             describe(&p.mount),
-            "tierfs mount --allow-other --degraded --force --reprobe --config /c /m"
+            "tierfs mount --force --reprobe --break-lock --config /c -o \
+             mount.allow_other=true,mount.degraded=true,mount.threads=8 /m"
         );
         let p = plan_of("rw").unwrap();
-        assert!(!p.mount.allow_other && !p.mount.degraded);
+        assert!(p.mount.overrides.is_empty() && !p.mount.force);
+        // Neither a file nor a tier: nothing to mount.
+        let h = parse_args(&os(&["tierfs", "/m", "-o", "threads=8"])).unwrap();
+        let e = plan(&h).unwrap_err();
+        assert!(
+            e.message.contains("no config: give the config file"),
+            "{}",
+            e.message
+        );
+        let h = parse_args(&os(&["tierfs", "/m", "-o", "tier.a.path=/a"])).unwrap();
+        assert_eq!(
+            describe(&plan(&h).unwrap().mount),
+            "tierfs mount -o tier.a.path=/a /m"
+        );
     }
 
     #[test]
@@ -527,21 +629,41 @@ mod tests {
         let p = plan_of("noexec,sync").unwrap();
         assert_eq!(p.notes.len(), 2, "{:?}", p.notes);
         assert!(p.notes[0].contains("noexec"));
-        for (opts, needle) in [
-            ("ro", "ro: tierfs has no read-only mount"),
-            ("rw,bogus", "bogus: not a tierfs mount option"),
-            ("allow_root", "use allow_other"),
-            ("degraded=1", "degraded=1: not a tierfs mount option"),
+        for (opts, needle, lists) in [
+            ("ro", "ro: tierfs has no read-only mount", false),
+            ("rw,bogus", "bogus: not a tierfs mount option", true),
+            ("allow_root", "use allow_other", false),
+            (
+                "threads=x",
+                "threads=x: mount.threads takes a whole number, e.g. threads=64",
+                false,
+            ),
+            (
+                "tier.a.speed=1",
+                "tier.a.speed=1: not a tierfs mount option",
+                true,
+            ),
         ] {
             let e = plan_of(opts).unwrap_err();
             assert_eq!(e.code, 2);
             assert!(e.message.contains(needle), "{opts}: {}", e.message);
-            assert!(
-                e.message
-                    .contains("tierfs takes allow_other, degraded, force, reprobe"),
+            // An unknown option gets the list of what is accepted.
+            assert_eq!(
+                e.message.contains(
+                    "tierfs takes the flags force, reprobe, nonempty, break_lock; any config key"
+                ),
+                lists,
                 "{}",
                 e.message
             );
+        }
+        let e = plan_of("bogus").unwrap_err();
+        for key in [
+            "tier.NAME.{path, create,",
+            "mount.{stats_dir, allow_other,",
+            "metrics.{textfile",
+        ] {
+            assert!(e.message.contains(key), "{key}: {}", e.message);
         }
         // -s (sloppy): unknown options become notes; refused ones stay refused.
         let p = plan(&parse_args(&os(&["/c", "/m", "-s", "-o", "bogus"])).unwrap()).unwrap();
@@ -566,6 +688,10 @@ mod tests {
         assert!(!is_helper_call(&os(&["tierfs", "mnt", "/m"]), &cmds));
         assert!(!is_helper_call(&os(&["tierfs", "--help"]), &cmds));
         assert!(!is_helper_call(&os(&["tierfs", cfg]), &cmds));
+        assert!(is_helper_call(
+            &os(&["tierfs", "tierfs", "/m", "-o", "tier.a.path=/a"]),
+            &cmds
+        ));
     }
 
     #[test]
@@ -576,6 +702,17 @@ mod tests {
                 OPTIONS[i + 1..].iter().all(|(m, _, _)| m != n),
                 "{n} listed twice"
             );
+            // No config key (by its short name) hides behind a mount(8) option.
+            assert!(
+                crate::config::parse_option(n).is_ok_and(|o| o.is_none()),
+                "{n} is also a config key"
+            );
         }
+    }
+
+    #[test]
+    fn quoted_values_keep_their_commas() {
+        assert_eq!(split_options("a,b=\"x,y\",,c"), ["a", "b=x,y", "c"]);
+        assert_eq!(split_options(""), Vec::<String>::new());
     }
 }

@@ -1,5 +1,5 @@
-//! `tierfs stat --prom`: a mount's `.tierfs/metrics` made ready for node_exporter's textfile
-//! collector on a shared node.
+//! `tierfs stat --prom` and `[metrics] textfile`: a mount's `.tierfs/metrics` made ready for
+//! node_exporter's textfile collector on a shared node.
 //!
 //! The collector runs as its own user and reads one folder of `*.prom` files. It cannot read
 //! a user's FUSE mount itself (without `allow_other` even root is refused), so the mount's
@@ -90,11 +90,19 @@ pub fn add_labels(text: &str, labels: &[(String, String)]) -> Result<String, Str
     Ok(out)
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same folder (named so the
-/// collector, which reads `*.prom`, skips it) and a rename; the file is mode 0644 so the
-/// collector's user can read it.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+/// A mount's metrics as the textfile collector gets them (`tierfs stat --prom`, and the
+/// daemon's own `[metrics] textfile`): every sample labelled `mountpoint="ABSOLUTE PATH"`.
+pub fn labelled(metrics: &str, mountpoint: &Path) -> Result<String, String> {
+    let abs = std::path::absolute(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    add_labels(
+        metrics,
+        &[("mountpoint".to_string(), abs.display().to_string())],
+    )
+}
+
+/// The temporary file [`write_atomic`] writes `path` through: a hidden name in the same
+/// folder that the collector, which reads `*.prom`, skips.
+pub fn temp_path(path: &Path) -> std::io::Result<std::path::PathBuf> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -102,11 +110,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| std::io::Error::other("the file name is missing"))?;
-    let tmp = dir.join(format!(
+    Ok(dir.join(format!(
         ".{}.tmp.{}",
         name.to_string_lossy(),
         std::process::id()
-    ));
+    )))
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same folder (named so the
+/// collector, which reads `*.prom`, skips it) and a rename; the file is mode 0644 so the
+/// collector's user can read it.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let tmp = temp_path(path)?;
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -151,6 +167,18 @@ mod tests {
                     tierfs_empty{mountpoint=\"/local/a \\\"b\\\"\",job=\"42\"} 0\n";
         assert_eq!(out, want);
         assert_eq!(add_labels(text, &[]).unwrap(), text);
+    }
+
+    #[test]
+    fn metrics_are_labelled_with_the_absolute_mountpoint() {
+        let out = labelled("tierfs_files 3\n", Path::new("/local/t")).unwrap();
+        assert_eq!(out, "tierfs_files{mountpoint=\"/local/t\"} 3\n");
+        let cwd = std::env::current_dir().unwrap();
+        let out = labelled("tierfs_files 3\n", Path::new("rel")).unwrap();
+        assert!(out.contains(&format!("{}/rel", cwd.display())), "{out}");
+        let tmp = temp_path(Path::new("/d/t.prom")).unwrap();
+        assert_eq!(tmp.parent(), Some(Path::new("/d")));
+        assert!(!tmp.to_string_lossy().ends_with(".prom"));
     }
 
     #[test]

@@ -1349,10 +1349,22 @@ impl WriteAll for std::fs::File {
 }
 
 // ---------------------------------------------------------------------------------------
-
-/// The ids in docs/ERRORS.md's tables and the ids this file checks are the same set.
-// ---------------------------------------------------------------------------------------
 // The direct path (`tierfs run`).
+
+/// Runs a binary the test has just copied. Another test's child may hold the copy open for
+/// writing for a moment (the copy's descriptor is inherited between that child's fork and
+/// its exec, close-on-exec or not), and exec then fails with ETXTBSY: retried.
+fn output_of_copy(cmd: &mut Command) -> Output {
+    for _ in 0..100 {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            r => return r.unwrap(),
+        }
+    }
+    cmd.output().unwrap()
+}
 
 #[test]
 fn direct_path_rows() {
@@ -1361,11 +1373,11 @@ fn direct_path_rows() {
     let lone = d.p("lone");
     std::fs::create_dir(&lone).unwrap();
     std::fs::copy(tierfs_bin(), lone.join("tierfs")).unwrap();
-    let o = Command::new(lone.join("tierfs"))
-        .args(["run", "--", "true"])
-        .env_remove("TIERFS_PRELOAD")
-        .output()
-        .unwrap();
+    let o = output_of_copy(
+        Command::new(lone.join("tierfs"))
+            .args(["run", "--", "true"])
+            .env_remove("TIERFS_PRELOAD"),
+    );
     expect(
         "D01",
         "run without the library",
@@ -1430,6 +1442,338 @@ fn direct_path_warning_row() {
     m.unmount();
 }
 
+// ---------------------------------------------------------------------------------------
+// Issue 42: mount options, permissions that keep a user out, a mount the system refused,
+// the metrics textfile.
+
+#[test]
+fn mount_option_rows() {
+    let d = Dir::new();
+    let cfg = d.write("good.toml", &d.two());
+    let mnt = d.s("mnt");
+    let mount_o = |opts: &str| tierfs(&["mount", "--config", &cfg, "-o", opts, &mnt]);
+    expect(
+        "L22",
+        "mount -o bogus_key=1",
+        &mount_o("rw,bogus_key=1"),
+        &[],
+    );
+    expect(
+        "L23",
+        "mount -o threads=lots",
+        &mount_o("threads=lots"),
+        &[],
+    );
+    expect("L24", "mount -o threads=0", &mount_o("threads=0"), &[]);
+    expect(
+        "L25",
+        "mount -o tier.c.create=true",
+        &mount_o("tier.c.create=true"),
+        &[("FILE", &cfg)],
+    );
+    // The helper says the same, with mount(8)'s exit code for a wrong option.
+    let o = tierfs(&[&cfg, &mnt, "-o", "bogus_key=1"]);
+    expect_text(
+        "helper -o bogus_key=1",
+        &o,
+        1,
+        &["refused mount option: bogus_key=1: not a tierfs mount option"],
+    );
+    assert!(!tierfs::daemon::is_mountpoint(&d.p("mnt")));
+    assert!(
+        !d.p("a/.tierfs-meta").exists(),
+        "a refused option touched a tier"
+    );
+}
+
+/// An ordinary user to run tierfs as: this process's own where it is not root, else the
+/// test user `tierfs-test` with a copy of the binary (the build folder may be closed to it).
+struct Ordinary {
+    name: String,
+    bin: PathBuf,
+    /// (uid, gid) to switch to; `None`: this process is that user.
+    ids: Option<(u32, u32)>,
+}
+
+impl Ordinary {
+    const USER: &'static str = "tierfs-test";
+
+    /// Whether there is one: always where we are not root, else the test user and setpriv.
+    fn available() -> Result<(), String> {
+        if is_root() {
+            user(Self::USER)?;
+            tool("setpriv", "util-linux")?;
+        }
+        Ok(())
+    }
+
+    /// The user ([`Ordinary::available`] first), owning `d`'s folder (so it may work there).
+    fn get(d: &Dir) -> Ordinary {
+        if !is_root() {
+            let o = Command::new("id").arg("-un").output().unwrap();
+            let name = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            return Ordinary {
+                name,
+                bin: tierfs_bin(),
+                ids: None,
+            };
+        }
+        // A hard link where it can be (a copy just written may be busy for exec a moment,
+        // see `output_of_copy`), else a copy.
+        let bin = d.p("tierfs");
+        if std::fs::hard_link(tierfs_bin(), &bin).is_err() {
+            std::fs::copy(tierfs_bin(), &bin).unwrap();
+        }
+        let (uid, gid) = user_ids(Self::USER).unwrap();
+        sh(&format!("chown -R {uid}:{gid} {}", q(d.d.path())));
+        Ordinary {
+            name: Self::USER.to_string(),
+            bin,
+            ids: Some((uid, gid)),
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        let mut c = match self.ids {
+            None => Command::new(&self.bin),
+            Some((uid, gid)) => {
+                let mut c = Command::new("setpriv");
+                c.arg(format!("--reuid={uid}"))
+                    .arg(format!("--regid={gid}"))
+                    .arg("--init-groups")
+                    .arg("--")
+                    .arg(&self.bin);
+                c
+            }
+        };
+        c.args(args).env("LC_ALL", "C").output().unwrap()
+    }
+
+    /// Makes `p` (a file or folder of `mode`) one this user may not read or search: root's
+    /// with `mode` where we are root, else the user's own with no permission at all.
+    /// Returns the `chmod` class (u, g or o) the user's bits are in.
+    fn keep_out(&self, p: &Path, mode: u32) -> &'static str {
+        let mode = if self.ids.is_some() { mode } else { 0 };
+        if self.ids.is_some() {
+            std::os::unix::fs::chown(p, Some(0), Some(0)).unwrap();
+        }
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        if self.ids.is_some() {
+            "o"
+        } else {
+            "u"
+        }
+    }
+}
+
+/// Issue 42: a config file or tier folder the user may not reach says which file or folder
+/// keeps it out and the chmod that would let it in (it said only "Permission denied").
+#[test]
+fn permission_rows() {
+    let d = Dir::new();
+    require!(Ordinary::available());
+    let who = Ordinary::get(&d);
+    let user = who.name.clone();
+    // C50: the file itself.
+    let cfg = d.write("secret.toml", &d.two());
+    let w = who.keep_out(&d.p("secret.toml"), 0o600);
+    let mnt = d.s("mnt");
+    let vars = [("FILE", cfg.as_str()), ("U", &user), ("N", NUM), ("W", w)];
+    expect(
+        "C50",
+        "check-config",
+        &who.run(&["check-config", &cfg]),
+        &vars,
+    );
+    expect(
+        "C50",
+        "mount",
+        &who.run(&["mount", "--config", &cfg, &mnt]),
+        &vars,
+    );
+    // C51: a folder on the way to it.
+    std::fs::create_dir(d.p("closed")).unwrap();
+    let inner = d.p("closed/c.toml");
+    std::fs::write(&inner, d.two()).unwrap();
+    let w = who.keep_out(&d.p("closed"), 0o700);
+    let (inner_s, closed) = (inner.to_str().unwrap(), d.s("closed"));
+    let vars = [
+        ("FILE", inner_s),
+        ("D", closed.as_str()),
+        ("U", &user),
+        ("N", NUM),
+        ("W", w),
+    ];
+    expect(
+        "C51",
+        "check-config",
+        &who.run(&["check-config", inner_s]),
+        &vars,
+    );
+    expect(
+        "C51",
+        "mount",
+        &who.run(&["mount", "--config", inner_s, &mnt]),
+        &vars,
+    );
+    // T17: a tier folder behind it.
+    let cfg = d.write(
+        "t17.toml",
+        &format!(
+            "[[tier]]\nname = \"a\"\npath = \"{}/a\"\nwrite_bandwidth = \"1GB/s\"\n",
+            closed
+        ),
+    );
+    let dir = d.s("closed/a");
+    let vars = [
+        ("FILE", cfg.as_str()),
+        ("DIR", dir.as_str()),
+        ("D", closed.as_str()),
+        ("U", &user),
+        ("N", NUM),
+        ("W", w),
+    ];
+    expect(
+        "T17",
+        "check-config",
+        &who.run(&["check-config", &cfg]),
+        &vars,
+    );
+    expect(
+        "T17",
+        "mount",
+        &who.run(&["mount", "--config", &cfg, &mnt]),
+        &vars,
+    );
+    assert!(!tierfs::daemon::is_mountpoint(&d.p("mnt")));
+    std::fs::set_permissions(d.p("closed"), std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Issue 42: a mount that fusermount3 refused (here: the user may not write the mountpoint)
+/// used to leave the tier folders initialised, `.tierfs-meta/` and `data/` in them and a
+/// folder it created. Now it removes what it made, and only that.
+#[test]
+fn refused_mount_leaves_the_tier_folders_as_they_were() {
+    require!(fuse());
+    require!(tool("fusermount3", "apt-get install fuse3"));
+    let d = Dir::new();
+    // `a` is new (the mount creates it); `b` is there, with a file of the user's.
+    std::fs::remove_dir(d.p("a")).unwrap();
+    std::fs::write(d.p("b/notes.txt"), b"mine").unwrap();
+    let cfg = d.write(
+        "T18.toml",
+        &format!(
+            "{}create = true\n{}",
+            d.tiers(&[("a", "a")]),
+            d.tiers(&[("b", "b")])
+        ),
+    );
+    require!(Ordinary::available());
+    let who = Ordinary::get(&d);
+    let ro = d.p("ro-mnt");
+    std::fs::create_dir(&ro).unwrap();
+    if let Some((uid, gid)) = who.ids {
+        std::os::unix::fs::chown(&ro, Some(uid), Some(gid)).unwrap();
+    }
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let o = who.run(&["mount", "--config", &cfg, ro.to_str().unwrap()]);
+    let mounted = tierfs::daemon::is_mountpoint(&ro);
+    if mounted {
+        let _ = tierfs(&["unmount", ro.to_str().unwrap()]);
+    }
+    expect(
+        "T18",
+        "mount on a mountpoint the user may not write",
+        &o,
+        &[("MNT", ro.to_str().unwrap())],
+    );
+    assert!(!mounted);
+    assert!(
+        !d.p("a").exists(),
+        "the tier folder the mount created is still there"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(d.p("b"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["notes.txt"], "b holds what the mount made");
+    assert_eq!(std::fs::read(d.p("b/notes.txt")).unwrap(), b"mine");
+}
+
+/// Issue 42: `[metrics] textfile` in a folder the daemon could not write is refused before
+/// anything is made; so is a folder that is not there, and an interval out of range.
+#[test]
+fn metrics_textfile_rows() {
+    config_row("C52", &format!("{T}[metrics]\ntextfile_interval = 0.1\n"));
+    let d = Dir::new();
+    let user = if is_root() {
+        "root".to_string()
+    } else {
+        let o = Command::new("id").arg("-un").output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let why = if is_root() {
+        "Read-only file system (os error 30)"
+    } else {
+        "Permission denied (os error 13)"
+    };
+    let mnt = d.s("mnt");
+    with_read_only_dir(&d, |ro| {
+        let ro_s = ro.to_str().unwrap().to_string();
+        let cfg = d.write(
+            "T19.toml",
+            &format!("{}[metrics]\ntextfile = \"{ro_s}/t.prom\"\n", d.two()),
+        );
+        let vars = [
+            ("FILE", cfg.as_str()),
+            ("DIR", ro_s.as_str()),
+            ("U", user.as_str()),
+            ("N", NUM),
+            ("WHY", why),
+        ];
+        expect(
+            "T19",
+            "mount",
+            &tierfs(&["mount", "--config", &cfg, &mnt]),
+            &vars,
+        );
+        // The flag says the same (the config file is still what the message names).
+        let plain = d.write("plain.toml", &d.two());
+        let o = tierfs(&[
+            "mount",
+            "--config",
+            &plain,
+            "--metrics-textfile",
+            &format!("{ro_s}/t.prom"),
+            &mnt,
+        ]);
+        expect(
+            "T19",
+            "mount --metrics-textfile",
+            &o,
+            &[("FILE", &plain), vars[1], vars[2], vars[3], vars[4]],
+        );
+    });
+    let gone = d.s("no-such-folder");
+    let cfg = d.write(
+        "T20.toml",
+        &format!("{}[metrics]\ntextfile = \"{gone}/t.prom\"\n", d.two()),
+    );
+    expect(
+        "T20",
+        "mount",
+        &tierfs(&["mount", "--config", &cfg, &mnt]),
+        &[("FILE", &cfg), ("DIR", &gone)],
+    );
+    assert!(!tierfs::daemon::is_mountpoint(&d.p("mnt")));
+    assert!(
+        !d.p("a/.tierfs-meta").exists(),
+        "the refusal came after the tiers were set up"
+    );
+}
+
+/// The ids in docs/ERRORS.md's tables and the ids this file checks are the same set.
 #[test]
 fn every_row_of_errors_md_is_tested() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -3,7 +3,8 @@
 //! CONFIG MOUNTPOINT -o OPTIONS` (what fuse3's mount.fuse runs), and through mount(8) itself:
 //! `mount -t fuse.tierfs` and an fstab line (`mount -T FSTAB`), by both helper routes.
 //! Each mount is checked in /proc/self/mountinfo (type fuse.tierfs, allow_other when asked)
-//! and by writing and reading a file through it.
+//! and by writing and reading a file through it. An fstab line may also name no config file
+//! (the source `tierfs`) and give the tiers as options.
 mod common;
 use common::*;
 use std::os::fd::AsRawFd;
@@ -134,8 +135,10 @@ fn helper_refuses_what_it_cannot_honour_and_fakes_with_f() {
             .unwrap();
         assert_eq!(o.status.code(), Some(1), "{opts}: {}", text(&o));
         assert!(text(&o).contains(needle), "{opts}: {}", text(&o));
-        assert!(
-            text(&o).contains("tierfs takes allow_other, degraded, force, reprobe"),
+        // An unknown option gets the list of what the helper takes.
+        assert_eq!(
+            text(&o).contains("tierfs takes the flags force, reprobe, nonempty, break_lock"),
+            opts == "rw,bogus",
             "{}",
             text(&o)
         );
@@ -150,7 +153,10 @@ fn helper_refuses_what_it_cannot_honour_and_fakes_with_f() {
         .unwrap();
     assert!(o.status.success(), "{}", text(&o));
     assert!(
-        text(&o).contains("tierfs mount --allow-other --config"),
+        text(&o).contains(&format!(
+            "tierfs mount --config {} -o mount.allow_other=true",
+            cfg.display()
+        )),
         "{}",
         text(&o)
     );
@@ -346,6 +352,73 @@ fn mount_8_and_fstab_mount_tierfs_by_both_helper_routes() {
     assert!(o.status.success(), "mount via mount.fuse: {}", text(&o));
     let m = s.adopt();
     check_mount(&m, true, "mount-fuse3.bin");
+    m.unmount();
+}
+
+/// Issue 42: an fstab line with no config file: the source `tierfs` and the tiers as options,
+/// through the helper called directly (any user) and through mount(8) and `mount -a` (root),
+/// which sees on its second run that the line is mounted.
+#[test]
+fn fstab_line_without_a_config_file() {
+    require!(fuse());
+    let s = Setup::two("whole-file");
+    std::fs::create_dir_all(s.mountpoint()).unwrap();
+    let opts = format!(
+        "nofail,tier.fast.path={},tier.fast.create=true,tier.fast.write_bandwidth=2GB/s,\
+         tier.slow.path={},tier.slow.create=true,tier.slow.write_bandwidth=1GB/s,\
+         log_file={},threads=16",
+        s.tier_path(0).display(),
+        s.tier_path(1).display(),
+        s.log_path().display()
+    );
+    let helper = helper_link(&s);
+    let o = Command::new(&helper)
+        .arg("tierfs")
+        .arg(s.mountpoint())
+        .args(["-o", &opts])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let m = s.adopt();
+    let line = mountinfo(&m.root()).expect("nothing mounted");
+    assert!(line.contains(" - fuse.tierfs tierfs "), "{line}");
+    let cfg = std::fs::read_to_string(m.path(".tierfs/config")).unwrap();
+    assert!(cfg.lines().any(|l| l == "threads = 16"), "{cfg}");
+    std::fs::write(m.path("x.bin"), pattern(1 << 20, 2)).unwrap();
+    assert_eq!(s.tiers_holding("x.bin").len(), 1);
+    m.unmount();
+
+    require!(root("mount -a with an fstab line needs root"));
+    let mut links = SystemLinks::lock();
+    assert!(
+        links.install(SBIN_HELPER),
+        "{SBIN_HELPER} exists and is not a test's link; this test needs the place for itself"
+    );
+    let fstab = s.dir.path().join("fstab");
+    std::fs::write(
+        &fstab,
+        format!(
+            "tierfs {} fuse.tierfs {opts} 0 0\n",
+            s.mountpoint().display()
+        ),
+    )
+    .unwrap();
+    for round in 0..2 {
+        let o = Command::new("mount")
+            .arg("-a")
+            .arg("-T")
+            .arg(&fstab)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "mount -a (round {round}): {}", text(&o));
+        assert!(!text(&o).contains("already"), "round {round}: {}", text(&o));
+    }
+    let m = s.adopt();
+    assert_eq!(
+        std::fs::metadata(m.path("x.bin")).unwrap().len(),
+        1 << 20,
+        "the first mount's file"
+    );
     m.unmount();
 }
 

@@ -31,12 +31,22 @@ pub struct Cli {
 pub enum Cmd {
     /// Mount the tiers of a config at MOUNTPOINT; returns once the mount answers.
     #[command(
-        after_help = "Examples:\n  mkdir -p /tmp/tierfs-demo-$USER && tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo-$USER\n  tierfs mount --force --config node.toml /local/tierfs     # after a job died: clear the dead mount\n  tierfs mount --foreground --config node.toml /local/tierfs  # stay attached (batch job steps)\n  tierfs mount --scratch --config job.toml /local/tierfs-$SLURM_JOB_ID  # swap files: gone at unmount\n  mount -t fuse.tierfs -o allow_other node.toml /local/tierfs   # through mount(8) (see man tierfs)\n\nThe daemon goes to the background once the mount answers; it logs to the config's\nlog_file or <first tier>/.tierfs-meta/daemon.log. On SIGTERM it unmounts itself\n(scratch: and removes the tier folders). A second daemon on the same tier folders is\nrefused; a lock left by a killed daemon of this host is taken over."
+        after_help = "Examples:\n  mkdir -p /tmp/tierfs-demo-$USER && tierfs mount --config mount-configs/demo.toml /tmp/tierfs-demo-$USER\n  tierfs mount --force --config node.toml /local/tierfs     # after a job died: clear the dead mount\n  tierfs mount --foreground --config node.toml /local/tierfs  # stay attached (batch job steps)\n  tierfs mount --scratch --config job.toml /local/tierfs-$SLURM_JOB_ID  # swap files: gone at unmount\n  tierfs mount -o tier.nvme.path=/local/x,tier.pfs.path=/lus/me/x,threads=32 /local/tierfs  # no config file\n  mount -t fuse.tierfs -o allow_other node.toml /local/tierfs   # through mount(8) (see man tierfs)\n\nThe daemon goes to the background once the mount answers; it logs to the config's\nlog_file or <first tier>/.tierfs-meta/daemon.log. On SIGTERM it unmounts itself\n(scratch: and removes the tier folders). A second daemon on the same tier folders is\nrefused; a lock left by a killed daemon of this host is taken over."
     )]
     Mount {
-        /// The TOML config naming the tiers.
+        /// The TOML config naming the tiers (optional where -o names them).
         #[arg(long, short)]
-        config: PathBuf,
+        config: Option<PathBuf>,
+        /// Mount options, comma-separated, repeatable: config keys as the file names them
+        /// (mount.threads=32, threads=32, tier.NAME.path=DIR adds a tier), over the file's;
+        /// also force, reprobe, nonempty, break_lock and what fstab lines carry (see
+        /// `man tierfs`, MOUNT OPTIONS).
+        #[arg(short = 'o', value_name = "KEY[=VALUE],...")]
+        options: Vec<String>,
+        /// Write the metrics (as `tierfs stat --prom`) to FILE every few seconds, for
+        /// node_exporter's textfile collector (also `textfile` under [metrics]).
+        #[arg(long, value_name = "FILE")]
+        metrics_textfile: Option<PathBuf>,
         /// Where to mount (an existing, empty directory; see --nonempty).
         mountpoint: PathBuf,
         /// Stay attached and log to stderr (or the config's log_file).

@@ -52,6 +52,8 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
     match cmd {
         Cmd::Mount {
             config,
+            options,
+            metrics_textfile,
             mountpoint,
             foreground,
             force,
@@ -62,22 +64,22 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             no_scratch,
             allow_other,
             nonempty,
-        } => daemon::mount(&MountOptions {
-            config,
-            mountpoint,
-            foreground,
-            force,
-            reprobe,
-            degraded,
-            break_lock,
-            scratch: match (scratch, no_scratch) {
+        } => {
+            let mut m = MountOptions::new(config, mountpoint);
+            m.foreground = foreground;
+            m.force = force;
+            m.reprobe = reprobe;
+            m.degraded = degraded;
+            m.break_lock = break_lock;
+            m.scratch = match (scratch, no_scratch) {
                 (true, _) => Some(true),
                 (_, true) => Some(false),
                 _ => None,
-            },
-            allow_other,
-            nonempty,
-        }),
+            };
+            m.allow_other = allow_other;
+            m.nonempty = nonempty;
+            mount_with_options(m, &options, metrics_textfile.as_deref())
+        }
         Cmd::Run {
             print_library,
             command,
@@ -135,6 +137,31 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+/// `tierfs mount` with its `-o` options (the mount helper's grammar) and
+/// `--metrics-textfile` applied.
+fn mount_with_options(
+    mut m: MountOptions,
+    options: &[String],
+    textfile: Option<&Path>,
+) -> Result<(), Failure> {
+    let items: Vec<String> = options
+        .iter()
+        .flat_map(|o| crate::mount_helper::split_options(o))
+        .collect();
+    for n in crate::mount_helper::apply(&mut m, &items, false)? {
+        eprintln!("tierfs: note: {n}");
+    }
+    if let Some(t) = textfile {
+        let item = format!("metrics.textfile={}", t.display());
+        let ov = crate::config::parse_option(&item)
+            .map_err(|e| Failure::usage(format!("--metrics-textfile: {e}")))?
+            .expect("metrics.textfile is a config key");
+        m.overrides.push(ov);
+    }
+    crate::mount_helper::check_source(&m)?;
+    daemon::mount(&m)
 }
 
 /// `tierfs stat` once: the table, the raw stats.json, or the Prometheus text.

@@ -111,6 +111,20 @@ impl MountConfig {
                 let _ = writeln!(s, "# max_file: not set, a quarter of size");
             }
         }
+        let _ = writeln!(s, "\n[metrics]");
+        match &self.metrics.textfile {
+            Some(p) => {
+                let _ = writeln!(s, "textfile = {}", path_str(p));
+            }
+            None => {
+                let _ = writeln!(s, "# textfile: not set, no metrics file written");
+            }
+        }
+        let _ = writeln!(
+            s,
+            "textfile_interval = {:?}",
+            self.metrics.textfile_interval
+        );
         s
     }
 }

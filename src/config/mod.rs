@@ -40,20 +40,32 @@
 //! degraded = false                    # mount without a tier whose folder is missing or unusable
 //! transport = "auto"                  # "auto" | "uring" | "dev": FUSE over io_uring or /dev/fuse
 //! scratch = false                     # unmount discards the data and removes the tier folders
+//!
+//! [metrics]
+//! textfile = "/var/lib/node_exporter/tierfs-${USER}.prom"  # the daemon writes .tierfs/metrics there
+//! textfile_interval = 5               # seconds between writes (0.5..=3600)
 //! ```
+//!
+//! Every key can also be given as a mount option (`tierfs mount -o mount.threads=32`, an
+//! fstab line), on top of the file or without one: see `overrides`.
 
 //!
 //! The submodules follow the file: `raw` is the file as written; `tiers`, `placement`,
-//! `mount` and `cache` validate one section each into its part of the plan; `vars` expands
+//! `mount`, `cache` and `metrics` validate one section each into its part of the plan;
+//! `overrides` applies mount options to the raw file; `access` explains a folder or file
+//! this user may not read; `vars` expands
 //! `${NAME}`; `problems` gathers what is wrong; `effective` writes the plan back as TOML;
 //! `tier_dirs` holds the checks that touch the disk. Every public item is re-exported here,
 //! so the rest of tierfs names it `crate::config::X`.
 
 use std::path::{Path, PathBuf};
 
+mod access;
 mod cache;
 mod effective;
+mod metrics;
 mod mount;
+mod overrides;
 mod placement;
 mod problems;
 mod raw;
@@ -61,13 +73,19 @@ mod tier_dirs;
 mod tiers;
 mod vars;
 
+pub use access::who as who_am_i;
 pub use cache::{
     CacheConfig, CachePolicy, CacheSection, CacheSize, DEFAULT_PREFETCH, DEFAULT_WRITEBACK_DELAY,
     MIN_CACHE,
 };
+pub use metrics::{MetricsSection, DEFAULT_TEXTFILE_INTERVAL};
 pub use mount::{
     Direct, EngineKind, MountSection, Passthrough, Transport, DEFAULT_STATS_DIR, DEFAULT_THREADS,
     MAX_THREADS,
+};
+pub use overrides::{
+    names_a_tier, parse as parse_option, short_name, Key as OptionKey, Kind as OptionKind,
+    Override, KEYS as OPTION_KEYS, NO_FILE,
 };
 pub use placement::{
     default_layout, default_layout_for, Layout, PlacementConfig, DEFAULT_LAYOUT, DEFAULT_MIN_SHARE,
@@ -96,24 +114,14 @@ pub struct MountConfig {
     pub mount: MountSection,
     /// `[cache]`: the host-memory tier (staging). No section is `size = "auto"`.
     pub cache: CacheSection,
+    /// `[metrics]`: the metrics the daemon writes out itself.
+    pub metrics: MetricsSection,
 }
 
 impl MountConfig {
     /// Reads, parses and validates a config file.
     pub fn load(path: &Path) -> Result<MountConfig, ConfigError> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            let ok = &e.as_bytes()[..e.utf8_error().valid_up_to()];
-            let line = ok.iter().filter(|b| **b == b'\n').count() + 1;
-            ConfigError::Invalid(format!(
-                "{}:{line}: not UTF-8 text (byte {} of the file); TOML config files must be \
-                 UTF-8",
-                path.display(),
-                ok.len() + 1
-            ))
-        })?;
-        Self::parse(&text, path)
+        Self::parse(&read_config_text(path)?, path)
     }
 
     /// Parses and validates config text; `source` is only used in messages. `${NAME}` in
@@ -133,35 +141,67 @@ impl MountConfig {
         let file = source.display().to_string();
         let raw: RawConfig =
             toml::from_str(text).map_err(|e| problems::toml_error(text, &file, &e))?;
-        let mut p = Problems::new(file);
-        // Section by section in the order of their messages; the placement defaults depend
-        // on the tiers and on `mount.passthrough`, so that section is put together last.
-        let tiers = tiers::parse_tiers(&raw.tier, vars, &mut p);
-        let layout = placement::parse_layout(raw.placement.layout.as_deref(), &mut p);
-        let stripe_unit = placement::parse_stripe_unit(raw.placement.stripe_unit.as_ref(), &mut p);
-        let mount = mount::parse_mount(&raw.mount, vars, &mut p);
-        let cache = match &raw.cache {
-            Some(c) => cache::parse_cache(c, &mut p).unwrap_or_default(),
-            None => CacheSection::default(),
-        };
-        let min_share = placement::parse_min_share(raw.placement.min_share, &mut p);
-        let placement = PlacementConfig {
-            layout: layout.unwrap_or_else(|| default_layout(mount.passthrough)),
-            stripe_unit,
-            adapt: raw
-                .placement
-                .adapt
-                .unwrap_or_else(|| placement::default_adapt(&tiers)),
-            min_share,
-        };
-        p.into_result(MountConfig {
-            source: source.to_path_buf(),
-            tiers,
-            placement,
-            mount,
-            cache,
-        })
+        validate(raw, source, vars, Problems::new(file))
     }
+}
+
+/// A config file's text; a file that cannot be read or is not UTF-8 is named, with the fix.
+fn read_config_text(path: &Path) -> Result<String, ConfigError> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        ConfigError::Invalid(format!(
+            "{}: {e}{}",
+            path.display(),
+            access::why_unreadable(path, &e)
+        ))
+    })?;
+    String::from_utf8(bytes).map_err(|e| {
+        let ok = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = ok.iter().filter(|b| **b == b'\n').count() + 1;
+        ConfigError::Invalid(format!(
+            "{}:{line}: not UTF-8 text (byte {} of the file); TOML config files must be \
+             UTF-8",
+            path.display(),
+            ok.len() + 1
+        ))
+    })
+}
+
+/// The raw file validated into the plan, every problem gathered in `p`.
+fn validate(
+    raw: RawConfig,
+    source: &Path,
+    vars: &dyn Fn(&str) -> Option<String>,
+    mut p: Problems,
+) -> Result<MountConfig, ConfigError> {
+    // Section by section in the order of their messages; the placement defaults depend
+    // on the tiers and on `mount.passthrough`, so that section is put together last.
+    let tiers = tiers::parse_tiers(&raw.tier, vars, &mut p);
+    let layout = placement::parse_layout(raw.placement.layout.as_deref(), &mut p);
+    let stripe_unit = placement::parse_stripe_unit(raw.placement.stripe_unit.as_ref(), &mut p);
+    let mount = mount::parse_mount(&raw.mount, vars, &mut p);
+    let cache = match &raw.cache {
+        Some(c) => cache::parse_cache(c, &mut p).unwrap_or_default(),
+        None => CacheSection::default(),
+    };
+    let min_share = placement::parse_min_share(raw.placement.min_share, &mut p);
+    let metrics = metrics::parse_metrics(&raw.metrics, vars, &mut p);
+    let placement = PlacementConfig {
+        layout: layout.unwrap_or_else(|| default_layout(mount.passthrough)),
+        stripe_unit,
+        adapt: raw
+            .placement
+            .adapt
+            .unwrap_or_else(|| placement::default_adapt(&tiers)),
+        min_share,
+    };
+    p.into_result(MountConfig {
+        source: source.to_path_buf(),
+        tiers,
+        placement,
+        mount,
+        cache,
+        metrics,
+    })
 }
 
 /// What the tests of every section parse.

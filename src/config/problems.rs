@@ -11,6 +11,9 @@ use super::ConfigError;
 pub(super) struct Problems {
     file: String,
     list: Vec<String>,
+    /// Keys whose value came from a mount option (the key, the option as written): their
+    /// problems are named by the option instead of the file.
+    options: Vec<(String, String)>,
 }
 
 impl Problems {
@@ -19,11 +22,22 @@ impl Problems {
         Problems {
             file,
             list: Vec::new(),
+            options: Vec::new(),
         }
     }
 
+    /// Names the problems of these keys (`mount.threads`, `tier[1].path`) by the mount
+    /// option that set them (`-o threads=0: mount.threads: ...`).
+    pub(super) fn name_by_options(&mut self, options: Vec<(String, String)>) {
+        self.options = options;
+    }
+
     pub(super) fn add(&mut self, key: &str, msg: impl fmt::Display) {
-        self.list.push(format!("{}: {key}: {msg}", self.file));
+        let by = match self.options.iter().find(|(k, _)| k == key) {
+            Some((_, opt)) => format!("-o {opt}"),
+            None => self.file.clone(),
+        };
+        self.list.push(format!("{by}: {key}: {msg}"));
     }
 
     /// How many problems were found so far.

@@ -19,6 +19,16 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) mount: RawMount,
     pub(super) cache: Option<RawCache>,
+    #[serde(default)]
+    pub(super) metrics: RawMetrics,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMetrics {
+    pub(super) textfile: Option<String>,
+    pub(super) textfile_interval: Option<f64>,
 }
 
 /// `[cache]`.

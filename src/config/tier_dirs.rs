@@ -197,7 +197,17 @@ impl MountConfig {
                     Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
                 }
             }
-            Err(e) => return Err(format!("cannot inspect {}: {e}", dir.display())),
+            Err(e) => {
+                let hint = match e.kind() {
+                    io::ErrorKind::PermissionDenied => super::access::unsearchable_hint(dir),
+                    _ => None,
+                };
+                return Err(format!(
+                    "cannot inspect {}: {e}{}",
+                    dir.display(),
+                    hint.unwrap_or_default()
+                ));
+            }
         }
         if let Err(e) = check_writable(dir) {
             return Err(format!(

@@ -167,7 +167,7 @@ pub fn home_dir() -> io::Result<String> {
 }
 
 /// (name, home folder) of the effective uid, from `getpwuid_r(3)`.
-fn passwd_entry() -> io::Result<(String, String)> {
+pub(super) fn passwd_entry() -> io::Result<(String, String)> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let uid = unsafe { libc::geteuid() };
     let mut buf = vec![0u8; 4096];

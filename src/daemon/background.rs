@@ -7,6 +7,7 @@
 //! before that (`ERR CODE MESSAGE`) is printed by the parent with the child's own message
 //! and exit code.
 
+use super::fresh::Before;
 use super::options::MountOptions;
 use crate::config::MountConfig;
 use crate::failure::Failure;
@@ -23,8 +24,13 @@ pub(super) fn is_background_child() -> bool {
     std::env::var_os(READY_FD_ENV).is_some()
 }
 
-/// Starts the daemon as a detached child and waits until it has mounted.
-pub(super) fn spawn_background(opts: &MountOptions, config: &MountConfig) -> Result<(), Failure> {
+/// Starts the daemon as a detached child and waits until it has mounted; `before`: what the
+/// tier folders held before this mount (the child removes what was new if it fails).
+pub(super) fn spawn_background(
+    opts: &MountOptions,
+    config: &MountConfig,
+    before: &Before,
+) -> Result<(), Failure> {
     let mut fds = [0i32; 2];
     // SAFETY: fds is a valid array of two ints for pipe2 to fill.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -53,7 +59,9 @@ pub(super) fn spawn_background(opts: &MountOptions, config: &MountConfig) -> Res
         .map_err(|e| Failure::runtime(format!("cannot open log file {}: {e}", log.display())))?;
     let mut cmd = daemon_command(exe, opts);
     let child_fd = write_end.as_raw_fd();
+    let (before_env, before_val) = before.env();
     cmd.env(READY_FD_ENV, child_fd.to_string())
+        .env(before_env, before_val)
         .env("TIERFS_LOG_FILE", &log)
         .stdin(Stdio::null())
         .stdout(
@@ -83,10 +91,14 @@ pub(super) fn spawn_background(opts: &MountOptions, config: &MountConfig) -> Res
 /// The same `tierfs mount` again, to run as the daemon (it stays in the foreground).
 fn daemon_command(exe: PathBuf, opts: &MountOptions) -> Command {
     let mut cmd = Command::new(exe);
-    cmd.arg("mount")
-        .arg("--config")
-        .arg(&opts.config)
-        .arg(&opts.mountpoint);
+    cmd.arg("mount");
+    if let Some(c) = &opts.config {
+        cmd.arg("--config").arg(c);
+    }
+    for o in &opts.overrides {
+        cmd.arg("-o").arg(o.as_option());
+    }
+    cmd.arg(&opts.mountpoint);
     if opts.reprobe {
         cmd.arg("--reprobe");
     }

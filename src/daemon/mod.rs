@@ -9,17 +9,21 @@
 //! - `serve`: from opened tiers to an answering mount and its helper threads;
 //! - `shutdown`: signals, the daemon's own unmount, write-back and the lost report at exit;
 //! - `scratch`: removing a scratch mount's data, also what a killed daemon left;
+//! - `fresh`: what the tier folders held before, so a failed mount removes what it made;
 //! - `mountinfo`: what is mounted where, and whether its daemon answers;
 //! - `unmount`: asking the kernel to unmount, and `tierfs unmount` ([`unmount`]);
-//! - `lost`: the report of data an unmount could not write back.
+//! - `lost`: the report of data an unmount could not write back;
+//! - `textfile`: the metrics file the daemon writes for node_exporter (`[metrics]`).
 
 mod background;
+mod fresh;
 mod lost;
 mod mountinfo;
 mod options;
 mod scratch;
 mod serve;
 mod shutdown;
+mod textfile;
 mod tiers;
 mod unmount;
 
@@ -94,7 +98,13 @@ fn refuse_nonempty(mp: &std::path::Path) -> Result<(), Failure> {
 
 /// `tierfs mount`.
 pub fn mount(opts: &MountOptions) -> Result<(), Failure> {
-    let mut config = MountConfig::load(&opts.config).map_err(|e| Failure::usage(e.to_string()))?;
+    let mut config = MountConfig::load_with(opts.config.as_deref(), &opts.overrides)
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    // Before anything is created in the tier folders (by this command or, for the
+    // background daemon, by the command that started it).
+    let before = fresh::Before::inherited_or_survey(&config);
+    // Before the tier folders are made: a refusal leaves nothing behind.
+    textfile::check(&config, &opts.mountpoint)?;
     if let Some(scratch) = opts.scratch {
         config.mount.scratch = scratch;
     }
@@ -123,8 +133,8 @@ pub fn mount(opts: &MountOptions) -> Result<(), Failure> {
         scratch::mark(&config, plans)?;
     }
     if opts.foreground || background::is_background_child() {
-        serve::run_daemon(opts, &config)
+        serve::run_daemon(opts, &config, &before)
     } else {
-        background::spawn_background(opts, &config)
+        background::spawn_background(opts, &config, &before)
     }
 }

@@ -5,6 +5,7 @@
 //! so a failed mount is reported by `tierfs mount` with its own message and exit code.
 
 use super::background::Ready;
+use super::fresh::Before;
 use super::lost::{lost_report_path, prepare_lost_report};
 use super::mountinfo::resolve_outer;
 use super::options::MountOptions;
@@ -21,9 +22,13 @@ use std::time::{Duration, Instant};
 
 /// Runs the daemon in this process until the mount is gone; a failure is also handed to
 /// the parent waiting in the background fork, if there is one.
-pub(super) fn run_daemon(opts: &MountOptions, config: &MountConfig) -> Result<(), Failure> {
+pub(super) fn run_daemon(
+    opts: &MountOptions,
+    config: &MountConfig,
+    before: &Before,
+) -> Result<(), Failure> {
     let mut ready = Ready::from_env();
-    let r = serve(opts, config, &mut ready);
+    let r = serve(opts, config, before, &mut ready);
     if let Err(f) = &r {
         ready.fail(f);
         log::error!("{f}");
@@ -31,7 +36,12 @@ pub(super) fn run_daemon(opts: &MountOptions, config: &MountConfig) -> Result<()
     r
 }
 
-fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result<(), Failure> {
+fn serve(
+    opts: &MountOptions,
+    config: &MountConfig,
+    before: &Before,
+    ready: &mut Ready,
+) -> Result<(), Failure> {
     crate::logging::init(config.mount.log_file.as_deref());
     install_signal_handlers();
     raise_fd_limit();
@@ -46,7 +56,9 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
     let tiers = open_tiers_degraded(config, opts.reprobe, &missing, &lock, |m| {
         ready.say(&format!("MSG {m}"))
     })?;
-    check_tiers(config, &tiers, &mountpoint)?;
+    // From here until the mount exists the tiers' locks are ours: a failure removes what
+    // this mount made in the tier folders (`undo`) while they still are.
+    check_tiers(config, &tiers, &mountpoint).map_err(|f| undo(f, config, before))?;
     super::tiers::record_identities(config, &tiers);
     if !config.mount.scratch {
         super::scratch::unmark(&tiers);
@@ -54,19 +66,23 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
     // A report of an earlier daemon on these tiers is stale now.
     let lost_report = lost_report_path(&tiers[0].root);
     prepare_lost_report(&lost_report);
+    // Its failure drops the tiers, and their locks, with it: nothing is removed then.
     let fs = load_core(config, tiers)?;
-    let transport = transport(config)?;
-    let session = crate::fuse::Session::start(
-        fs.clone(),
-        &opts.mountpoint,
-        &crate::fuse::SessionOptions {
-            source: mount_source(&config.source),
-            allow_other: config.mount.allow_other,
-            threads: config.mount.threads,
-            transport,
-        },
-    )
-    .map_err(Failure::runtime)?;
+    let session = transport(config)
+        .and_then(|transport| {
+            crate::fuse::Session::start(
+                fs.clone(),
+                &opts.mountpoint,
+                &crate::fuse::SessionOptions {
+                    source: mount_source(opts.config.as_deref()),
+                    allow_other: config.mount.allow_other,
+                    threads: config.mount.threads,
+                    transport,
+                },
+            )
+            .map_err(Failure::runtime)
+        })
+        .map_err(|f| undo(f, config, before))?;
     wait_until_answering(&opts.mountpoint, &config.mount.stats_dir)?;
     log::info!(
         "mounted {} (pid {})",
@@ -75,12 +91,16 @@ fn serve(opts: &MountOptions, config: &MountConfig, ready: &mut Ready) -> Result
     );
     start_threads(&fs)?;
     let mut direct = start_direct(&fs, &opts.mountpoint, &session);
+    let textfile = super::textfile::Writer::start(&fs, config, &opts.mountpoint)?;
     ready.ok();
     shutdown::wait_for_end(&session, &opts.mountpoint, &mountpoint);
     if let Some(d) = direct.as_mut() {
         d.stop();
     }
     session.join();
+    if let Some(t) = textfile {
+        t.stop();
+    }
     shutdown::finish(&fs, config, &mountpoint, &lost_report)
 }
 
@@ -252,10 +272,33 @@ fn start_threads(fs: &Arc<TierFs>) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A mount that failed before it existed: what it made in the tier folders goes (the
+/// tiers' locks still held), and the message says so.
+fn undo(f: Failure, config: &MountConfig, before: &Before) -> Failure {
+    let removed = before.undo(config);
+    if removed.is_empty() {
+        return f;
+    }
+    let list: Vec<String> = removed.iter().map(|p| p.display().to_string()).collect();
+    log::info!("removed what this mount had made: {}", list.join(", "));
+    Failure {
+        code: f.code,
+        message: format!(
+            "{}\nthe tier folders are left as they were before this mount (removed {})",
+            f.message,
+            list.join(", ")
+        ),
+    }
+}
+
 /// The mount's source in /proc/self/mountinfo: the config file, as an fstab line names it,
-/// so `mount -a` sees the line is mounted. A path that mount options cannot carry (a comma,
-/// white space) is shown as plain "tierfs".
-fn mount_source(config: &Path) -> String {
+/// so `mount -a` sees the line is mounted; without one, "tierfs", the source such a line
+/// gives ([`crate::mount_helper::NO_CONFIG`]). A path that mount options cannot carry (a
+/// comma, white space) is shown as plain "tierfs" too.
+fn mount_source(config: Option<&Path>) -> String {
+    let Some(config) = config else {
+        return "tierfs".to_string();
+    };
     let abs = std::path::absolute(config).unwrap_or_else(|_| config.to_path_buf());
     match abs.to_str() {
         Some(s) if !s.contains(|c: char| c == ',' || c == '\\' || c.is_whitespace()) => {

@@ -88,7 +88,7 @@ EOF
 ALLOWED=(
 )
 [ -s "$WORK/daemon.log" ] || { echo "FAIL: no daemon log at $WORK/daemon.log" >&2; exit 1; }
-bad=$(grep -E '^[0-9]+\.[0-9]+ +(WARN|ERROR) ' "$WORK/daemon.log" || true)
+bad=$(grep -E '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+Z +(WARN|ERROR) ' "$WORK/daemon.log" || true)
 for re in "${ALLOWED[@]}"; do
   bad=$(printf '%s\n' "$bad" | grep -vE "$re" || true)
 done

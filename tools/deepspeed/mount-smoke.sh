@@ -11,7 +11,8 @@
 # "64MiB": mount with a host-memory cache of that size, "off" for none; default: the
 # automatic size, as a config without [cache] gets), DIRECT=1 (the training on the mount
 # runs under `tierfs run`: its swap files on the direct path, which must have served
-# them), WORK (temp folder),
+# some; files staging memory holds are served from memory, so bound it with CACHE), WORK
+# (temp folder),
 # and everything smoke.sh reads (TIERFS_DS_VENV, TORCH_EXTENSIONS_DIR, SMOKE_STEPS).
 # The first run on a machine installs torch and deepspeed into a venv outside the repo
 # (~3 GB of wheels) and JIT-builds DeepSpeed's ops (~6.5 min on 2 cores).

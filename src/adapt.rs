@@ -231,3 +231,268 @@ mod tests {
         assert_eq!(paused, vec![false, true]);
     }
 }
+
+/// The job-wide pause rule of a shared tier ([`shared_view`] and
+/// [`placement::shares_paused_by`]), run on ledger states as a job's nodes publish them:
+/// N real [`crate::coord::SharedTier`]s on one ledger folder, ticked once a second with
+/// noisy traffic. docs/SHARED-TIER.md, "The pause rule", names these tests.
+#[cfg(test)]
+mod pause_rule {
+    use super::*;
+    use crate::coord::{Counters, SharedTier};
+    use std::time::{Duration, Instant};
+
+    const FAST: f64 = 960e6;
+    /// The bench's shared tier: 400/300 MB/s, 343 MB/s effective.
+    const SLOW: f64 = 343e6;
+    const MIN_SHARE: f64 = 0.10;
+
+    /// A small deterministic generator: the same noise every run, none of it tuned.
+    struct Noise(u64);
+    impl Noise {
+        /// Uniform in [lo, hi).
+        fn in_range(&mut self, lo: f64, hi: f64) -> f64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            lo + (hi - lo) * (self.0 >> 11) as f64 / (1u64 << 53) as f64
+        }
+        fn chance(&mut self, p: f64) -> bool {
+            self.in_range(0.0, 1.0) < p
+        }
+    }
+
+    /// What one node does on the shared tier in one second.
+    struct Second {
+        /// Bytes/s it gets while it has requests in flight (0: it sent none).
+        busy_rate: f64,
+        /// Fraction of the second it had requests in flight.
+        busy: f64,
+        saturated: bool,
+    }
+
+    /// A job of N nodes sharing one tier, each with its own pause state for its
+    /// [fast, shared] tiers.
+    struct Job {
+        _dir: tempfile::TempDir,
+        nodes: Vec<SharedTier>,
+        counters: Vec<Counters>,
+        paused: Vec<Vec<bool>>,
+        /// Pause/resume flips per node so far.
+        flips: Vec<usize>,
+        t0: Instant,
+        second: u64,
+        noise: Noise,
+    }
+
+    impl Job {
+        fn new(n: usize, seed: u64) -> Job {
+            let dir = tempfile::tempdir().unwrap();
+            let ledger = crate::coord::ledger_dir(dir.path(), "job", "pfs");
+            let nodes: Vec<SharedTier> = (0..n)
+                .map(|i| SharedTier::new(ledger.clone(), &format!("n{i}"), SLOW))
+                .collect();
+            let t0 = Instant::now();
+            for s in &nodes {
+                s.tick(t0, Counters::default(), false).unwrap();
+            }
+            Job {
+                _dir: dir,
+                nodes,
+                counters: vec![Counters::default(); n],
+                paused: vec![vec![false, false]; n],
+                flips: vec![0; n],
+                t0,
+                second: 0,
+                noise: Noise(seed),
+            }
+        }
+
+        fn is_paused(&self, i: usize) -> bool {
+            self.paused[i][1]
+        }
+
+        /// One second of the job: `traffic(node, paused, noise)` says what each node does
+        /// on the shared tier; every node publishes, reads the ledger and judges its pause
+        /// from its plan and its own noisy estimates, as `recompute_shares` does.
+        fn tick(&mut self, mut traffic: impl FnMut(usize, bool, &mut Noise) -> Second) {
+            self.second += 1;
+            let now = self.t0 + Duration::from_secs(self.second);
+            for i in 0..self.nodes.len() {
+                let s = traffic(i, self.is_paused(i), &mut self.noise);
+                let moved = (s.busy_rate * s.busy) as u64;
+                let c = &mut self.counters[i];
+                c.tier_bytes += moved;
+                c.tier_busy_ns += (s.busy * 1e9) as u64;
+                // The node's work through all its tiers: about three times the shared
+                // tier's part, more or less each second.
+                c.all_bytes += moved + (self.noise.in_range(2.0, 4.0) * SLOW / 4.0) as u64;
+                let plan = self.nodes[i].tick(now, *c, s.saturated).unwrap();
+                // Its own estimates: the fast tier about as stated, the shared one what
+                // this node gets while it uses it (its part, give or take).
+                let own_slow = if s.busy_rate > 0.0 {
+                    s.busy_rate * self.noise.in_range(0.7, 1.3)
+                } else {
+                    plan.allot_bps * self.noise.in_range(0.7, 1.3)
+                };
+                let mut bws = vec![FAST * self.noise.in_range(0.9, 1.1), own_slow];
+                let judge = shared_view(&mut bws, &[None, Some(plan)]);
+                let was = self.is_paused(i);
+                placement::shares_paused_by(&judge, &bws, MIN_SHARE, &mut self.paused[i]);
+                if self.is_paused(i) != was {
+                    self.flips[i] += 1;
+                }
+            }
+        }
+    }
+
+    /// A busy job's second on a tier giving the job `cap` bytes/s in all: each node is in
+    /// its I/O phase most seconds; the nodes in it share the tier (each gets its part of
+    /// `cap`, noisy) and often see it queue.
+    fn busy_job(n: usize, cap: f64) -> impl FnMut(usize, bool, &mut Noise) -> Second {
+        let mut active = 0usize;
+        move |i, paused, noise| {
+            if i == 0 {
+                active = 0;
+            }
+            if paused || !noise.chance(0.85) {
+                // Between its swaps (or sending the tier no new data): a trickle.
+                return Second {
+                    busy_rate: 0.0,
+                    busy: 0.0,
+                    saturated: false,
+                };
+            }
+            active += 1;
+            // At least its own share of the nodes in the phase, more when few are.
+            let sharers = (n as f64 * noise.in_range(0.5, 1.0)).max(active as f64);
+            Second {
+                busy_rate: cap / sharers * noise.in_range(0.8, 1.2),
+                busy: noise.in_range(0.3, 1.0),
+                saturated: noise.chance(0.6),
+            }
+        }
+    }
+
+    fn steady_state_never_flips(n: usize) {
+        // Each node's fair part is under min_share by arithmetic alone.
+        let part = SLOW / n as f64;
+        assert!(part / (part + FAST) < MIN_SHARE);
+        for seed in 1..=5u64 {
+            let mut job = Job::new(n, seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let mut traffic = busy_job(n, SLOW);
+            for _ in 0..180 {
+                job.tick(&mut traffic);
+            }
+            assert_eq!(job.flips, vec![0; n], "N = {n}, seed {seed}: flips");
+            // What was judged: the tier's capacity, not the node's part.
+            let p = job.nodes[0].plan().unwrap();
+            assert_eq!(p.live, n);
+            assert!(
+                p.capacity_bps / (p.capacity_bps + FAST) >= MIN_SHARE * 1.5,
+                "{p:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_fair_part_under_min_share_never_pauses_at_four_nodes() {
+        steady_state_never_flips(4);
+    }
+
+    #[test]
+    fn a_fair_part_under_min_share_never_pauses_at_eight_nodes() {
+        steady_state_never_flips(8);
+    }
+
+    #[test]
+    fn judged_on_its_part_alone_the_same_tier_would_pause() {
+        // The counterfactual that makes the two tests above mean something: the same
+        // states, judged on each node's own estimate (its part), pause the tier.
+        let n = 8;
+        let mut job = Job::new(n, 7);
+        let mut traffic = busy_job(n, SLOW);
+        for _ in 0..10 {
+            job.tick(&mut traffic);
+        }
+        let p = job.nodes[0].plan().unwrap();
+        let mut paused = vec![false, false];
+        placement::shares_paused_by(
+            &[FAST, p.allot_bps],
+            &[FAST, p.allot_bps],
+            MIN_SHARE,
+            &mut paused,
+        );
+        assert_eq!(paused, vec![false, true], "{p:?}");
+    }
+
+    #[test]
+    fn a_capacity_hovering_at_min_share_flips_at_most_once() {
+        // The job's capacity of the tier wanders between 8 % and 14 % of the pair (under
+        // and over min_share, always under the resume point): at N = 4 and N = 8, over
+        // ten minutes of ticks, each node pauses at most once and never comes back.
+        for n in [4usize, 8] {
+            let mut noise = Noise(0x5eed + n as u64);
+            let mut paused = vec![false, false];
+            let mut flips = 0;
+            for _ in 0..600 {
+                let s = noise.in_range(0.08, 0.14);
+                let cap = FAST * s / (1.0 - s);
+                let plan = Plan {
+                    live: n,
+                    capacity_bps: cap,
+                    allot_bps: cap / n as f64 * noise.in_range(0.5, 1.5),
+                };
+                let mut bws = vec![FAST, plan.allot_bps * noise.in_range(0.7, 1.3)];
+                let judge = shared_view(&mut bws, &[None, Some(plan)]);
+                let was = paused[1];
+                placement::shares_paused_by(&judge, &bws, MIN_SHARE, &mut paused);
+                flips += usize::from(paused[1] != was);
+            }
+            assert!(flips <= 1, "N = {n}: {flips} flips");
+            assert!(paused[1], "N = {n}: 8 % came, and it paused");
+        }
+    }
+
+    fn foreign_writer_pauses_then_resumes_once(n: usize) {
+        let mut job = Job::new(n, 11 + n as u64);
+        let mut calm = busy_job(n, SLOW);
+        for _ in 0..30 {
+            job.tick(&mut calm);
+        }
+        assert_eq!(job.flips, vec![0; n]);
+        // A foreign writer takes the tier: the job gets 30 MB/s of it in all, and every
+        // node in its I/O phase sees the queue.
+        let mut loaded = busy_job(n, 30e6);
+        let mut writer = |i: usize, paused: bool, noise: &mut Noise| Second {
+            saturated: !paused,
+            ..loaded(i, paused, noise)
+        };
+        for s in 1..=10 {
+            job.tick(&mut writer);
+            if s < crate::coord::FALL_HOLD {
+                // A fall counts only once it has held.
+                assert_eq!(job.flips, vec![0; n], "second {s} of the writer");
+            }
+        }
+        assert!((0..n).all(|i| job.is_paused(i)), "{:?}", job.paused);
+        assert_eq!(job.flips, vec![1; n]);
+        // It leaves. Paused, the nodes send the tier nothing; the capacity glides back
+        // to the probed figure and the tier resumes, once, and stays in use.
+        for _ in 0..120 {
+            job.tick(&mut calm);
+        }
+        assert!((0..n).all(|i| !job.is_paused(i)), "{:?}", job.paused);
+        assert_eq!(job.flips, vec![2; n], "paused once, resumed once");
+    }
+
+    #[test]
+    fn a_foreign_writer_pauses_the_tier_and_its_leaving_resumes_it_once_at_four_nodes() {
+        foreign_writer_pauses_then_resumes_once(4);
+    }
+
+    #[test]
+    fn a_foreign_writer_pauses_the_tier_and_its_leaving_resumes_it_once_at_eight_nodes() {
+        foreign_writer_pauses_then_resumes_once(8);
+    }
+}

@@ -30,7 +30,7 @@ def opt_median(path):
 ratios = {}
 for out in args:
     for f in glob.glob(f"{out}/res/N*-r*-node*.json"):
-        m = re.match(r".*/N(\d+)-(\w+)-r(\d+)-node(\d+)\.json$", f)
+        m = re.match(r".*/N(\d+)-([\w-]+)-r(\d+)-node(\d+)\.json$", f)
         if not m or m.group(2) == "direct":
             continue
         n, tg, r, i = m.groups()

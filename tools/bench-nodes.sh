@@ -1,8 +1,9 @@
 #!/bin/bash
-# bench-nodes.sh - N simulated nodes of one job sharing one slow tier (issue #17).
+# bench-nodes.sh - N simulated nodes of one job sharing one slow tier (issues #17, #40).
 #
 #   tools/bench-nodes.sh [--nodes "1 2 4"] [--runs 3] [--steps 6] [--warmup 0]
-#                        [--targets "direct tierfs solo"] [--scenario busy|idle|writer|hogs] [--out DIR]
+#                        [--targets "direct tierfs solo"] [--scenario busy|idle|writer|hogs]
+#                        [--out DIR] [--smoke]
 #
 # Root; tierbed with --ram and --force ($TIERBED, else /work/shared/tierbed/tierbed.sh).
 # On one machine, as a job's nodes share a Lustre file system: node i has its own fast tier
@@ -11,9 +12,10 @@
 # ${HOSTNAME} would be) on ONE shared tierbed tier ("${PREFIX}-pfs" at /mnt/${PREFIX}-pfs,
 # disk, $SLOW, default "400 300"), where the ledger folder is too. PREFIX defaults to
 # "nodes"; state in TIERBED_HOME (default /var/lib/tierbed-nodes); everything is taken down
-# at the end. Sizes: FAST_GB (2), SLOW_GB (6; each probe needs 1 GiB free, solo probes N at once). --smoke: N = 2,
-# 1 run, 2 steps, 8 MiB subgroups, small tiers: only shows that the bench works (its numbers
-# mean nothing).
+# at the end. Sizes: FAST_GB (2; a RAM tier holds only what is written), SLOW_GB (6, and at
+# least N + 2: each probe needs 1 GiB free, solo probes N at once). --smoke: 1 run, 2 steps,
+# 8 MiB subgroups, small tiers (N = 2 unless --nodes comes after it): only shows that the
+# bench works (its numbers mean nothing). --nodes 8 works (8 RAM tiers of FAST_GB each).
 #
 # Targets, each run with all N nodes at once (the order is interleaved in every run):
 #   direct   each node's replay on its fast tier itself: the "fast tier alone" time
@@ -29,6 +31,14 @@
 #   private  each node with a slow tier of its own capped at SLOW/N (what a perfect split
 #            of the shared tier gives each node: the same floor, no coordination needed);
 #            the gap between it and the floor is the daemon's cost, not the sharing's
+#   TARGET-run  (tierfs-run, solo-run, private-run, before-run) the same target with each
+#            node's replay under `tierfs run` (the direct path: the preload library beside
+#            that target's binary on LD_PRELOAD, so the replay's O_DIRECT swap files get the
+#            tier files' own descriptors and their bytes bypass FUSE) and `passthrough =
+#            "off"` (the daemon grants no lease for a file in kernel passthrough). The
+#            daemons run as root, as for the other targets: the tiers, the ledger and the
+#            memory cgroups are root's, and with passthrough off a root daemon takes the
+#            path an ordinary user's does (no kernel passthrough; stripes never have it).
 # Scenarios:
 #   busy     (default) every node runs the replay
 #   idle     only node 1 runs it; the others are mounted and idle (its share of the slow
@@ -38,25 +48,39 @@
 #   hogs     every node runs it while $HOGS (default 4) processes spin on the CPU, as an
 #            optimizer takes the cores: the tiers' estimates must not read the machine's
 #            load as slow tiers
-# Memory: each daemon runs in a cgroup-v1 memory cgroup of its own, limit $MEMCG_LIMIT
-# (default 864Mi: a quarter of the default replay's 2.55 GB of swap traffic a node and step,
-# plus 256 MiB for the daemon itself, the rule of tools/deepspeed/bench.sh), so staging
-# memory is sized as at real scale, where the swap set is far larger than memory; set it to
-# fit other REPLAY_ARGS, or MEMCG_LIMIT=0 for none.
+# Memory: each daemon runs in a cgroup-v1 memory cgroup of its own, limit $MEMCG_LIMIT,
+# default a sixth of a node's swap set (the replay's files, from REPLAY_ARGS: 1.21 GB with
+# the default replay, 0.15 GB with --smoke's) plus 256 MiB for the daemon itself: 448 MiB
+# by default (it was a quarter of a step's 2.55 GB of swap traffic + 256 MiB, 864 MiB,
+# before issue #40). Staging memory (`[cache] size`, $STAGING) is what "auto" would give
+# under that limit (1/8 of it), but never more than a sixth of the swap set: 56 MiB by
+# default, 24 MiB with --smoke; so it holds far less than the swap set, as at real scale,
+# where the swap set is far larger than memory. summary.md names the limit, the swap set
+# and each daemon's staging size. MEMCG_LIMIT=SIZE for another limit, MEMCG_LIMIT=0 for
+# none; STAGING=auto for the daemon's own rule, or a size ("64MiB").
 # Replay per node: tierfs-replay DIR $REPLAY_ARGS --steps S (default: --ranks 1 --subgroups 8
-# --subgroup-bytes 32MiB --engine libaio). Per node and run: the median optimizer-step I/O
-# time of its steps after the first --warmup W ones (default 0: every step), divided by the
-# same node's direct time of that run. Printed per N: per node the
-# median (min-max) over runs, the median over nodes, the floor F/(F + P/N) from the caps
-# (F, P: harmonic means of read and write caps), daemon CPU (s and % of one core over the
-# replay), the machine's CPU use, flips (pause/resume lines in each daemon's log) per minute,
-# the slow tier's share per node (median of the recorded samples while the replay ran) and
-# the load average. Each tierfs node is recorded (`tierfs record`, with the online
-# estimates) and the first run's records are plotted (`tierfs plot`) to OUT/N<n>-<target>-node<i>.png.
-# Summary in OUT/summary.md, with each node's view of the ledger (live nodes, its part of
-# the shared tier) from stats.json over time in OUT/rec/*.shared.tsv.
+# --subgroup-bytes 32MiB --engine libaio; libaio goes through the preload library). Per node
+# and run: the median optimizer-step I/O time of its steps after the first --warmup W ones
+# (default 0: every step), divided by the same node's direct time of that run.
+# Report (tools/bench-nodes-summary.py OUT writes it again from the files): OUT/summary.md,
+# a markdown table per N and target: per node the median (min-max) over runs, the median
+# over nodes, the worst node, the floor F/(F + P/N) from the caps (F, P: harmonic means of
+# read and write caps), per node the daemon's CPU-s per GB its tiers moved over the replay
+# (utime + stime from /proc/PID/stat; bytes from stats.json before and after: bytes_read +
+# bytes_written of every tier, direct-path bytes included), the share of those bytes on
+# the direct path (direct_bytes), pause/resume flips per minute (the daemon log's "tier
+# '...' paused/resumed" lines stamped within the replay), the slow tier's share (median of
+# the recorded samples), then the machine's CPU use and the load average; the staging size
+# and cgroup peak below it. OUT/results.csv and OUT/results.json hold the same per node and
+# run, for plots; with matplotlib in PLOT_VENV (default ~/.cache/tierfs/plot-venv, as
+# tools/deepspeed/bench.sh makes it; PLOT=0 for none) OUT/bench-nodes.png plots the ratio
+# and the daemon CPU-s/GB against N (copy it to docs/ for a figure). Each tierfs node is
+# recorded (`tierfs record`, with the online estimates) and the first run's records are
+# plotted (`tierfs plot`) to OUT/N<n>-<target>-node<i>.png, with each node's view of the
+# ledger (live nodes, its part of the shared tier) over time in OUT/rec/*.shared.tsv.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
+CMDLINE="tools/bench-nodes.sh $*"
 TB=${TIERBED:-/work/shared/tierbed/tierbed.sh}
 grep -q -- '--ram' "$TB" 2>/dev/null || { echo "bench-nodes.sh: $TB: no tierbed with --ram (set TIERBED)" >&2; exit 2; }
 TIERFS=${TIERFS:-$HERE/target/release/tierfs}
@@ -66,7 +90,7 @@ P=${PREFIX:-nodes}
 NODES="1 2 4"; RUNS=3; STEPS=6; WARMUP=0; TARGETS="direct tierfs solo"; SCEN=busy; OUT=/tmp/bench-nodes
 read -r FAST_R FAST_W <<<"${FAST:-1200 800}"
 read -r SLOW_R SLOW_W <<<"${SLOW:-400 300}"
-FAST_GB=${FAST_GB:-2}; SLOW_GB=${SLOW_GB:-6}
+FAST_GB=${FAST_GB:-2}; SLOW_GB=${SLOW_GB:-}
 REPLAY_ARGS=${REPLAY_ARGS:---ranks 1 --subgroups 8 --subgroup-bytes 32MiB --engine libaio}
 PASSTHROUGH=${PASSTHROUGH:-direct}
 LAYOUT=${LAYOUT:-stripe}
@@ -80,28 +104,77 @@ while [ $# -gt 0 ]; do
     --targets) TARGETS=$2; shift 2 ;;
     --scenario) SCEN=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    --smoke) NODES=2; RUNS=1; STEPS=2; FAST_GB=1; SLOW_GB=3
+    --smoke) NODES=2; RUNS=1; STEPS=2; FAST_GB=1; SLOW_GB=${SLOW_GB:-3}
              REPLAY_ARGS="--ranks 1 --subgroups 4 --subgroup-bytes 8MiB --engine libaio"; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
-if [[ " $TARGETS " == *" before "* ]] && [ ! -x "${BEFORE:-}" ]; then
-  echo "bench-nodes.sh: target 'before' needs BEFORE=<a tierfs binary>" >&2; exit 2
+MAXN=0
+for n in $NODES; do
+  [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "--nodes: whole numbers from 1" >&2; exit 2; }
+  [ "$n" -gt "$MAXN" ] && MAXN=$n
+done
+[ -n "$SLOW_GB" ] || SLOW_GB=$(( MAXN + 2 > 6 ? MAXN + 2 : 6 ))
+for tg in $TARGETS; do
+  case $tg in
+    direct|tierfs|solo|before|private|tierfs-run|solo-run|before-run|private-run) ;;
+    *) echo "--targets: '$tg' is not a target (direct tierfs solo before private, and the last four with -run)" >&2; exit 2 ;;
+  esac
+done
+if [[ " $TARGETS " =~ " before"(-run)?" " ]] && [ ! -x "${BEFORE:-}" ]; then
+  echo "bench-nodes.sh: targets before and before-run need BEFORE=<a tierfs binary>" >&2; exit 2
 fi
 [[ $WARMUP =~ ^[0-9]+$ ]] && [ "$WARMUP" -lt "$STEPS" ] || { echo "--warmup: a whole number below --steps" >&2; exit 2; }
-MEMCG_LIMIT=${MEMCG_LIMIT:-864Mi}
+# A node's swap set: the replay's files. Per rank and subgroup the fp32 master, exp_avg,
+# exp_avg_sq and gradients (subgroup bytes + tail each) and the bf16 parameters (half).
+SWAP_SET_B=$(python3 - "$REPLAY_ARGS" <<'PY'
+import re, shlex, sys
+a = shlex.split(sys.argv[1])
+def opt(name, default):
+    for i, x in enumerate(a):
+        if x == name and i + 1 < len(a):
+            return a[i + 1]
+        if x.startswith(name + "="):
+            return x.split("=", 1)[1]
+    return default
+def size(s):
+    m = re.fullmatch(r"(\d+)\s*([KMGT]?)(i?)B?", s.strip(), re.I)
+    if not m:
+        sys.exit(f"REPLAY_ARGS: cannot read the size {s!r}")
+    k = 1024 if m.group(3) or not m.group(2) else 1000
+    return int(m.group(1)) * k ** " KMGT".index((m.group(2) or " ").upper())
+total = size(opt("--subgroup-bytes", "32MiB")) + size(opt("--tail", "6KiB"))
+per_sg = 4 * total + (0 if "--optimizer-only" in a else total // 2)
+print(int(opt("--ranks", "1")) * int(opt("--subgroups", "8")) * per_sg)
+PY
+)
+MEMCG_LIMIT=${MEMCG_LIMIT:-$(( SWAP_SET_B / 6 + 256 * 1024 * 1024 ))}
 MEMCG_ROOT=/sys/fs/cgroup/memory
+MEMCG_LIMIT_B=0
 if [ "$MEMCG_LIMIT" != 0 ]; then
   MEMCG_LIMIT_B=$(numfmt --from=auto "$MEMCG_LIMIT") || { echo "MEMCG_LIMIT: bytes, or K/M/G, Ki/Mi/Gi" >&2; exit 2; }
   [ -w "$MEMCG_ROOT" ] || { echo "bench-nodes.sh: no writable cgroup-v1 memory controller at $MEMCG_ROOT (MEMCG_LIMIT=0 for none)" >&2; exit 2; }
 fi
+if [ -z "${STAGING:-}" ]; then
+  STAGING_B=$(( SWAP_SET_B / 6 ))
+  [ "$MEMCG_LIMIT_B" != 0 ] && [ $(( MEMCG_LIMIT_B / 8 )) -lt "$STAGING_B" ] && STAGING_B=$(( MEMCG_LIMIT_B / 8 ))
+  # Whole MiB, and the cache's least size (16 MiB).
+  STAGING="$(( STAGING_B >> 20 < 16 ? 16 : STAGING_B >> 20 ))MiB"
+fi
 case $SCEN in busy|idle|writer|hogs) ;; *) echo "--scenario: busy, idle, writer or hogs" >&2; exit 2 ;; esac
 HOGS=${HOGS:-4}
 [ "$(id -u)" = 0 ] || { echo "bench-nodes.sh needs root (tierbed)" >&2; exit 2; }
-[ -x "$TIERFS" ] && [ -x "$REPLAY" ] || (cd "$HERE" && cargo build --release)
+[ -x "$TIERFS" ] && [ -x "$REPLAY" ] || (cd "$HERE" && cargo build --release --workspace)
+bin_of() { # TARGET -> the tierfs binary its daemons (and its `tierfs run`) are
+  case $1 in before|before-run) echo "$BEFORE" ;; *) echo "$TIERFS" ;; esac
+}
+for tg in $TARGETS; do
+  [[ $tg == *-run ]] || continue
+  "$(bin_of "$tg")" run --print-library >/dev/null ||
+    { echo "bench-nodes.sh: target $tg needs libtierfs_preload.so beside $(bin_of "$tg") (cargo build --release --workspace)" >&2; exit 2; }
+done
 mkdir -p "$OUT"
-MAXN=0; for n in $NODES; do [ "$n" -gt "$MAXN" ] && MAXN=$n; done
 SLOWMNT=/mnt/$P-pfs
 UP=()
 cleanup() {
@@ -119,15 +192,32 @@ up() { # NAME GB R W DIR [--ram]
 }
 for i in $(seq 1 "$MAXN"); do up "$P-nvme$i" "$FAST_GB" "$FAST_R" "$FAST_W" "/mnt/$P-nvme$i" --ram; done
 up "$P-pfs" "$SLOW_GB" "$SLOW_R" "$SLOW_W" "$SLOWMNT"
-if [[ " $TARGETS " == *" private "* ]]; then
+if [[ " $TARGETS " =~ " private"(-run)?" " ]]; then
   for i in $(seq 1 "$MAXN"); do up "$P-priv$i" 2 "$SLOW_R" "$SLOW_W" "/mnt/$P-priv$i"; done
 fi
 echo "tiers up: $MAXN x fast $FAST_R/$FAST_W MB/s (RAM), shared slow $SLOW_R/$SLOW_W MB/s (disk); load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "daemon memory cgroups: $([ "$MEMCG_LIMIT" = 0 ] && echo none || echo "$MEMCG_LIMIT_B bytes each"); staging $STAGING; a node's swap set: $SWAP_SET_B bytes"
+# What the summary needs to know about this run (tools/bench-nodes-summary.py reads it).
+CMDLINE=$CMDLINE SCEN=$SCEN TARGETS=$TARGETS REPLAY_ARGS=$REPLAY_ARGS MEMCG_LIMIT=$MEMCG_LIMIT \
+LAYOUT=$LAYOUT PASSTHROUGH=$PASSTHROUGH STAGING=$STAGING TIERFS=$TIERFS BEFORE=${BEFORE:-} python3 - "$OUT/params.json" \
+  "$FAST_R" "$FAST_W" "$SLOW_R" "$SLOW_W" "$RUNS" "$STEPS" "$WARMUP" "$MEMCG_LIMIT_B" "$SWAP_SET_B" "$MIN_SHARE" <<'PY'
+import json, os, sys
+fr, fw, sr, sw, runs, steps, warmup, limit, swap = map(int, sys.argv[2:11])
+e = os.environ
+json.dump({"command": e["CMDLINE"], "scenario": e["SCEN"], "targets": e["TARGETS"].split(),
+           "fast": [fr, fw], "slow": [sr, sw], "runs": runs, "steps": steps, "warmup": warmup,
+           "replay_args": e["REPLAY_ARGS"], "memcg_limit": e["MEMCG_LIMIT"], "memcg_limit_bytes": limit,
+           "swap_set_bytes": swap, "min_share": float(sys.argv[11]), "layout": e["LAYOUT"],
+           "passthrough": e["PASSTHROUGH"], "staging": e["STAGING"], "tierfs": e["TIERFS"], "before": e["BEFORE"]},
+          open(sys.argv[1], "w"), indent=1)
+PY
 
 config() { # N I TARGET -> config file path
-  local n=$1 i=$2 tg=$3 f="$OUT/cfg/N$1-$3-node$2.toml" slow
+  local n=$1 i=$2 tg=$3 base=${3%-run} f="$OUT/cfg/N$1-$3-node$2.toml" slow pt=$PASSTHROUGH
   mkdir -p "$OUT/cfg"
-  if [ "$tg" = private ]; then slow=/mnt/$P-priv$i/node$i; else slow=$SLOWMNT/node$i; fi
+  # The direct path grants no lease for a file in kernel passthrough.
+  [[ $tg == *-run ]] && pt=off
+  if [ "$base" = private ]; then slow=/mnt/$P-priv$i/node$i; else slow=$SLOWMNT/node$i; fi
   cat >"$f" <<EOT
 [[tier]]
 name = "nvme"
@@ -140,7 +230,7 @@ name = "pfs"
 path = "$slow"
 create = true
 EOT
-  if [ "$tg" = tierfs ] || [ "$tg" = before ]; then
+  if [ "$base" = tierfs ] || [ "$base" = before ]; then
     cat >>"$f" <<EOT
 shared_ledger = "$SLOWMNT/ledger"
 shared_job = "$JOB"
@@ -152,8 +242,10 @@ EOT
 layout = "$LAYOUT"
 adapt = true
 min_share = $MIN_SHARE
+[cache]
+size = "$STAGING"
 [mount]
-passthrough = "$PASSTHROUGH"
+passthrough = "$pt"
 log_file = "$OUT/logs/N$n-$tg-node$i.log"
 scratch = true
 EOT
@@ -165,17 +257,26 @@ cpu_of() { # PID -> utime+stime ticks
 machine_busy() { # -> "busy total" jiffies
   awk '/^cpu /{t=0; for (i=2;i<=NF;i++) t+=$i; print t-$5-$6, t}' /proc/stat
 }
+snap() { # WHEN: each node's stats.json now -> OUT/res/$tag-node<i>.stats-WHEN.json
+  local i
+  for i in $(seq 1 "$n"); do
+    cp "$OUT/mnt/node$i/.tierfs/stats.json" "$OUT/res/$tag-node$i.stats-$1.json" 2>/dev/null || true
+  done
+}
 
 HZ=$(getconf CLK_TCK)
 for n in $NODES; do
   for r in $(seq 1 "$RUNS"); do
     for tg in $TARGETS; do
-      [ "$tg" = private ] && [ "$n" = 1 ] && continue
-      if [ "$tg" = private ]; then
+      base=${tg%-run}
+      [ "$base" = private ] && [ "$n" = 1 ] && continue
+      if [ "$base" = private ]; then
         for i in $(seq 1 "$n"); do bash "$TB" rate "$P-priv$i" $((SLOW_R / n)) $((SLOW_W / n)) >/dev/null; done
       fi
       JOB="bench-$n-$r-$$"
       tag="N$n-$tg-r$r"
+      bin=$(bin_of "$tg")
+      RUNP=(); [[ $tg == *-run ]] && RUNP=("$bin" run --)
       mkdir -p "$OUT/logs" "$OUT/res" "$OUT/rec" "$OUT/mnt"
       DIRS=(); PIDS=(); RECS=()
       for i in $(seq 1 "$n"); do
@@ -186,7 +287,6 @@ for n in $NODES; do
           rm -f "$OUT/logs/N$n-$tg-node$i.log"
           cfg=$(config "$n" "$i" "$tg")
           # All nodes mount at once, as a job's nodes do.
-          bin=$TIERFS; [ "$tg" = before ] && bin=$BEFORE
           if [ "$MEMCG_LIMIT" = 0 ]; then
             "$bin" mount --config "$cfg" "$m" >"$OUT/logs/$tag-node$i.mount" 2>&1 &
           else
@@ -223,6 +323,7 @@ for n in $NODES; do
           python3 -c 'while True: pass' & HOG_PIDS+="$! "
         done
       fi
+      if [ "$tg" != direct ]; then snap start; fi
       C0=(); for pid in "${PIDS[@]}"; do C0+=("$(cpu_of "$pid")"); done
       read -r B0 T0 < <(machine_busy)
       L0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -231,7 +332,7 @@ for n in $NODES; do
       for i in $(seq 1 "$n"); do
         if [ "$SCEN" = idle ] && [ "$i" -gt 1 ]; then continue; fi
         # shellcheck disable=SC2086
-        "$REPLAY" "${DIRS[$((i - 1))]}" $REPLAY_ARGS --steps "$STEPS" --cleanup --quiet \
+        "${RUNP[@]}" "$REPLAY" "${DIRS[$((i - 1))]}" $REPLAY_ARGS --steps "$STEPS" --cleanup --quiet \
           --json "$OUT/res/$tag-node$i.json" >"$OUT/res/$tag-node$i.log" 2>&1 &
         RP+=($!)
       done
@@ -246,14 +347,15 @@ for n in $NODES; do
         [ "$pid" = 0 ] && continue
         CPU+="$(( $(cpu_of "$pid") - ${C0[$k]} )) "
       done
+      if [ "$tg" != direct ]; then snap end; fi
       if [ -n "$HOG_PIDS" ]; then
         # shellcheck disable=SC2086
         kill $HOG_PIDS 2>/dev/null || true; wait $HOG_PIDS 2>/dev/null || true; HOG_PIDS=
       fi
       if [ -n "${FIO_PID:-}" ]; then kill "$FIO_PID" 2>/dev/null || true; wait "$FIO_PID" 2>/dev/null || true; FIO_PID=; rm -rf "$SLOWMNT/foreign"; fi
       for p in "${RECS[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+      OOM=""
       if [ "$tg" != direct ]; then
-        OOM=""
         if [ "$MEMCG_LIMIT" != 0 ]; then
           for i in $(seq 1 "$n"); do
             g=$MEMCG_ROOT/tierfs-nodes-$$-node$i
@@ -266,10 +368,9 @@ for n in $NODES; do
         for i in $(seq 1 "$n"); do rm -rf "/mnt/$P-nvme$i/direct"; done
       fi
       rm -rf "$SLOWMNT/ledger/$JOB"
-      [ "$tg" = direct ] && OOM=""
       python3 - "$OUT/res/$tag.meta.json" <<EOF
 import json, sys
-json.dump({"n": $n, "target": "$tg", "run": $r, "fail": $fail, "wall_s": $S1 - $S0,
+json.dump({"n": $n, "target": "$tg", "run": $r, "fail": $fail, "t0": $S0, "wall_s": $S1 - $S0,
            "daemon_cpu_s": [int(x) / $HZ for x in "$CPU".split()],
            "machine_busy": ($B1 - $B0) / max(1, $T1 - $T0),
            "load_start": "$L0", "load_end": "$L1",
@@ -288,126 +389,12 @@ EOF
   done
 done
 
-python3 - "$OUT" "$SCEN" "$FAST_R" "$FAST_W" "$SLOW_R" "$SLOW_W" "$RUNS" "$STEPS" "$REPLAY_ARGS" "$WARMUP" "$MEMCG_LIMIT" <<'EOF'
-import glob, json, os, re, statistics as st, sys, datetime
-out, scen = sys.argv[1], sys.argv[2]
-fr, fw, sr, sw = map(float, sys.argv[3:7])
-runs, steps, rargs = int(sys.argv[7]), int(sys.argv[8]), sys.argv[9]
-warmup, memcg = int(sys.argv[10]), sys.argv[11]
-hm = lambda r, w: 2 * r * w / (r + w)
-F, Pb = hm(fr, fw), hm(sr, sw)
-def opt_median(path):
-    try:
-        j = json.load(open(path))
-    except Exception:
-        return None
-    v = [p["io_s"] for p in j["phases"] if p["phase"] == "optimizer"][warmup:]
-    return st.median(v) if v else None
-def flips(log):
-    try:
-        return sum(1 for l in open(log) if re.search(r"tier '\w+' (paused|resumed)", l))
-    except OSError:
-        return 0
-def slow_share(rec, t0=None):
-    vals = []
-    try:
-        lines = [json.loads(l) for l in open(rec) if l.strip()]
-    except Exception:
-        return None, None
-    for s in lines[3:]:
-        for t in s["tiers"]:
-            if t["name"] == "pfs":
-                vals.append((t["share"], t.get("est_write_bps")))
-    if not vals:
-        return None, None
-    sh = st.median(v[0] for v in vals)
-    ew = [v[1] for v in vals if v[1]]
-    return sh, (st.median(ew) if ew else None)
-fmt = lambda v: "-" if v is None else f"{v:.2f}"
-# Shares over time, per recorded node: the slow tier's Eq. 1 share and its view of the ledger.
-for rec in sorted(glob.glob(f"{out}/rec/*.jsonl")):
-    with open(rec[:-len(".jsonl")] + ".shared.tsv", "w") as tsv:
-        tsv.write("elapsed_s\tshare\tshared_live\tshared_allot_MBps\tsaturated\tpaused\n")
-        for l in open(rec):
-            try:
-                smp = json.loads(l)
-            except ValueError:
-                continue
-            for t in smp["tiers"]:
-                if t["name"] == "pfs":
-                    a = t.get("shared_allot_bps")
-                    tsv.write(f'{smp["elapsed_s"]:.1f}\t{t["share"]:.3f}\t{t.get("shared_live") or "-"}\t'
-                              f'{"-" if a is None else f"{a / 1e6:.0f}"}\t{t.get("saturated", False)}\t{t.get("paused", False)}\n')
-metas = [json.load(open(m)) for m in glob.glob(f"{out}/res/*.meta.json")]
-ns = sorted({m["n"] for m in metas})
-targets = []
-for m in sorted(metas, key=lambda m: m["target"]):
-    if m["target"] not in targets:
-        targets.append(m["target"])
-lines = []
-P = lines.append
-P(f"Command: `MEMCG_LIMIT={memcg} tools/bench-nodes.sh --nodes \"{' '.join(map(str, ns))}\" --runs {runs} --steps {steps} "
-  f"--warmup {warmup} --targets \"{' '.join(targets)}\" --scenario {scen}` ({datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC).")
-P(f"Tiers: per node a fast tier {fr:.0f}/{fw:.0f} MB/s (F = {F:.0f} MB/s), one shared slow tier "
-  f"{sr:.0f}/{sw:.0f} MB/s (P = {Pb:.0f} MB/s) in per-node folders. Replay per node: `{rargs} --steps {steps}`; "
-  f"medians over steps {warmup + 1}-{steps}. Daemon memory cgroup: {'none' if memcg == '0' else memcg}.")
-P("")
-P("| N | target | optimizer-step I/O vs the node's fast tier alone, per node: median (min-max) over runs | median over nodes | worst node | floor F/(F+P/N) | daemon CPU, % of a core (median) | machine CPU busy | flips/min per node | slow-tier share per node (median) | load average (start -> end) |")
-P("|---|---|---|---|---|---|---|---|---|---|---|")
-for n in ns:
-    floor = F / (F + Pb / n)
-    for tg in targets:
-        if tg == "direct":
-            continue
-        per_node = {}
-        cpu, busy, loads, fl, shares = [], [], [], [], {}
-        for m in metas:
-            if m["n"] != n or m["target"] != tg:
-                continue
-            r = m["run"]
-            tag, dtag = f"N{n}-{tg}-r{r}", f"N{n}-direct-r{r}"
-            loads.append(f'{m["load_start"].split()[0]} -> {m["load_end"].split()[0]}')
-            busy.append(m["machine_busy"])
-            for c in m["daemon_cpu_s"]:
-                cpu.append(c / m["wall_s"] * 100)
-            for i in range(1, n + 1):
-                a = opt_median(f"{out}/res/{tag}-node{i}.json")
-                b = opt_median(f"{out}/res/{dtag}-node{i}.json")
-                if a is not None and b:
-                    per_node.setdefault(i, []).append(a / b)
-                fl.append(flips(f"{out}/logs/{tag}-node{i}.log") / (m["wall_s"] / 60))
-                sh, _ = slow_share(f"{out}/rec/{tag}-node{i}.jsonl")
-                if sh is not None:
-                    shares.setdefault(i, []).append(sh)
-        if not per_node:
-            continue
-        cells = "; ".join(f"{i}: {st.median(v):.2f} ({min(v):.2f}-{max(v):.2f})" for i, v in sorted(per_node.items()))
-        meds = [st.median(v) for v in per_node.values()]
-        worst = max(max(v) for v in per_node.values())
-        sh = "; ".join(f"{i}: {100 * st.median(v):.1f}%" for i, v in sorted(shares.items())) or "-"
-        P(f"| {n} | {tg} | {cells} | {st.median(meds):.2f} | {worst:.2f} | {floor:.3f} | "
-          f"{st.median(cpu) if cpu else 0:.0f}% | {100 * st.median(busy):.0f}% | "
-          f"{max(fl) if fl else 0:.2f} | {sh} | {'; '.join(loads)} |")
-    # the direct rows: absolute seconds
-    d = []
-    for m in metas:
-        if m["n"] == n and m["target"] == "direct":
-            for i in range(1, n + 1):
-                v = opt_median(f"{out}/res/N{n}-direct-r{m['run']}-node{i}.json")
-                if v:
-                    d.append(v)
-    if d:
-        P(f"| {n} | direct (s) | optimizer-step I/O {st.median(d):.3f} s ({min(d):.3f}-{max(d):.3f}) over nodes and runs | | | | | | | | |")
-mem = [g for m in metas for g in m.get("memcg", [])]
-if mem:
-    P("")
-    P(f"Daemon memory cgroups: peak use {max(g['max_usage'] for g in mem) / 2**20:.0f} MiB at most; "
-      f"OOM kills {sum(g['oom_kills'] for g in mem)}.")
-fails = [f"N{m['n']}-{m['target']}-r{m['run']}" for m in metas if m["fail"]]
-if fails:
-    P("")
-    P("Failed runs (see OUT/res/*.log): " + ", ".join(sorted(fails)))
-text = "\n".join(lines) + "\n"
-open(f"{out}/summary.md", "w").write(text)
-print(text)
-EOF
+# The report; the plot needs matplotlib (the plot venv of tools/deepspeed/bench.sh has it).
+PLOT_VENV=${PLOT_VENV:-$HOME/.cache/tierfs/plot-venv}
+SPY=python3; PLOTARG=(--no-plot)
+if [ "${PLOT:-1}" = 1 ]; then
+  if "$PLOT_VENV/bin/python" -c 'import matplotlib' 2>/dev/null; then SPY=$PLOT_VENV/bin/python; PLOTARG=()
+  else echo "bench-nodes.sh: no matplotlib in $PLOT_VENV (tools/deepspeed/bench.sh installs it): no plot" >&2; fi
+fi
+"$SPY" "$HERE/tools/bench-nodes-summary.py" "$OUT" "${PLOTARG[@]}"
+echo "results in $OUT: summary.md, results.csv, results.json$([ ${#PLOTARG[@]} = 0 ] && echo ", bench-nodes.png")"

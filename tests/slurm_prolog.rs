@@ -20,7 +20,7 @@
 //!
 //! After each: no tierfs daemon of the job runs, nothing is mounted at its mountpoint, its
 //! mountpoint, NVMe and PFS tier folders and the prolog's record are gone, the log says
-//! what was done, and sentinel folders named like a job's (`job-999999` in the NVMe and
+//! what was done, and sentinel folders named like a job's (`job-999999[-NODE]` in the NVMe and
 //! PFS bases, `999999` in the mountpoint base) are untouched: the epilog removes only what
 //! the prolog recorded.
 //!
@@ -131,7 +131,8 @@ impl Site {
         [
             self.mnt(j),
             self.p(&format!("nvme/job-{}", j.id)),
-            self.pfs_base().join(format!("job-{}", j.id)),
+            self.pfs_base()
+                .join(format!("job-{}-{}", j.id, self.node_name())),
             self.p(&format!("state/job-{}", j.id)),
         ]
     }
@@ -256,7 +257,8 @@ impl Site {
     fn sentinels(&self) -> [PathBuf; 3] {
         [
             self.p(&format!("nvme/job-{NOT_A_JOB}")),
-            self.pfs_base().join(format!("job-{NOT_A_JOB}")),
+            self.pfs_base()
+                .join(format!("job-{NOT_A_JOB}-{}", self.node_name())),
             self.p(&format!("mnt/{NOT_A_JOB}")),
         ]
     }
@@ -272,13 +274,19 @@ impl Site {
         }
     }
 
+    /// Slurm's name of the node: tools/slurm-cluster.sh names it `hostname -s`.
+    fn node_name(&self) -> String {
+        text(&Command::new("hostname").arg("-s").output().unwrap())
+            .trim()
+            .to_string()
+    }
+
     /// The node's state and the reason for it.
     fn node(&self) -> (String, String) {
-        let host = text(&Command::new("hostname").arg("-s").output().unwrap());
         let line = text(
             &self
                 .cluster()
-                .cmd("scontrol", &["show", "node", "-o", host.trim()]),
+                .cmd("scontrol", &["show", "node", "-o", &self.node_name()]),
         );
         (field(&line, "State"), line)
     }
@@ -547,12 +555,11 @@ fn site_prolog_and_epilog_under_slurm() {
     std::fs::remove_file(site.p("etc/fail-stat")).unwrap();
     let o = site.cluster().cmd("scancel", &[&j.id]);
     assert!(o.status.success(), "scancel: {}", text(&o));
-    let host = text(&Command::new("hostname").arg("-s").output().unwrap());
     let o = site.cluster().cmd(
         "scontrol",
         &[
             "update",
-            &format!("nodename={}", host.trim()),
+            &format!("nodename={}", site.node_name()),
             "state=resume",
         ],
     );

@@ -12,9 +12,9 @@
 # alone. For one that does, on each node:
 #
 #   NVMe tier folder  $NVME_BASE/job-$SLURM_JOB_ID        (made here, the user's, 0700)
-#   PFS tier folder   $PFS_BASE/job-$SLURM_JOB_ID         (%u in PFS_BASE = the user; made
-#                                                          as the user, so root squash on
-#                                                          the PFS does not stop it)
+#   PFS tier folder   $PFS_BASE/job-$SLURM_JOB_ID-NODE    (%u in PFS_BASE = the user; made
+#                                                          as the user; NODE: Slurm's name
+#                                                          of this node)
 #   mountpoint        $MNT_BASE/$SLURM_JOB_ID             (the job reads it from there)
 #   daemon log        $LOG_DIR/job-$SLURM_JOB_ID.log
 #   what was made     $STATE_DIR/job-$SLURM_JOB_ID        (the epilog removes just that)
@@ -77,7 +77,9 @@ log() {
 STATE=$STATE_DIR/job-$JOB
 NVME=$NVME_BASE/job-$JOB
 PFS_USER_BASE=${PFS_BASE//%u/$JUSER}
-PFS=$PFS_USER_BASE/job-$JOB
+# Per node too: the PFS is shared, and each node of the job has its own daemon and tier.
+NODE=${SLURMD_NODENAME:-$(hostname -s)}
+PFS=$PFS_USER_BASE/job-$JOB-$NODE
 MNT=$MNT_BASE/$JOB
 DAEMON_LOG=$LOG_DIR/job-$JOB.log
 

@@ -20,6 +20,11 @@
 # missing or not writable the script says so and falls back to proctrack/linuxproc, which
 # finds a step's processes by parent pid and so loses daemons that left their parent.
 # `CLUSTER_PROCTRACK=linuxproc` forces the fallback.
+#
+# `CLUSTER_PROLOG=FILE` and `CLUSTER_EPILOG=FILE` (absolute paths of executables) make
+# them the node's Prolog and Epilog, run by slurmd as root for every job, the prolog at
+# allocation (PrologFlags=Alloc), as a site would run docs/jobs/tierfs-prolog.sh and
+# tierfs-epilog.sh (tests/slurm_prolog.rs). Unset (the default), there are none.
 set -euo pipefail
 
 usage() {
@@ -157,6 +162,20 @@ start() {
         echo "$freezer/slurm_$node" >"$DIR/cgroup-root"
     fi
 
+    local prolog_lines="" f
+    for f in "${CLUSTER_PROLOG:-}" "${CLUSTER_EPILOG:-}"; do
+        [ -z "$f" ] || [[ "$f" = /* && -x "$f" ]] ||
+            die "CLUSTER_PROLOG and CLUSTER_EPILOG must be absolute paths of executables: '$f'"
+    done
+    if [ -n "${CLUSTER_PROLOG:-}" ]; then
+        # At allocation, not at the first job step: the job's batch script and every step
+        # find what the prolog set up, and the epilog runs even if no step ever started.
+        prolog_lines+="Prolog=$CLUSTER_PROLOG"$'\n'"PrologFlags=Alloc"$'\n'
+    fi
+    if [ -n "${CLUSTER_EPILOG:-}" ]; then
+        prolog_lines+="Epilog=$CLUSTER_EPILOG"$'\n'
+    fi
+
     local ctld_port slurmd_port
     ctld_port=$(free_port)
     slurmd_port=$(free_port)
@@ -193,7 +212,7 @@ ReturnToService=2
 # What real sites run: TERM, then KILL this long after (seconds).
 KillWait=30
 MinJobAge=600
-NodeName=$node NodeAddr=127.0.0.1 $hw State=UNKNOWN
+${prolog_lines}NodeName=$node NodeAddr=127.0.0.1 $hw State=UNKNOWN
 PartitionName=test Nodes=$node Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF
     cat >"$DIR/cgroup.conf" <<EOF

@@ -185,7 +185,7 @@ pub(crate) fn probe_tiers(fs: &Arc<TierFs>) {
             let fs = fs.clone();
             let r = std::thread::Builder::new()
                 .name("tierfs-probe".into())
-                .spawn(move || crate::tierio::recovery::probe(&fs.tiers[i], &*fs.engine));
+                .spawn(move || crate::tierio::recovery::probe(crate::vfs::state::io(&fs), i));
             if let Err(e) = r {
                 log::warn!("cannot start a probe thread: {e}");
             }

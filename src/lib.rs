@@ -23,9 +23,9 @@
 //!   shared state; [`data`]: an open file's state and its data path down to [`tierio`];
 //!   [`adapt`]: share refresh, pausing and recovery probes.
 //! - [`ondisk`]: `tierfs fsck` and `tierfs export`; [`client`]: reading a mount's
-//!   `.tierfs/` files from outside; [`dsconfig`] (with [`dsmemory`]), [`tune`], [`monitor`], [`watch`], [`plot`],
-//!   [`prom`]: advice (chosen, and measured by a sweep), recording, the live view, figures
-//!   and node_exporter output built on them.
+//!   `.tierfs/` files from outside and what the commands make of them (advice, recording,
+//!   the live view, figures); [`tune`]: advice measured by a sweep; [`prom`]: the
+//!   node_exporter output, written by `tierfs stat --prom` and the daemon alike.
 //! - [`fuse`]: the kernel side: mounting, the FUSE protocol, its /dev/fuse and io_uring
 //!   transports and the one dispatcher into the core; [`daemon`]: mount, background,
 //!   unmount; [`cli`]: the commands, their clap definition in `cli::args`;
@@ -43,8 +43,6 @@ pub mod coord;
 pub mod daemon;
 pub mod data;
 pub mod direct;
-pub mod dsconfig;
-pub mod dsmemory;
 pub mod error;
 pub mod failure;
 pub mod fuse;
@@ -53,11 +51,9 @@ pub mod ledger;
 pub mod lock;
 pub mod logging;
 pub mod manpage;
-pub mod monitor;
 pub mod mount_helper;
 pub mod ondisk;
 pub mod placement;
-pub mod plot;
 pub mod probe;
 pub mod prom;
 pub mod relink;
@@ -72,4 +68,3 @@ pub mod tierio;
 pub mod tune;
 pub mod units;
 pub mod vfs;
-pub mod watch;

@@ -11,6 +11,33 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+/// The alignment of offsets, lengths and buffers that O_DIRECT asks for on every file system
+/// tierfs meets (4 KiB sectors and pages).
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// Whether the file system holding `dir` accepts an O_DIRECT write of `len` bytes at offset
+/// 0 from a [`DIRECT_ALIGN`]-aligned buffer (in a file made and removed for the test).
+pub fn dir_accepts_direct_io_of(dir: &Path, len: usize) -> bool {
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let p = dir.join(format!(".tierfs-dio-{}", std::process::id()));
+    // An aligned part of a larger zeroed buffer: what O_DIRECT needs, without an allocation
+    // of a layout of its own.
+    let raw = vec![0u8; len + DIRECT_ALIGN];
+    let at = raw.as_ptr().align_offset(DIRECT_ALIGN);
+    let buf = &raw[at..at + len];
+    let r = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&p)
+        .and_then(|f| f.write_all_at(buf, 0));
+    let _ = std::fs::remove_file(&p);
+    r.is_ok()
+}
+
 fn cpath(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }

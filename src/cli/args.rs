@@ -213,7 +213,7 @@ pub enum Cmd {
         duration: Option<f64>,
         /// File format (default: csv for a .csv name, else jsonl).
         #[arg(long, value_enum)]
-        format: Option<crate::monitor::Format>,
+        format: Option<crate::client::monitor::Format>,
         /// Name of the stats folder if the config changed it.
         #[arg(long, default_value = ".tierfs")]
         stats_dir: String,
@@ -279,11 +279,11 @@ pub enum Cmd {
 }
 
 /// `tierfs stat --help`'s text after the options: examples, the one-shot table's columns
-/// and the watch screen's ([`crate::watch::COLUMNS_HELP`]).
+/// and the watch screen's ([`crate::client::watch::COLUMNS_HELP`]).
 fn stat_help() -> String {
     format!(
         "Examples:\n  tierfs stat /tmp/tierfs-demo-$USER                 # per-tier table\n  tierfs stat /tmp/tierfs-demo-$USER --json          # the raw stats.json\n  tierfs stat /tmp/tierfs-demo-$USER --watch 1       # live, like iostat -x; Ctrl-C to stop\n  tierfs stat /tmp/tierfs-demo-$USER --watch 0.5 --count 10\n  tierfs stat /tmp/tierfs-demo-$USER --prom --out /var/lib/node_exporter/tierfs/tierfs-$USER.prom\n\nThe table: APP_READ APP_WRITTEN are what programs read and wrote at the mount for\nfiles on the tier, whichever path served them (the daemon, staging memory, the direct\npath, kernel passthrough); TIER_READ TIER_WRITTEN what reached the tier folder (a write\nstaging memory holds gets there later; stats.json `app` has every path apart).\n\n{}",
-        crate::watch::COLUMNS_HELP
+        crate::client::watch::COLUMNS_HELP
     )
 }
 

@@ -237,7 +237,7 @@ fn sleep_until(t: Instant) {
 }
 
 fn run_watch(mp: &Path, stats_dir: &str, secs: f64, count: Option<u64>) -> Result<(), Failure> {
-    use crate::monitor::Sample;
+    use crate::client::monitor::Sample;
     use std::io::IsTerminal;
     let tty = std::io::stdout().is_terminal();
     let start = Instant::now();
@@ -258,8 +258,9 @@ fn run_watch(mp: &Path, stats_dir: &str, secs: f64, count: Option<u64>) -> Resul
         }
         sleep_until(start + Duration::from_secs_f64(secs * (i + 1) as f64));
         let (cur, now) = take()?;
-        let v = crate::watch::view(&prev, &cur, (now - prev_t).as_secs_f64());
-        let screen = crate::watch::render(&mount, &crate::monitor::clock(), &cur, &v);
+        let v = crate::client::watch::view(&prev, &cur, (now - prev_t).as_secs_f64());
+        let screen =
+            crate::client::watch::render(&mount, &crate::client::monitor::clock(), &cur, &v);
         let w = if tty {
             write!(out, "\x1b[H\x1b[2J{screen}")
         } else if i > 0 {
@@ -278,19 +279,19 @@ fn run_watch(mp: &Path, stats_dir: &str, secs: f64, count: Option<u64>) -> Resul
 }
 
 fn run_ds_config(mp: &Path, ranks: Option<u64>, stats_dir: &str) -> Result<(), Failure> {
-    use crate::dsconfig::{choose, detect_ranks, MountFacts};
+    use crate::client::dsconfig::{choose, detect_ranks, MountFacts};
     let snap = read_snapshot(mp, stats_dir)?;
     let abs =
         std::path::absolute(mp).map_err(|e| Failure::runtime(format!("{}: {e}", mp.display())))?;
     let cfg_path = mp.join(stats_dir).join("config");
     let cfg_text = std::fs::read_to_string(&cfg_path).unwrap_or_default();
-    let threads_note = crate::dsconfig::threads_from_config(&cfg_text)
+    let threads_note = crate::client::dsconfig::threads_from_config(&cfg_text)
         .is_none()
         .then(|| {
             format!(
                 "{} does not say `threads = N`: assuming the default {}.",
                 cfg_path.display(),
-                crate::dsconfig::DEFAULT_THREADS
+                crate::client::dsconfig::DEFAULT_THREADS
             )
         });
     let (ranks, from) = match ranks {
@@ -298,7 +299,8 @@ fn run_ds_config(mp: &Path, ranks: Option<u64>, stats_dir: &str) -> Result<(), F
         None => detect_ranks(),
     };
     let mut facts = MountFacts::from_snapshot(&abs, &snap, &cfg_text);
-    facts.memory = crate::dsmemory::JobMemory::detect(snap.cache.as_ref().map_or(0, |c| c.used));
+    facts.memory =
+        crate::client::dsmemory::JobMemory::detect(snap.cache.as_ref().map_or(0, |c| c.used));
     let c = choose(&facts, ranks, &from);
     let mut err = std::io::stderr().lock();
     for n in threads_note.iter().chain(&c.notes) {
@@ -317,9 +319,9 @@ fn run_record(
     out: &Path,
     interval: f64,
     duration: Option<f64>,
-    format: Option<crate::monitor::Format>,
+    format: Option<crate::client::monitor::Format>,
 ) -> Result<(), Failure> {
-    use crate::monitor::{fill_rates, write_header, write_sample, Format, Sample};
+    use crate::client::monitor::{fill_rates, write_header, write_sample, Format, Sample};
     let format = format.unwrap_or_else(|| Format::for_path(out));
     // Fail on a wrong mountpoint before creating the file.
     read_snapshot(mp, stats_dir)?;
@@ -375,7 +377,7 @@ fn run_record(
 fn run_plot(file: &Path, out: &Path, title: Option<String>) -> Result<(), Failure> {
     let f = std::fs::File::open(file)
         .map_err(|e| Failure::runtime(format!("{}: {e}", file.display())))?;
-    let samples = crate::monitor::read_samples(std::io::BufReader::new(f))
+    let samples = crate::client::monitor::read_samples(std::io::BufReader::new(f))
         .map_err(|e| Failure::usage(format!("{}: {e}", file.display())))?;
     let title = title.unwrap_or_else(|| {
         format!(
@@ -385,7 +387,7 @@ fn run_plot(file: &Path, out: &Path, title: Option<String>) -> Result<(), Failur
                 .unwrap_or_default()
         )
     });
-    crate::plot::plot(&samples, out, &title).map_err(Failure::runtime)?;
+    crate::client::plot::plot(&samples, out, &title).map_err(Failure::runtime)?;
     eprintln!(
         "tierfs: {} ({} samples) -> {}",
         file.display(),

@@ -93,7 +93,7 @@ impl TuneArgs {
 pub fn run(a: TuneArgs) -> Result<(), Failure> {
     let (ranks, ranks_from) = match a.ranks {
         Some(n) => (n as usize, "--ranks".to_string()),
-        None => crate::dsconfig::detect_ranks(),
+        None => crate::client::dsconfig::detect_ranks(),
     };
     let plan = a.plan(ranks)?;
     plan.check().map_err(Failure::usage)?;

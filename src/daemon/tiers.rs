@@ -61,7 +61,8 @@ pub fn open_tiers_degraded(
         let limit = t
             .max_in_flight
             .unwrap_or((config.mount.threads / config.tiers.len()).max(4));
-        tier.queue = crate::tierio::TierQueue::new(limit, config.mount.exclusive_tiers);
+        tier.max_in_flight = limit;
+        tier.exclusive = config.mount.exclusive_tiers;
         tiers.push(tier);
     }
     Ok(tiers)

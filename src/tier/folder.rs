@@ -160,7 +160,7 @@ pub(super) struct Capabilities {
 
 impl Capabilities {
     pub(super) fn of(meta: &Path, data: &Path) -> Capabilities {
-        let direct_io = crate::tierio::piece::dir_accepts_direct_io(data);
+        let direct_io = crate::sys::dir_accepts_direct_io_of(data, crate::sys::DIRECT_ALIGN);
         let user_xattrs = {
             let f = meta.join(format!(".xattr-check-{}", std::process::id()));
             let ok = std::fs::write(&f, b"").is_ok()
@@ -169,8 +169,7 @@ impl Capabilities {
             let _ = std::fs::remove_file(&f);
             ok
         };
-        let small_direct_io =
-            direct_io && crate::tierio::piece::dir_accepts_direct_io_of(data, 1024);
+        let small_direct_io = direct_io && crate::sys::dir_accepts_direct_io_of(data, 1024);
         let device_stat = {
             use std::os::unix::fs::MetadataExt;
             std::fs::metadata(data).ok().and_then(|m| {

@@ -2,9 +2,10 @@
 //! goes through [`Io::submit`] with its [`Class`].
 //!
 //! A submission does three things, once, for every kind of I/O: admission (a slot in each
-//! tier's priority queue, [`sched`]), the engine batch ([`engine`]: psync or io_uring), and
-//! the accounting (the tier's traffic and busy-time counters, and its errors: reads and
-//! writes alike, [`crate::tier::Tier::note_error`] judging its health). What arrives here:
+//! tier's priority queue, [`sched`]; the queues are this module's own, [`Queues`]), the
+//! engine batch ([`engine`]: psync or io_uring), and the accounting (the tier's traffic and
+//! busy-time counters, and its errors: reads and writes alike,
+//! [`crate::tier::Tier::note_error`] judging its health). What arrives here:
 //!
 //! | class | from |
 //! |---|---|
@@ -26,17 +27,19 @@ pub mod sched;
 
 pub use engine::{choose, Engine, IoUring, Op, Psync};
 pub use piece::{bounce_bytes, AlignedBuf, Piece, ALIGN};
-pub use sched::{Class, QueueStats, TierQueue};
+pub use sched::{Class, QueueStats, Queues, TierQueue};
 
 use crate::tier::Tier;
 use account::InFlight;
 use std::io;
 
-/// Submissions over a set of tiers on one engine (cheap: two references).
+/// Submissions over a set of tiers on one engine, admitted by their queues (cheap: three
+/// references).
 #[derive(Clone, Copy)]
 pub struct Io<'a> {
     engine: &'a dyn Engine,
     tiers: &'a [Tier],
+    queues: &'a Queues,
 }
 
 /// A stable id of a piece for the queue's `exclusive` mode (one file at a time).
@@ -45,8 +48,18 @@ fn piece_id(p: &Piece) -> u64 {
 }
 
 impl<'a> Io<'a> {
-    pub fn new(engine: &'a dyn Engine, tiers: &'a [Tier]) -> Io<'a> {
-        Io { engine, tiers }
+    /// `queues` has a queue for each of `tiers` ([`Queues::for_tiers`]).
+    pub fn new(engine: &'a dyn Engine, tiers: &'a [Tier], queues: &'a Queues) -> Io<'a> {
+        Io {
+            engine,
+            tiers,
+            queues,
+        }
+    }
+
+    /// The tiers submissions go to, by index.
+    pub fn tiers(&self) -> &'a [Tier] {
+        self.tiers
     }
 
     /// Runs backing requests (`ops[i]` on tier `at[i]`) as one engine batch of `class`.
@@ -65,7 +78,7 @@ impl<'a> Io<'a> {
         held.dedup_by_key(|h| h.0);
         let _slots: Vec<_> = held
             .iter()
-            .map(|(t, id)| self.tiers[*t].queue.acquire(class, *id))
+            .map(|(t, id)| self.queues.get(*t).acquire(class, *id))
             .collect();
         if self.engine.sequential() && ops.len() > 1 {
             // One after another: each is counted from its own start.

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Alignment of offsets, lengths and buffers for direct I/O on every tier.
-pub const ALIGN: usize = 4096;
+pub const ALIGN: usize = crate::sys::DIRECT_ALIGN;
 
 /// A heap buffer aligned to [`ALIGN`], for O_DIRECT.
 pub struct AlignedBuf {
@@ -345,25 +345,7 @@ pub fn read_full(f: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {
 
 /// Whether the filesystem holding `dir` accepts O_DIRECT (tmpfs before Linux 6.6 does not).
 pub fn dir_accepts_direct_io(dir: &Path) -> bool {
-    dir_accepts_direct_io_of(dir, ALIGN)
-}
-
-/// Whether `dir` accepts an O_DIRECT write of `len` bytes at offset 0 from an aligned buffer.
-pub fn dir_accepts_direct_io_of(dir: &Path, len: usize) -> bool {
-    let p = dir.join(format!(".tierfs-dio-{}", std::process::id()));
-    let r = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_DIRECT)
-        .open(&p)
-        .and_then(|f| {
-            let b = AlignedBuf::zeroed(len);
-            f.write_all_at(&b, 0)
-        });
-    let _ = std::fs::remove_file(&p);
-    r.is_ok()
+    crate::sys::dir_accepts_direct_io_of(dir, ALIGN)
 }
 
 /// Pieces that refuse writing, for the engines' conformance tests ([`super::engine`]).

@@ -4,23 +4,24 @@
 //! [`Tier::fold_probe`]); its requests take their queue slots at [`Class::Probe`] like any
 //! other I/O, so a probe never jumps ahead of the tier's own traffic.
 
-use super::{AlignedBuf, Class, Engine, Io, Piece};
-use crate::tier::{Tier, META_DIR, PROBE_BYTES};
+use super::{AlignedBuf, Class, Io, Piece};
+use crate::tier::{META_DIR, PROBE_BYTES};
 use std::io;
 
 /// Threads writing (then reading) at once, each 1 MiB requests over its part of the file.
 const THREADS: usize = 4;
 const REQUEST: usize = 1 << 20;
 
-/// Runs a claimed probe of `tier` on `engine` and folds its result into the tier's
+/// Runs a claimed probe of tier `index` through `io` and folds its result into the tier's
 /// estimates (call it on a thread of its own: a stalled tier must not stall the caller).
-pub fn probe(tier: &Tier, engine: &dyn Engine) {
-    let r = measure(tier, engine);
-    tier.fold_probe(r);
+pub fn probe(io: Io<'_>, index: usize) {
+    let r = measure(io, index);
+    io.tiers()[index].fold_probe(r);
 }
 
 /// Writes [`PROBE_BYTES`] to the probe file and reads them back; (read, write) bytes/s.
-fn measure(tier: &Tier, engine: &dyn Engine) -> io::Result<(f64, f64)> {
+fn measure(io: Io<'_>, index: usize) -> io::Result<(f64, f64)> {
+    let tier = &io.tiers()[index];
     let path = tier.root.join(META_DIR).join("probe-live");
     let opened = std::fs::OpenOptions::new()
         .write(true)
@@ -29,7 +30,6 @@ fn measure(tier: &Tier, engine: &dyn Engine) -> io::Result<(f64, f64)> {
         .open(&path)
         .and_then(|_| Piece::open(&path, tier.direct_io));
     let piece = opened.inspect_err(|e| tier.note_error(e))?;
-    let io = Io::new(engine, std::slice::from_ref(tier));
     let chunk = PROBE_BYTES / THREADS;
     let run = |write: bool| -> io::Result<f64> {
         let start = std::time::Instant::now();
@@ -44,8 +44,9 @@ fn measure(tier: &Tier, engine: &dyn Engine) -> io::Result<(f64, f64)> {
                         let end = ((i + 1) * chunk) as u64;
                         while off < end {
                             if write {
-                                io.write(Class::Probe, 0, piece, &buf, off)?;
-                            } else if io.read(Class::Probe, 0, piece, &mut buf, off)? < REQUEST {
+                                io.write(Class::Probe, index, piece, &buf, off)?;
+                            } else if io.read(Class::Probe, index, piece, &mut buf, off)? < REQUEST
+                            {
                                 // Not the tier's I/O error (those are counted in `Io`).
                                 let e = io::Error::from(io::ErrorKind::UnexpectedEof);
                                 tier.note_error(&e);

@@ -2,7 +2,8 @@
 //! ranks and processes of the node, granted in priority order with a bound on waiting.
 //!
 //! Every backing request takes a [`Slot`] from its tier's [`TierQueue`] first (through
-//! [`super::Io::submit`], the only caller in the daemon). Classes are served in order —
+//! [`super::Io::submit`], the only caller in the daemon); the queues of a mount's tiers are
+//! a [`Queues`], built from each tier's bound. Classes are served in order —
 //! demand reads, demand writes, prefetch, write-back, migration copies, recovery probes —
 //! so background work does not delay what a caller waits for. The bound keeps a slow tier
 //! from collecting more requests than it can serve (each would hold a FUSE thread), and
@@ -18,6 +19,7 @@
 //! more urgent class due at the same time: background work gets at least about 1/17 of a
 //! saturated tier, and all of an idle one.
 
+use crate::tier::Tier;
 use parking_lot::{Condvar, Mutex};
 
 /// Priority classes, most urgent first.
@@ -144,6 +146,35 @@ impl TierQueue {
             granted: s.granted,
             waited: s.waited,
         }
+    }
+}
+
+/// The admission queues of a set of tiers, one per tier index: what [`super::Io`] takes
+/// its slots from. The tier I/O owns them (a tier says only its bound), so a slot is taken
+/// nowhere but in a submission.
+#[derive(Debug)]
+pub struct Queues(Vec<TierQueue>);
+
+impl Queues {
+    /// One queue for each of `tiers`, bounded as the tier says ([`Tier::max_in_flight`],
+    /// [`Tier::exclusive`]).
+    pub fn for_tiers(tiers: &[Tier]) -> Queues {
+        Queues(
+            tiers
+                .iter()
+                .map(|t| TierQueue::new(t.max_in_flight, t.exclusive))
+                .collect(),
+        )
+    }
+
+    /// Tier `tier`'s queue.
+    pub fn get(&self, tier: usize) -> &TierQueue {
+        &self.0[tier]
+    }
+
+    /// Tier `tier`'s queue counters, for the stats.
+    pub fn stats(&self, tier: usize) -> QueueStats {
+        self.0[tier].stats()
     }
 }
 

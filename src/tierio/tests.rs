@@ -1,7 +1,7 @@
 //! The submission API with a counting engine: each request reaches the engine with the
 //! class it was submitted at, takes its queue slots, and is counted once on its tier.
 
-use super::{recovery, Class, Engine, Io, Op, Piece, Psync};
+use super::{recovery, Class, Engine, Io, Op, Piece, Psync, Queues};
 use crate::tier::{BandwidthSource, Tier};
 use parking_lot::Mutex;
 use std::io;
@@ -57,7 +57,8 @@ fn a_batch_arrives_with_its_class_and_is_counted_once() {
         .map(|t| Piece::open_new(&t.data.join("f"), 0o600, false).unwrap())
         .collect();
     let engine = Counting::default();
-    let io = Io::new(&engine, &tiers);
+    let queues = Queues::for_tiers(&tiers);
+    let io = Io::new(&engine, &tiers, &queues);
     let data = vec![7u8; 3000];
 
     // A write-back batch over both tiers (two ops on the first).
@@ -90,7 +91,7 @@ fn a_batch_arrives_with_its_class_and_is_counted_once() {
     );
     // One slot per tier and batch; every op in its tier's traffic.
     for (t, bytes, writes) in [(0, 3500, 2), (1, 1000, 1)] {
-        let q = tiers[t].queue.stats();
+        let q = queues.stats(t);
         assert_eq!(q.granted[Class::WriteBack as usize], 1, "tier {t}");
         assert_eq!(q.in_flight, 0);
         assert_eq!(counter(&tiers[t], |c| &c.bytes_written), bytes, "tier {t}");
@@ -123,7 +124,7 @@ fn a_batch_arrives_with_its_class_and_is_counted_once() {
     );
     assert_eq!(counter(&tiers[0], |c| &c.bytes_read), 3500);
     assert_eq!(counter(&tiers[1], |c| &c.bytes_read), 1000);
-    assert_eq!(tiers[1].queue.stats().granted[Class::Migration as usize], 1);
+    assert_eq!(queues.stats(1).granted[Class::Migration as usize], 1);
 }
 
 #[test]
@@ -134,7 +135,8 @@ fn read_and_write_errors_are_counted_in_one_place() {
     std::fs::write(&path, b"x").unwrap();
     let ro = Piece::read_only(&path, false, Some(libc::EACCES)).unwrap();
     let engine = Counting::default();
-    let io = Io::new(&engine, &tiers);
+    let queues = Queues::for_tiers(&tiers);
+    let io = Io::new(&engine, &tiers, &queues);
 
     let e = io
         .write(Class::DemandWrite, 0, &ro, b"data", 0)
@@ -169,9 +171,11 @@ fn read_and_write_errors_are_counted_in_one_place() {
 #[test]
 fn a_recovery_probe_arrives_as_a_probe_and_is_not_traffic() {
     let d = tempfile::tempdir().unwrap();
-    let t = tier(d.path(), 0);
+    let tiers = [tier(d.path(), 0)];
+    let t = &tiers[0];
+    let queues = Queues::for_tiers(&tiers);
     let engine = Counting::default();
-    recovery::probe(&t, &engine);
+    recovery::probe(Io::new(&engine, &tiers, &queues), 0);
     let seen = engine.seen.lock();
     let requests = crate::tier::PROBE_BYTES >> 20;
     assert_eq!(seen.len(), 2 * requests, "{seen:?}");
@@ -180,16 +184,46 @@ fn a_recovery_probe_arrives_as_a_probe_and_is_not_traffic() {
         .all(|(c, _, n)| *c == Class::Probe && *n == 1 << 20));
     assert_eq!(seen.iter().filter(|s| s.1).count(), requests);
     assert_eq!(
-        t.queue.stats().granted[Class::Probe as usize],
+        queues.stats(0).granted[Class::Probe as usize],
         2 * requests as u64
     );
     assert_eq!(t.probes.load(Ordering::Relaxed), 1);
     // It measures the tier; counted as its traffic it would feed the estimates twice.
     assert_eq!(
-        counter(&t, |c| &c.bytes_written) + counter(&t, |c| &c.bytes_read),
+        counter(t, |c| &c.bytes_written) + counter(t, |c| &c.bytes_read),
         0
     );
-    assert!(t.est_write.get().is_some());
+    // In the tier's own folder, and capped at its stated figures.
+    assert!(t
+        .root
+        .join(crate::tier::META_DIR)
+        .join("probe-live")
+        .exists());
+    let (r, w) = (t.est_read.get().unwrap(), t.est_write.get().unwrap());
+    assert!(r > 0.0 && r <= 1e9 && w > 0.0 && w <= 1e9, "{r} {w}");
+}
+
+#[test]
+fn each_tier_is_admitted_by_its_own_bound() {
+    let d = tempfile::tempdir().unwrap();
+    let mut tiers = vec![tier(d.path(), 0), tier(d.path(), 1)];
+    tiers[1].max_in_flight = 3;
+    tiers[1].exclusive = true;
+    let queues = Queues::for_tiers(&tiers);
+    assert_eq!(queues.stats(0).limit, crate::tier::DEFAULT_MAX_IN_FLIGHT);
+    assert_eq!(queues.stats(1).limit, 3);
+    // Exclusive: while one file holds the tier, another's request waits.
+    let held = queues.get(1).acquire(Class::DemandRead, 1);
+    std::thread::scope(|s| {
+        let other = s.spawn(|| drop(queues.get(1).acquire(Class::DemandRead, 2)));
+        while queues.stats(1).waiting == 0 {
+            std::thread::yield_now();
+        }
+        drop(held);
+        other.join().unwrap();
+    });
+    assert_eq!(queues.stats(1).waited, 1);
+    assert_eq!(queues.stats(0).granted, [0; 6], "tier 0's queue is its own");
 }
 
 /// Busy on the CPU for 20 ms before each batch, so a thread short of a core waits in it.
@@ -215,7 +249,8 @@ fn a_requests_wait_for_a_core_is_counted_apart_from_its_time() {
     let d = tempfile::tempdir().unwrap();
     let tiers = vec![tier(d.path(), 0)];
     let piece = Piece::open_new(&tiers[0].data.join("f"), 0o600, false).unwrap();
-    let io = Io::new(&Spinning, &tiers);
+    let queues = Queues::for_tiers(&tiers);
+    let io = Io::new(&Spinning, &tiers, &queues);
     // Twice as many spinning threads as cores: the submitting thread must wait for one.
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     let stop = std::sync::Arc::new(AtomicBool::new(false));
@@ -329,7 +364,8 @@ fn each_tier_of_a_batch_is_busy_until_its_own_requests_complete() {
             slow: &pieces[1] as *const Piece as usize,
             sequential,
         };
-        let io = Io::new(&engine, &tiers);
+        let queues = Queues::for_tiers(&tiers);
+        let io = Io::new(&engine, &tiers, &queues);
         let data = vec![7u8; 4096];
         let mut ops: Vec<Op> = pieces
             .iter()

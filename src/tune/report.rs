@@ -3,7 +3,7 @@
 //! ds-config` prints it.
 
 use super::{Point, CLOSE_ENOUGH};
-use crate::dsconfig::Aio;
+use crate::client::dsconfig::Aio;
 use crate::units::fmt_size_exact;
 use serde::Serialize;
 

@@ -60,6 +60,7 @@ pub(crate) fn with_staging(
         } else {
             placement::shares(&bws)
         }),
+        queues: crate::tierio::Queues::for_tiers(&tiers),
         tiers,
         layout: config.placement.layout,
         stripe_unit: config.placement.stripe_unit,

@@ -227,7 +227,7 @@ fn tier_stats(fs: &TierFs, t: &Tier, shares: &[f64]) -> TierStats {
         passthrough_opens: c.pt_opens_total.load(Ordering::Relaxed),
         device_read: t.device_bytes().map(|d| d.0),
         device_written: t.device_bytes().map(|d| d.1),
-        queue: t.queue.stats(),
+        queue: fs.queues.stats(t.index),
         est_read_bps: t.est_read.get(),
         est_write_bps: t.est_write.get(),
         saturated: t.queueing.saturated(),

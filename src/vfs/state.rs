@@ -53,6 +53,8 @@ pub struct TierFs {
     pub(crate) staging_from: String,
     /// How batches of backing requests are issued (`[mount] engine`).
     pub(crate) engine: Box<dyn crate::tierio::Engine>,
+    /// Each tier's admission queue, which [`io`] takes its slots from.
+    pub(crate) queues: crate::tierio::Queues,
     /// FUSE threads (each holds a 1 MiB read buffer: part of the memory bound).
     pub(crate) threads: usize,
     /// Bytes moved by re-layouts (`stats.json`).
@@ -74,7 +76,7 @@ pub struct TierFs {
 
 /// The way to the tiers: every backing read and write goes through it with its class.
 pub(crate) fn io(fs: &TierFs) -> crate::tierio::Io<'_> {
-    crate::tierio::Io::new(&*fs.engine, &fs.tiers)
+    crate::tierio::Io::new(&*fs.engine, &fs.tiers, &fs.queues)
 }
 
 pub(crate) fn set_engine(fs: &mut TierFs, engine: Box<dyn crate::tierio::Engine>) {

@@ -9,7 +9,7 @@
 //! files open in kernel passthrough and sit on a block device: their bytes bypass the
 //! daemon, so the device counters are plotted instead (marked "(device)" in the legend).
 
-use crate::monitor::{counter_delta, interval, Sample};
+use crate::client::monitor::{counter_delta, interval, Sample};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
@@ -75,7 +75,7 @@ pub fn series(samples: &[Sample]) -> Vec<Series> {
             let cur = c.tiers.iter().find(|t| t.name == x.name);
             let prev = p.tiers.iter().find(|t| t.name == x.name);
             let r = restarted || prev.is_none();
-            let bytes = |f: &dyn Fn(&crate::monitor::TierSample) -> u64| match cur {
+            let bytes = |f: &dyn Fn(&crate::client::monitor::TierSample) -> u64| match cur {
                 Some(ct) => counter_delta(prev.map(f).unwrap_or(0), f(ct), r),
                 None => 0,
             };
@@ -359,7 +359,7 @@ pub fn plot(samples: &[Sample], out: &Path, title: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::monitor::tests::{sample, tier};
+    use crate::client::monitor::tests::{sample, tier};
 
     #[test]
     fn nice_axes() {

@@ -6,10 +6,10 @@
 //! tier seconds later (or never, for a file deleted first), a read it holds never does,
 //! and kernel passthrough never passes the daemon. A user asks "where are my bytes going
 //! and how fast", which only the programs' view answers; the tiers' view says whether the
-//! tiers keep up. Rates come from two samples' counter deltas ([`crate::monitor`]); MB is
+//! tiers keep up. Rates come from two samples' counter deltas ([`crate::client::monitor`]); MB is
 //! 10^6 bytes, request sizes are KiB (as `iostat`'s kB), await is milliseconds.
 
-use crate::monitor::{counter_delta, interval, Sample, TierSample};
+use crate::client::monitor::{counter_delta, interval, Sample, TierSample};
 use crate::units::fmt_bytes;
 use std::fmt::Write as _;
 
@@ -426,7 +426,7 @@ it holds, and how much of that is dirty (written by programs, not on a tier yet)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::monitor::tests::{sample, tier};
+    use crate::client::monitor::tests::{sample, tier};
 
     fn app(t: &mut TierSample, read: u64, written: u64, reads: u64, writes: u64) {
         t.app.fuse_read_bytes = read;

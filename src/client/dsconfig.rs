@@ -46,9 +46,9 @@ pub struct MountFacts {
     /// The mount's staging memory: bytes and where the size comes from (stats.json
     /// `cache`); `None` without one.
     pub staging: Option<(u64, String)>,
-    /// What the host and the job let the ranks pin ([`crate::dsmemory`]); empty when not
+    /// What the host and the job let the ranks pin ([`crate::client::dsmemory`]); empty when not
     /// looked at.
-    pub memory: crate::dsmemory::JobMemory,
+    pub memory: crate::client::dsmemory::JobMemory,
 }
 
 /// One tier, as far as the choice goes.
@@ -531,7 +531,7 @@ struct Buffers {
     optimizer: usize,
     pipeline: bool,
     /// `sub_group_size` and `pin_memory` for `ranks` ranks in the job's memory.
-    fit: crate::dsmemory::Fit,
+    fit: crate::client::dsmemory::Fit,
 }
 
 impl Buffers {
@@ -541,7 +541,7 @@ impl Buffers {
         n: usize,
         pipeline: bool,
         ranks: usize,
-        memory: &crate::dsmemory::JobMemory,
+        memory: &crate::client::dsmemory::JobMemory,
     ) -> Buffers {
         let param = 5usize.max(2 * n + 1);
         let optimizer = if pipeline {
@@ -554,7 +554,13 @@ impl Buffers {
             param,
             optimizer,
             pipeline,
-            fit: crate::dsmemory::fit(param_bytes, optimizer, SUB_GROUP_SIZE, ranks, memory),
+            fit: crate::client::dsmemory::fit(
+                param_bytes,
+                optimizer,
+                SUB_GROUP_SIZE,
+                ranks,
+                memory,
+            ),
         }
     }
 
@@ -894,7 +900,7 @@ mod tests {
         // A 32 GiB job and 4 ranks: the 5.8 GB per rank of the defaults would take 23 GB
         // of it, a quarter is 8.6 GB.
         let mut f = facts(&[(2e9, true), (1e9, true)], 64, false);
-        f.memory = crate::dsmemory::JobMemory {
+        f.memory = crate::client::dsmemory::JobMemory {
             bounds: vec![(32 << 30, "the cgroup v2 limit 32.0 GiB (/job)".into())],
         };
         let c = choose(&f, 4, "test");

@@ -1,5 +1,6 @@
 //! Watching a mount over time: rates from counter deltas (`tierfs stat --watch` draws them:
-//! [`crate::watch`]) and recordings of `stats.json` samples (`tierfs record`, read back by `tierfs plot`).
+//! [`crate::client::watch`]) and recordings of `stats.json` samples (`tierfs record`, read
+//! back by `tierfs plot`).
 //!
 //! Rates use the daemon's own clock (`uptime_s` in the same snapshot as the counters), so a
 //! slow `stats.json` read does not skew them. A remount (another pid, or an uptime that went

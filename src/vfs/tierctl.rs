@@ -25,8 +25,9 @@ use crate::error::{Error, Result};
 use crate::tier::admin::AdminState;
 use crate::tier::Tier;
 use crate::units::fmt_bytes;
-use crate::vfs::namespace;
+use crate::tierio::Piece;
 use crate::vfs::state::TierFs;
+use crate::vfs::{backing, files, namespace};
 use crate::vfs::tree::NodeData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -300,7 +301,11 @@ pub fn drain_step(fs: &TierFs, keep_going: &dyn Fn() -> bool) -> DrainStep {
                 return step;
             }
             let size = node.size();
-            let r = migrate::relocate(fs, ino, &node, Some(t.index), 0);
+            let r = hold(fs, ino, &node).and_then(|()| {
+                let r = migrate::relocate(fs, ino, &node, Some(t.index), 0);
+                let_go(fs, ino, &node);
+                r
+            });
             if r.is_ok() && !on_tier(&node, t.index) {
                 step.moved += 1;
                 t.admin.drained_files.fetch_add(1, Ordering::Relaxed);
@@ -315,6 +320,43 @@ pub fn drain_step(fs: &TierFs, keep_going: &dyn Fn() -> bool) -> DrainStep {
         }
     }
     step
+}
+
+/// Counts one open of the file for its move, opening its pieces if it has none open (a
+/// closed file), as an open does: a release racing with the move then leaves them be.
+/// [`let_go`] undoes it.
+fn hold(fs: &TierFs, ino: u64, node: &FileNode) -> Result<()> {
+    let tree = fs.tree.read();
+    let mut st = node.state.write();
+    if st.opens == 0 && st.cache.is_none() && st.migration.is_none() {
+        for t in st.layout.tiers() {
+            if fs.tiers[t].missing {
+                // The move's read of it answers the missing tier's EIO.
+                continue;
+            }
+            let p = backing::piece_path(fs, &tree, ino, t)?;
+            let piece = Piece::open_in(&fs.tiers[t].root, &p, fs.tiers[t].direct_io)
+                .map_err(|e| backing::tier_err(fs, t, "open", &p, e))?;
+            st.pieces[t] = Some(Arc::new(piece));
+        }
+    }
+    st.opens += 1;
+    Ok(())
+}
+
+/// Undoes [`hold`]: the last open gone, the pieces close (the new ones after a move), and
+/// a file unlinked meanwhile that the kernel has forgotten goes, as at a release.
+fn let_go(fs: &TierFs, ino: u64, node: &FileNode) {
+    let mut st = node.state.write();
+    st.opens = st.opens.saturating_sub(1);
+    let last = st.opens == 0;
+    if last && st.cache.is_none() && st.migration.is_none() {
+        st.pieces.iter_mut().for_each(|p| *p = None);
+    }
+    drop(st);
+    if last {
+        files::drop_if_gone(fs, &mut fs.tree.write(), ino);
+    }
 }
 
 /// Whether any piece of the file (or of its move under way) is on tier `tier`.

@@ -414,7 +414,8 @@ mod tests {
 
     #[test]
     fn ctl_takes_the_command_words_after_the_mountpoint() {
-        let c = Cli::try_parse_from(["tierfs", "ctl", "--wait", "/m", "weight", "a", "-1"]).unwrap();
+        let c =
+            Cli::try_parse_from(["tierfs", "ctl", "--wait", "/m", "weight", "a", "-1"]).unwrap();
         match c.command {
             Cmd::Ctl {
                 mountpoint,
@@ -423,11 +424,18 @@ mod tests {
                 ..
             } => {
                 assert_eq!(mountpoint, Path::new("/m"));
-                assert_eq!(command, ["weight", "a", "-1"], "-1 is the daemon's to refuse");
+                assert_eq!(
+                    command,
+                    ["weight", "a", "-1"],
+                    "-1 is the daemon's to refuse"
+                );
                 assert!(wait);
             }
             other => panic!("{other:?}"),
         }
-        assert!(Cli::try_parse_from(["tierfs", "ctl", "/m"]).is_err(), "no command");
+        assert!(
+            Cli::try_parse_from(["tierfs", "ctl", "/m"]).is_err(),
+            "no command"
+        );
     }
 }

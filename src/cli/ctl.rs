@@ -13,7 +13,12 @@ use std::path::Path;
 use std::time::Duration;
 
 /// Runs `tierfs ctl`.
-pub fn run(mountpoint: &Path, command: &[String], wait: bool, stats_dir: &str) -> Result<(), Failure> {
+pub fn run(
+    mountpoint: &Path,
+    command: &[String],
+    wait: bool,
+    stats_dir: &str,
+) -> Result<(), Failure> {
     let line = command.join(" ");
     let reply = send(mountpoint, stats_dir, &line)?;
     print!("{reply}");

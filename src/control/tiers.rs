@@ -80,11 +80,20 @@ mod tests {
         assert_eq!(ok("pause nvme"), TierCommand::Pause("nvme".into()));
         assert_eq!(ok("resume pfs"), TierCommand::Resume("pfs".into()));
         assert_eq!(ok("drain a.b-c_1"), TierCommand::Drain("a.b-c_1".into()));
-        assert_eq!(ok("weight nvme 2.5"), TierCommand::Weight("nvme".into(), 2.5));
+        assert_eq!(
+            ok("weight nvme 2.5"),
+            TierCommand::Weight("nvme".into(), 2.5)
+        );
         assert_eq!(ok("weight nvme 0"), TierCommand::Weight("nvme".into(), 0.0));
-        assert_eq!(ok("weight nvme 1000"), TierCommand::Weight("nvme".into(), 1000.0));
+        assert_eq!(
+            ok("weight nvme 1000"),
+            TierCommand::Weight("nvme".into(), 1000.0)
+        );
         assert_eq!(ok("status"), TierCommand::Status);
-        assert!(parse("order", "ascending").is_none(), "not an operator command");
+        assert!(
+            parse("order", "ascending").is_none(),
+            "not an operator command"
+        );
     }
 
     #[test]
@@ -95,7 +104,10 @@ mod tests {
         assert!(err("weight nvme 1 2").contains("needs a tier name and a number"));
         for bad in ["lots", "-1", "1001", "nan", "inf", "1e9"] {
             let e = err(&format!("weight nvme {bad}"));
-            assert!(e.contains(&format!("'{bad}' is not a weight")), "{bad}: {e}");
+            assert!(
+                e.contains(&format!("'{bad}' is not a weight")),
+                "{bad}: {e}"
+            );
         }
         assert!(err("status now").contains("takes no argument"));
     }

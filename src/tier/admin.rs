@@ -98,7 +98,12 @@ impl TierAdmin {
     /// operator paused or resumed the tier must not overwrite that).
     pub fn replace_state(&self, from: AdminState, to: AdminState) -> bool {
         self.state
-            .compare_exchange(from.to_u8(), to.to_u8(), Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(
+                from.to_u8(),
+                to.to_u8(),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
             .is_ok()
     }
 

@@ -177,7 +177,12 @@ fn shape_for(fs: &TierFs, st: &FileState, flags: i32) -> std::result::Result<Sha
     if st.layout.tiers().iter().any(|t| fs.tiers[*t].missing) {
         return Err(no(NoReason::Busy, "a tier of it is missing"));
     }
-    if st.layout.tiers().iter().any(|t| fs.tiers[*t].admin.state() == AdminState::Draining) {
+    if st
+        .layout
+        .tiers()
+        .iter()
+        .any(|t| fs.tiers[*t].admin.state() == AdminState::Draining)
+    {
         // A lease would hold the pieces the drain must move.
         return Err(no(NoReason::Busy, "a tier of it is draining"));
     }

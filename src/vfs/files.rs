@@ -148,7 +148,9 @@ pub(crate) fn create(
             let eligible: Vec<bool> = fs
                 .tiers
                 .iter()
-                .map(|t| !failed.contains(&t.index) && t.takes_new_data() && t.has_room_for(1 << 20))
+                .map(|t| {
+                    !failed.contains(&t.index) && t.takes_new_data() && t.has_room_for(1 << 20)
+                })
                 .collect();
             let c = fs
                 .placer

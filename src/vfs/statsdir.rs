@@ -7,8 +7,8 @@ use crate::data::cached;
 use crate::error::{Error, Result};
 use crate::layout::FileLayout;
 use crate::vfs::contain;
-use crate::vfs::tierctl;
 use crate::vfs::state::TierFs;
+use crate::vfs::tierctl;
 use crate::vfs::tree::{NodeData, Tree};
 use crate::vfs::types::*;
 
@@ -175,12 +175,16 @@ pub(crate) fn control(fs: &TierFs, text: &[u8]) -> Result<String> {
     let text = std::str::from_utf8(text)
         .map_err(|_| refused(libc::EINVAL, "control text is not UTF-8".into()))?;
     let cmds = crate::control::parse_lines(text).map_err(|e| {
-        let excerpt = crate::control::log_excerpt(&e.to_string());
         log::warn!(
-            "refused a control write of {} bytes: {excerpt}",
-            text.len()
+            "refused a control write of {} bytes: {}",
+            text.len(),
+            crate::control::log_excerpt(&e.to_string())
         );
-        refused(libc::EINVAL, excerpt)
+        let reason = match e.line {
+            0 => e.reason,
+            n => format!("line {n}: {}", e.reason),
+        };
+        refused(libc::EINVAL, crate::control::log_excerpt(&reason))
     })?;
     let tier_cmds: Vec<(usize, &TierCommand)> = cmds
         .iter()
@@ -197,13 +201,16 @@ pub(crate) fn control(fs: &TierFs, text: &[u8]) -> Result<String> {
         // A tier command's tier, or the inode a hint names.
         let (tier, ino) = match &cmd {
             Command::Tier(_) => (tiers.next().expect("one per tier command"), None),
-            _ => (None, resolve_target(fs, &cmd).map_err(|e| {
-                let raw = text.lines().nth(line - 1).unwrap_or("").trim();
-                refused(
-                    e.errno(),
-                    crate::control::log_excerpt(&format!("line {line}: '{raw}': {e}")),
-                )
-            })?),
+            _ => (
+                None,
+                resolve_target(fs, &cmd).map_err(|e| {
+                    let raw = text.lines().nth(line - 1).unwrap_or("").trim();
+                    refused(
+                        e.errno(),
+                        crate::control::log_excerpt(&format!("line {line}: '{raw}': {e}")),
+                    )
+                })?,
+            ),
         };
         plan.push((line, cmd, tier, ino));
     }

@@ -24,11 +24,11 @@ use crate::data::migrate;
 use crate::error::{Error, Result};
 use crate::tier::admin::AdminState;
 use crate::tier::Tier;
-use crate::units::fmt_bytes;
 use crate::tierio::Piece;
+use crate::units::fmt_bytes;
 use crate::vfs::state::TierFs;
-use crate::vfs::{backing, files, namespace};
 use crate::vfs::tree::NodeData;
+use crate::vfs::{backing, files, namespace};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -285,7 +285,9 @@ pub fn drain_step(fs: &TierFs, keep_going: &dyn Fn() -> bool) -> DrainStep {
         step.draining += 1;
         let files = files_on(fs, t.index);
         if files.is_empty() {
-            if t.admin.replace_state(AdminState::Draining, AdminState::Drained) {
+            if t.admin
+                .replace_state(AdminState::Draining, AdminState::Drained)
+            {
                 log::info!(
                     "tier '{}' drained: {} files ({}) moved off; it takes no new data until \
                      resumed",
@@ -300,7 +302,8 @@ pub fn drain_step(fs: &TierFs, keep_going: &dyn Fn() -> bool) -> DrainStep {
             if !keep_going() || t.admin.state() != AdminState::Draining {
                 return step;
             }
-            let size = node.size();
+            // The bytes of it on this tier: all of a whole file, its stripes' of a striped one.
+            let bytes = node.layout().piece_len(t.index, node.size());
             let r = hold(fs, ino, &node).and_then(|()| {
                 let r = migrate::relocate(fs, ino, &node, Some(t.index), 0);
                 let_go(fs, ino, &node);
@@ -309,11 +312,14 @@ pub fn drain_step(fs: &TierFs, keep_going: &dyn Fn() -> bool) -> DrainStep {
             if r.is_ok() && !on_tier(&node, t.index) {
                 step.moved += 1;
                 t.admin.drained_files.fetch_add(1, Ordering::Relaxed);
-                t.admin.drained_bytes.fetch_add(size, Ordering::Relaxed);
+                t.admin.drained_bytes.fetch_add(bytes, Ordering::Relaxed);
             } else if let Err(e) = r {
                 step.failed += 1;
                 let what = format!("{}: {e}", namespace::describe(fs, ino));
-                log::warn!("drain of tier '{}': cannot move {what}; tried again", t.name);
+                log::warn!(
+                    "drain of tier '{}': cannot move {what}; tried again",
+                    t.name
+                );
                 t.admin.drain_failures.fetch_add(1, Ordering::Relaxed);
                 *t.admin.drain_error.lock() = Some(what);
             }

@@ -1382,9 +1382,22 @@ fn ctl_rows() {
     let mp = mp.to_str().unwrap();
     let (e, reply) = control_rw(&m, "pause nosuch\n");
     op_row("O20", "pause of a tier the mount does not have", e);
-    assert!(reply.starts_with("error: line 1: no tier 'nosuch'"), "{reply}");
-    expect("L55", "ctl pause nosuch", &tierfs(&["ctl", mp, "pause", "nosuch"]), &[]);
-    expect("L56", "ctl weight fast lots", &tierfs(&["ctl", mp, "weight", "fast", "lots"]), &[]);
+    assert!(
+        reply.starts_with("error: line 1: no tier 'nosuch'"),
+        "{reply}"
+    );
+    expect(
+        "L55",
+        "ctl pause nosuch",
+        &tierfs(&["ctl", mp, "pause", "nosuch"]),
+        &[],
+    );
+    expect(
+        "L56",
+        "ctl weight fast lots",
+        &tierfs(&["ctl", mp, "weight", "fast", "lots"]),
+        &[],
+    );
     // 6 MiB on slow: more than fast's capacity.
     let (e, reply) = control_rw(&m, "pause fast\n");
     assert_eq!(e, 0, "{reply}");
@@ -1395,13 +1408,22 @@ fn ctl_rows() {
     assert!(reply.contains("no other tier takes new data"), "{reply}");
     let (e, reply) = control_rw(&m, "pause slow\n");
     op_row("O21", "pause of the last tier taking new data", e);
-    assert!(reply.contains("it is the last tier taking new data"), "{reply}");
+    assert!(
+        reply.contains("it is the last tier taking new data"),
+        "{reply}"
+    );
     let (e, reply) = control_rw(&m, "resume fast\ndrain slow\n");
     op_row("O22", "drain that does not fit", e);
-    assert!(reply.starts_with("error: line 2: cannot drain tier 'slow': its"), "{reply}");
+    assert!(
+        reply.starts_with("error: line 2: cannot drain tier 'slow': its"),
+        "{reply}"
+    );
     assert!(reply.contains("the other tiers have free"), "{reply}");
     let status = control_rw(&m, "status\n").1;
-    assert!(status.contains("tier fast state=paused"), "nothing applied:\n{status}");
+    assert!(
+        status.contains("tier fast state=paused"),
+        "nothing applied:\n{status}"
+    );
     assert_eq!(std::fs::read(m.path("big")).unwrap(), pattern(6 * MIB, 3));
     m.unmount();
 }

@@ -496,7 +496,9 @@ impl TierFs {
     /// One pass of the drains under way (`drain TIER`): moves the files off each draining
     /// tier while `keep_going` says so; the daemon's drain thread calls it in a loop.
     pub fn drain_step(&self, keep_going: &dyn Fn() -> bool) -> DrainStep {
-        tierctl::drain_step(self, keep_going)
+        tierctl::drain_step(self, keep_going, &|ino| {
+            files::drop_if_gone(self, &mut self.tree.write(), ino)
+        })
     }
 
     pub fn cache_view(&self) -> CacheView {

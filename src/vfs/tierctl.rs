@@ -26,9 +26,9 @@ use crate::tier::admin::AdminState;
 use crate::tier::Tier;
 use crate::tierio::Piece;
 use crate::units::fmt_bytes;
+use crate::vfs::backing;
 use crate::vfs::state::TierFs;
 use crate::vfs::tree::NodeData;
-use crate::vfs::{backing, files, namespace};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -276,7 +276,14 @@ pub struct DrainStep {
 
 /// One pass over each draining tier: every file with a piece on it is moved off, while
 /// `keep_going` says so (the daemon's stop); a tier found holding no file is `drained`.
-pub fn drain_step(fs: &TierFs, keep_going: &dyn Fn() -> bool) -> DrainStep {
+/// `forget_if_gone` is what a release does last (`vfs::files::drop_if_gone`, passed in by
+/// the façade: this module is below the open-file operations): a file unlinked and
+/// forgotten by the kernel while its move held it open goes when the move lets go.
+pub fn drain_step(
+    fs: &TierFs,
+    keep_going: &dyn Fn() -> bool,
+    forget_if_gone: &dyn Fn(u64),
+) -> DrainStep {
     let mut step = DrainStep::default();
     for t in &fs.tiers {
         if t.admin.state() != AdminState::Draining {
@@ -306,7 +313,9 @@ pub fn drain_step(fs: &TierFs, keep_going: &dyn Fn() -> bool) -> DrainStep {
             let bytes = node.layout().piece_len(t.index, node.size());
             let r = hold(fs, ino, &node).and_then(|()| {
                 let r = migrate::relocate(fs, ino, &node, Some(t.index), 0);
-                let_go(fs, ino, &node);
+                if let_go(&node) {
+                    forget_if_gone(ino);
+                }
                 r
             });
             if r.is_ok() && !on_tier(&node, t.index) {
@@ -315,7 +324,10 @@ pub fn drain_step(fs: &TierFs, keep_going: &dyn Fn() -> bool) -> DrainStep {
                 t.admin.drained_bytes.fetch_add(bytes, Ordering::Relaxed);
             } else if let Err(e) = r {
                 step.failed += 1;
-                let what = format!("{}: {e}", namespace::describe(fs, ino));
+                let what = match fs.tree.read().rel(ino) {
+                    Some(rel) => format!("/{}: {e}", crate::stats::escape_path(&rel)),
+                    None => format!("(inode {ino}, deleted): {e}"),
+                };
                 log::warn!(
                     "drain of tier '{}': cannot move {what}; tried again",
                     t.name
@@ -350,19 +362,17 @@ fn hold(fs: &TierFs, ino: u64, node: &FileNode) -> Result<()> {
     Ok(())
 }
 
-/// Undoes [`hold`]: the last open gone, the pieces close (the new ones after a move), and
-/// a file unlinked meanwhile that the kernel has forgotten goes, as at a release.
-fn let_go(fs: &TierFs, ino: u64, node: &FileNode) {
+/// Undoes [`hold`]: the last open gone, the pieces close (the new ones after a move).
+/// Whether it was the last open (then the caller forgets the file if it is gone, as a
+/// release would).
+fn let_go(node: &FileNode) -> bool {
     let mut st = node.state.write();
     st.opens = st.opens.saturating_sub(1);
     let last = st.opens == 0;
     if last && st.cache.is_none() && st.migration.is_none() {
         st.pieces.iter_mut().for_each(|p| *p = None);
     }
-    drop(st);
-    if last {
-        files::drop_if_gone(fs, &mut fs.tree.write(), ino);
-    }
+    last
 }
 
 /// Whether any piece of the file (or of its move under way) is on tier `tier`.

@@ -22,6 +22,9 @@ _tierfs() {
             tierfs,completions)
                 cmd="tierfs__subcmd__completions"
                 ;;
+            tierfs,ctl)
+                cmd="tierfs__subcmd__ctl"
+                ;;
             tierfs,ds-config)
                 cmd="tierfs__subcmd__ds__subcmd__config"
                 ;;
@@ -66,6 +69,9 @@ _tierfs() {
                 ;;
             tierfs__subcmd__help,completions)
                 cmd="tierfs__subcmd__help__subcmd__completions"
+                ;;
+            tierfs__subcmd__help,ctl)
+                cmd="tierfs__subcmd__help__subcmd__ctl"
                 ;;
             tierfs__subcmd__help,ds-config)
                 cmd="tierfs__subcmd__help__subcmd__ds__subcmd__config"
@@ -113,7 +119,7 @@ _tierfs() {
 
     case "${cmd}" in
         tierfs)
-            opts="-h -V --help --version mount run unmount probe check-config stat ds-config tune record plot fsck export man completions help"
+            opts="-h -V --help --version mount run unmount probe check-config stat ctl ds-config tune record plot fsck export man completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -147,6 +153,24 @@ _tierfs() {
                 return 0
             fi
             case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tierfs__subcmd__ctl)
+            opts="-h --wait --stats-dir --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --stats-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -221,7 +245,7 @@ _tierfs() {
             return 0
             ;;
         tierfs__subcmd__help)
-            opts="mount run unmount probe check-config stat ds-config tune record plot fsck export man completions help"
+            opts="mount run unmount probe check-config stat ctl ds-config tune record plot fsck export man completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -249,6 +273,20 @@ _tierfs() {
             return 0
             ;;
         tierfs__subcmd__help__subcmd__completions)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        tierfs__subcmd__help__subcmd__ctl)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )

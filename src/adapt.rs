@@ -26,49 +26,73 @@ pub(crate) fn refresh_shares(fs: &TierFs) -> Vec<f64> {
 
 pub(crate) fn recompute_shares(fs: &TierFs) {
     let shared = fs.shared.iter().any(Option::is_some);
-    if fs.adapt || shared {
-        let mut bws: Vec<f64> = fs
-            .tiers
-            .iter()
-            .map(|t| {
-                let (r, w) = if fs.adapt {
-                    t.current_bandwidth()
-                } else {
-                    (t.read_bps, t.write_bps)
-                };
-                placement::effective_bandwidth(r, w)
-            })
-            .collect();
+    let bws: Vec<f64> = fs
+        .tiers
+        .iter()
+        .map(|t| {
+            let (r, w) = if fs.adapt {
+                t.current_bandwidth()
+            } else {
+                (t.read_bps, t.write_bps)
+            };
+            placement::effective_bandwidth(r, w)
+        })
+        .collect();
+    let new = if fs.adapt || shared {
+        let mut bws = bws;
         let plans: Vec<Option<Plan>> = fs
             .shared
             .iter()
             .map(|sh| sh.as_ref().and_then(|s| s.plan()))
             .collect();
         let judge = shared_view(&mut bws, &plans);
-        let new = if fs.adapt {
+        let (judge, bws) = operator_view(&fs.tiers, judge, bws);
+        if fs.adapt {
             paused_shares(&fs.tiers, &judge, &bws, fs.min_share)
         } else {
             placement::shares(&bws)
-        };
-        let old = fs.placer.shares();
-        if new.iter().zip(&old).any(|(a, b)| (a - b).abs() > 0.02) {
-            log::info!(
-                "shares now {} ({})",
-                fs.tiers
-                    .iter()
-                    .zip(&new)
-                    .map(|(t, s)| format!("{}={:.1}%", t.name, s * 100.0))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                match (fs.adapt, shared) {
-                    (true, false) => "online bandwidth",
-                    (true, true) => "online bandwidth, shared tier ledger",
-                    _ => "shared tier ledger",
-                }
-            );
         }
-        fs.placer.set_shares(new);
+    } else {
+        // The configured bandwidths, as at mount, with what an operator set since.
+        let (_, bws) = operator_view(&fs.tiers, bws.clone(), bws);
+        placement::shares(&bws)
+    };
+    let old = fs.placer.shares();
+    if new.iter().zip(&old).any(|(a, b)| (a - b).abs() > 0.02) {
+        log::info!(
+            "shares now {} ({})",
+            fs.tiers
+                .iter()
+                .zip(&new)
+                .map(|(t, s)| format!("{}={:.1}%", t.name, s * 100.0))
+                .collect::<Vec<_>>()
+                .join(" "),
+            match (fs.adapt, shared) {
+                (true, false) => "online bandwidth",
+                (true, true) => "online bandwidth, shared tier ledger",
+                (false, true) => "shared tier ledger",
+                (false, false) => "configured bandwidth",
+            }
+        );
     }
+    fs.placer.set_shares(new);
+}
+
+/// What an operator set (`.tierfs/control`) applied to the bandwidths Eq. 1 splits by,
+/// `bws`, and to those the pause rule judges by, `judge`: a tier that takes no new data
+/// (paused, draining, drained) counts for nothing in either, so the others are judged
+/// against the fastest tier still in use; a weight scales a tier's part of the split
+/// only (it is a preference, not a measure: it never pauses a tier).
+fn operator_view(tiers: &[Tier], mut judge: Vec<f64>, mut bws: Vec<f64>) -> (Vec<f64>, Vec<f64>) {
+    for (t, (j, b)) in tiers.iter().zip(judge.iter_mut().zip(bws.iter_mut())) {
+        if t.admin.state().takes_new_data() {
+            *b *= t.admin.weight();
+        } else {
+            *j = 0.0;
+            *b = 0.0;
+        }
+    }
+    (judge, bws)
 }
 
 /// Applies the shared tiers' plans to this node's bandwidths `bws` (each shared tier gives
@@ -132,7 +156,9 @@ pub(crate) fn paused_shares(
     let mut paused: Vec<bool> = tiers.iter().map(|t| t.is_paused()).collect();
     let new = placement::shares_paused_by(judge, bws, min_share, &mut paused);
     for (t, p) in tiers.iter().zip(paused) {
-        if p != t.is_paused() {
+        // An operator's hold is not a measure: the tier's own pause state waits for its
+        // resume (its bandwidth counts for nothing meanwhile, which would pause it).
+        if p != t.is_paused() && t.admin.state().takes_new_data() {
             let s = placement::pairwise_share(judge, t.index) * 100.0;
             if p {
                 log::warn!(
@@ -181,6 +207,10 @@ pub(crate) fn probe_tiers(fs: &Arc<TierFs>) {
         placement::shares_paused_by(&stated, &base, fs.min_share, &mut vec![true; base.len()]);
     let now = fs.placer.shares();
     for (i, t) in fs.tiers.iter().enumerate() {
+        // A tier an operator took out of use is left alone (it may be on its way out).
+        if !t.admin.state().takes_new_data() {
+            continue;
+        }
         if t.claim_probe(now[i] < 0.8 * base[i]) {
             let fs = fs.clone();
             let r = std::thread::Builder::new()

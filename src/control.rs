@@ -14,6 +14,14 @@
 //! # comment                                            ignored, as are blank lines
 //! ```
 //!
+//! and the operator's commands on tiers ([`tiers`]: `pause`, `resume`, `drain`, `weight`,
+//! `status`).
+//!
+//! The reply: a writer that opened the file read-write reads back, from the same handle,
+//! the answer to its last write: `ok ...` lines, or one `error: ...` line saying which line
+//! was refused and why, while the write itself fails with the errno (`crate::vfs::tierctl`
+//! and docs/CONFIG.md, "Live control").
+//!
 //! Paths are relative to the mount root (a leading `/` means the mount root too); `..`
 //! components are refused so a command can never name anything outside the mount.
 //!
@@ -23,6 +31,9 @@
 
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
+
+mod tiers;
+pub use tiers::{TierCommand, MAX_WEIGHT};
 
 /// The longest control write accepted (a script listing many files stays far below it).
 pub const MAX_WRITE: usize = 1 << 20;
@@ -53,7 +64,7 @@ impl OrderHint {
 }
 
 /// One parsed command. Paths are relative to the mount root; an empty path is the root.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Command {
     Order {
         hint: OrderHint,
@@ -75,6 +86,8 @@ pub enum Command {
     DebugPanic {
         path: PathBuf,
     },
+    /// An operator's command on a tier (or `status`).
+    Tier(TierCommand),
 }
 
 /// A refused control write: which line and why.
@@ -116,6 +129,11 @@ pub fn log_excerpt(text: &str) -> String {
 
 /// Parses a whole control write; any bad line refuses all of it.
 pub fn parse(text: &str) -> Result<Vec<Command>, ControlError> {
+    Ok(parse_lines(text)?.into_iter().map(|(_, c)| c).collect())
+}
+
+/// [`parse`], each command with its 1-based line number (for the reply to name it).
+pub fn parse_lines(text: &str) -> Result<Vec<(usize, Command)>, ControlError> {
     if text.len() > MAX_WRITE {
         return Err(ControlError {
             line: 0,
@@ -132,7 +150,7 @@ pub fn parse(text: &str) -> Result<Vec<Command>, ControlError> {
             line: i + 1,
             reason,
         })?;
-        out.push(cmd);
+        out.push((i + 1, cmd));
     }
     Ok(out)
 }
@@ -147,6 +165,9 @@ fn split_word(s: &str) -> (&str, &str) {
 
 fn parse_line(line: &str) -> Result<Command, String> {
     let (word, rest) = split_word(line);
+    if let Some(cmd) = tiers::parse(word, rest) {
+        return cmd.map(Command::Tier);
+    }
     match word {
         "order" => {
             let (h, dir) = split_word(rest);
@@ -185,7 +206,8 @@ fn parse_line(line: &str) -> Result<Command, String> {
             path: required(word, rest)?,
         }),
         other => Err(format!(
-            "unknown command '{}' (order, step, prefetch, drop, flush)",
+            "unknown command '{}' (order, step, prefetch, drop, flush, pause, resume, drain, \
+             weight, status)",
             other.escape_debug()
         )),
     }
@@ -287,6 +309,23 @@ mod tests {
         } else {
             assert!(r.unwrap_err().reason.contains("unknown command"));
         }
+    }
+
+    #[test]
+    fn tier_commands_mix_with_hints_and_keep_their_line_numbers() {
+        let cmds = parse_lines("# ops\nstep\n\npause slow\nweight fast 3\nstatus\n").unwrap();
+        let lines: Vec<usize> = cmds.iter().map(|(l, _)| *l).collect();
+        assert_eq!(lines, vec![2, 4, 5, 6]);
+        assert_eq!(cmds[1].1, Command::Tier(TierCommand::Pause("slow".into())));
+        assert_eq!(
+            cmds[2].1,
+            Command::Tier(TierCommand::Weight("fast".into(), 3.0))
+        );
+        let e = parse("step\nweight fast lots\n").unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.reason.contains("'lots' is not a weight"), "{e}");
+        let e = parse("drain\n").unwrap_err();
+        assert!(e.reason.contains("needs a tier name"), "{e}");
     }
 
     #[test]

@@ -65,6 +65,10 @@ pub enum Error {
     Failed { ino: u64 },
     #[error("{0}")]
     Io(#[from] io::Error),
+    /// A `.tierfs/control` write refused, with the errno it fails with and the reason the
+    /// writer reads back from its handle (`crate::vfs::tierctl`).
+    #[error("{reason}")]
+    Refused { errno: i32, reason: String },
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
@@ -90,6 +94,7 @@ impl Error {
             Error::ShortRead { .. } => libc::EIO,
             Error::Failed { .. } => libc::EIO,
             Error::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+            Error::Refused { errno, .. } => *errno,
         }
     }
 

@@ -163,7 +163,8 @@ fn extra_sections() -> Roff {
             Block::Item(
                 "MOUNTPOINT/.tierfs/".into(),
                 "Read-only statistics of a mount: tiers, files, config, stats.json, metrics \
-                 (Prometheus text), cache; control takes cache hints."
+                 (Prometheus text), cache; control takes cache hints and the operator's \
+                 commands on tiers (tierfs ctl), and answers through the writing handle."
                     .into(),
             ),
             Block::Item(

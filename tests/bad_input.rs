@@ -275,6 +275,8 @@ fn doc_errnos(id: &str) -> Vec<i32> {
             "EBADF" => libc::EBADF,
             "ENOENT" => libc::ENOENT,
             "EIO" => libc::EIO,
+            "EBUSY" => libc::EBUSY,
+            "ENOSPC" => libc::ENOSPC,
             other => panic!("docs/ERRORS.md {id}: unknown errno {other} (add it here)"),
         })
         .collect()
@@ -1315,6 +1317,8 @@ fn operation_rows() {
             "frobnicate\n",
             "step\norder sideways\n",
             "drop ../../etc/passwd\n",
+            "weight fast lots\n",
+            "pause\n",
         ] {
             op_row(
                 "O17",
@@ -1336,6 +1340,92 @@ fn operation_rows() {
         drop(h);
         m.unmount();
     }
+}
+
+/// Writes `text` to the control file through a handle opened read-write; the write's
+/// errno (0 when it succeeded) and the reply read back through the same handle.
+fn control_rw(m: &Mount<'_>, text: &str) -> (i32, String) {
+    use std::io::{Read, Write};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.path(".tierfs/control"))
+        .unwrap();
+    let e = errno_of(f.write(text.as_bytes()));
+    let mut reply = String::new();
+    f.read_to_string(&mut reply).unwrap();
+    (e, reply)
+}
+
+/// The operator's commands on tiers (`.tierfs/control`, `tierfs ctl`): each refusal's
+/// errno and the reason read back, and `tierfs ctl`'s exit status and message.
+#[test]
+fn ctl_rows() {
+    let d = Dir::new();
+    std::fs::create_dir(d.p("plain")).unwrap();
+    expect(
+        "L57",
+        "ctl of a plain folder",
+        &tierfs(&["ctl", &d.s("plain"), "status"]),
+        &[("MNT", &d.s("plain"))],
+    );
+    require!(fuse());
+    let s = Setup::new(
+        vec![
+            TierSpec::new("fast", "2GB/s").capacity("4MiB"),
+            TierSpec::new("slow", "1GB/s"),
+        ],
+        "whole-file",
+    );
+    let m = s.mount();
+    let mp = s.mountpoint();
+    let mp = mp.to_str().unwrap();
+    let (e, reply) = control_rw(&m, "pause nosuch\n");
+    op_row("O20", "pause of a tier the mount does not have", e);
+    assert!(
+        reply.starts_with("error: line 1: no tier 'nosuch'"),
+        "{reply}"
+    );
+    expect(
+        "L55",
+        "ctl pause nosuch",
+        &tierfs(&["ctl", mp, "pause", "nosuch"]),
+        &[],
+    );
+    expect(
+        "L56",
+        "ctl weight fast lots",
+        &tierfs(&["ctl", mp, "weight", "fast", "lots"]),
+        &[],
+    );
+    // 6 MiB on slow: more than fast's capacity.
+    let (e, reply) = control_rw(&m, "pause fast\n");
+    assert_eq!(e, 0, "{reply}");
+    std::fs::write(m.path("big"), pattern(6 * MIB, 3)).unwrap();
+    assert_eq!(s.tiers_holding("big"), vec![1]);
+    let (e, reply) = control_rw(&m, "drain slow\n");
+    op_row("O21", "drain while no other tier takes new data", e);
+    assert!(reply.contains("no other tier takes new data"), "{reply}");
+    let (e, reply) = control_rw(&m, "pause slow\n");
+    op_row("O21", "pause of the last tier taking new data", e);
+    assert!(
+        reply.contains("it is the last tier taking new data"),
+        "{reply}"
+    );
+    let (e, reply) = control_rw(&m, "resume fast\ndrain slow\n");
+    op_row("O22", "drain that does not fit", e);
+    assert!(
+        reply.starts_with("error: line 2: cannot drain tier 'slow': its"),
+        "{reply}"
+    );
+    assert!(reply.contains("the other tiers have free"), "{reply}");
+    let status = control_rw(&m, "status\n").1;
+    assert!(
+        status.contains("tier fast state=paused"),
+        "nothing applied:\n{status}"
+    );
+    assert_eq!(std::fs::read(m.path("big")).unwrap(), pattern(6 * MIB, 3));
+    m.unmount();
 }
 
 trait WriteAll {

@@ -174,6 +174,30 @@ pub enum Cmd {
         #[arg(long, default_value = ".tierfs")]
         stats_dir: String,
     },
+    /// Control a running mount: pause, resume or drain a tier, set its weight, flush, show status.
+    #[command(
+        after_help = "Examples:\n  tierfs ctl /local/tierfs status                  # each tier's state, weight, share, files, bytes\n  tierfs ctl /local/tierfs pause pfs               # no new data on pfs; its files stay usable\n  tierfs ctl /local/tierfs resume pfs\n  tierfs ctl --wait /local/tierfs drain nvme1      # move nvme1's files to the other tiers\n  tierfs ctl /local/tierfs weight nvme0 2          # nvme0's bandwidth counts twice in the split\n  tierfs ctl /local/tierfs flush                   # write staged data back to the tiers\n\nThe command goes to MOUNTPOINT/.tierfs/control, which takes one command per line (also\nthe cache hints order, step, prefetch, drop); the daemon's reply is printed: `ok ...`,\nor its reason on stderr with exit status 2 for a malformed command and 1 for a refused\none (an unknown tier, the last tier taking new data, no room to drain). A paused or\ndrained tier takes no new data until resumed; what it holds stays readable and\nwritable. The state lasts until unmount. Options go before MOUNTPOINT. The protocol, for\nscripts that write the file themselves: docs/CONFIG.md, \"Live control\"."
+    )]
+    Ctl {
+        /// The tierfs mountpoint.
+        mountpoint: PathBuf,
+        /// The command and its words: pause TIER, resume TIER, drain TIER, weight TIER N,
+        /// flush [PATH] or status (or any line .tierfs/control takes).
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "COMMAND"
+        )]
+        command: Vec<String>,
+        /// With `drain TIER`: wait until the tier holds no file, saying on stderr what is
+        /// left.
+        #[arg(long)]
+        wait: bool,
+        /// Name of the stats folder if the config changed it.
+        #[arg(long, default_value = ".tierfs")]
+        stats_dir: String,
+    },
     /// Print DeepSpeed offload and aio settings chosen for this mount (JSON on stdout, reasons on stderr).
     #[command(
         name = "ds-config",
@@ -386,5 +410,32 @@ mod tests {
         assert!(Cli::try_parse_from(["tierfs", "stat", "/m", "--json", "--watch", "1"]).is_err());
         assert!(Cli::try_parse_from(["tierfs", "ds-config", "/m", "--ranks", "0"]).is_err());
         assert!(Cli::try_parse_from(["tierfs", "completions", "zsh"]).is_ok());
+    }
+
+    #[test]
+    fn ctl_takes_the_command_words_after_the_mountpoint() {
+        let c =
+            Cli::try_parse_from(["tierfs", "ctl", "--wait", "/m", "weight", "a", "-1"]).unwrap();
+        match c.command {
+            Cmd::Ctl {
+                mountpoint,
+                command,
+                wait,
+                ..
+            } => {
+                assert_eq!(mountpoint, Path::new("/m"));
+                assert_eq!(
+                    command,
+                    ["weight", "a", "-1"],
+                    "-1 is the daemon's to refuse"
+                );
+                assert!(wait);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            Cli::try_parse_from(["tierfs", "ctl", "/m"]).is_err(),
+            "no command"
+        );
     }
 }

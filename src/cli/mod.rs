@@ -4,6 +4,7 @@
 //! depending on what the commands do.
 
 pub mod args;
+pub mod ctl;
 pub mod tune;
 
 pub use args::{print_completions, Cli, Cmd, VERSION};
@@ -110,6 +111,12 @@ fn run(cmd: Cmd) -> Result<(), Failure> {
             Some(secs) => run_watch(&mountpoint, &stats_dir, secs, count),
             None => run_stat(&mountpoint, &stats_dir, json, prom, label, out.as_deref()),
         },
+        Cmd::Ctl {
+            mountpoint,
+            command,
+            wait,
+            stats_dir,
+        } => ctl::run(&mountpoint, &command, wait, &stats_dir),
         Cmd::DsConfig {
             mountpoint,
             ranks,

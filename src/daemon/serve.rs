@@ -252,6 +252,22 @@ fn start_threads(fs: &Arc<TierFs>) -> Result<(), Failure> {
             })
             .map_err(|e| Failure::runtime(format!("cannot start the estimator thread: {e}")))?;
     }
+    // Drains (`drain TIER` on .tierfs/control): idle until a tier drains; then its files
+    // move, one after another. A pass that moved nothing but failed waits longer before
+    // it tries again (a file held open past the daemon, no room yet).
+    {
+        let fs = fs.clone();
+        std::thread::Builder::new()
+            .name("tierfs-drain".into())
+            .spawn(move || {
+                while !shutdown::stopping() {
+                    let step = fs.drain_step(&|| !shutdown::stopping());
+                    let stuck = step.moved == 0 && step.failed > 0;
+                    std::thread::sleep(Duration::from_millis(if stuck { 2000 } else { 200 }));
+                }
+            })
+            .map_err(|e| Failure::runtime(format!("cannot start the drain thread: {e}")))?;
+    }
     // The shared tiers' ledger (none without shared_ledger): a period about every second,
     // on its own thread since the ledger is on a PFS that may stall.
     if fs.tick_shared() {

@@ -74,7 +74,7 @@ pub(crate) fn layout_drifted(fs: &TierFs, layout: &FileLayout) -> bool {
     let eligible: Vec<bool> = fs
         .tiers
         .iter()
-        .map(|t| t.is_healthy() && t.has_room_for(1 << 20))
+        .map(|t| t.takes_new_data() && t.has_room_for(1 << 20))
         .collect();
     let ideal = placement::stripe_pattern(&fs.placer.shares(), &eligible);
     if ideal.is_empty() {
@@ -115,7 +115,7 @@ pub(crate) fn plan_layout(
             let eligible: Vec<bool> = fs
                 .tiers
                 .iter()
-                .map(|t| Some(t.index) != bad && t.is_healthy() && t.has_room_for(1 << 20))
+                .map(|t| Some(t.index) != bad && t.takes_new_data() && t.has_room_for(1 << 20))
                 .collect();
             let pattern = placement::stripe_pattern(&fs.placer.shares(), &eligible);
             match pattern.len() {
@@ -133,7 +133,7 @@ pub(crate) fn plan_layout(
             let eligible: Vec<bool> = fs
                 .tiers
                 .iter()
-                .map(|t| Some(t.index) != bad && t.is_healthy() && t.has_room_for(want))
+                .map(|t| Some(t.index) != bad && t.takes_new_data() && t.has_room_for(want))
                 .collect();
             let parent = tree.nodes.get(&ino).map(|n| n.parent).unwrap_or(ROOT_INO);
             let c = fs

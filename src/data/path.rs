@@ -81,7 +81,7 @@ pub(crate) fn read_into(fs: &TierFs, fh: u64, off: u64, buf: &mut [u8]) -> Resul
             Ok(end - start)
         }
         Handle::Dir(_) => Err(Error::IsDir),
-        Handle::Control => Err(Error::Access("the control file is write-only")),
+        Handle::Control(reply) => Ok(reply.read(buf)),
         Handle::File { node, .. } => {
             let st = node.state.read();
             if st.direct_writers > 0 {
@@ -153,9 +153,13 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
             (node, ino)
         }
         Handle::Virtual(_) => return Err(Error::Access("the stats files are read-only")),
-        Handle::Control => {
-            statsdir::control(fs, data)?;
-            return Ok(data.len() as u32);
+        Handle::Control(reply) => {
+            let r = statsdir::control(fs, data);
+            reply.set(match &r {
+                Ok(text) => text.clone(),
+                Err(e) => format!("error: {e}\n"),
+            });
+            return r.map(|_| data.len() as u32);
         }
         Handle::Dir(_) => return Err(Error::IsDir),
     };

@@ -110,6 +110,34 @@ pub struct TierStats {
     /// a block device.
     #[serde(default)]
     pub device: Option<String>,
+    /// What its operator set through `.tierfs/control` (`tierfs ctl`): "active" (at
+    /// mount), "paused", "draining" or "drained"; its weight in Eq. 1 (1 at mount); and a
+    /// drain's progress since the last `drain` (None before any).
+    #[serde(default = "active")]
+    pub control: String,
+    #[serde(default = "one")]
+    pub weight: f64,
+    #[serde(default)]
+    pub drain: Option<DrainStats>,
+}
+
+fn active() -> String {
+    "active".into()
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// A drain's progress (`drain TIER`): what is left is the tier's own `files` and `used`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct DrainStats {
+    /// Files and bytes moved off the tier since the drain began.
+    pub moved_files: u64,
+    pub moved_bytes: u64,
+    /// Moves that failed (each is tried again), and the last one's file and error.
+    pub failures: u64,
+    pub last_error: Option<String>,
 }
 
 /// A shared tier's coordination, as `stats.json` shows it.

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::lock::TierLock;
 
+pub mod admin;
 pub mod app;
 mod estimate;
 mod folder;
@@ -182,6 +183,8 @@ pub struct Tier {
     /// With `adapt`: too slow next to the fastest tier to be given work
     /// ([`crate::placement::shares_with_pause`]); only recovery probes reach it.
     paused: std::sync::atomic::AtomicBool,
+    /// What an operator set through `.tierfs/control`: paused, draining, a weight.
+    pub admin: admin::TierAdmin,
     /// Held from open until the tier is dropped or [`Tier::release_lock`].
     lock: parking_lot::Mutex<Option<TierLock>>,
 }
@@ -262,6 +265,7 @@ impl Tier {
             probe_fresh: Default::default(),
             probes: AtomicU64::new(0),
             paused: Default::default(),
+            admin: Default::default(),
             lock: parking_lot::Mutex::new(Some(lock)),
         })
     }
@@ -302,6 +306,7 @@ impl Tier {
             probe_fresh: Default::default(),
             probes: AtomicU64::new(0),
             paused: Default::default(),
+            admin: Default::default(),
             lock: parking_lot::Mutex::new(None),
         }
     }
@@ -315,6 +320,13 @@ impl Tier {
     /// Whether the tier is usable for new data.
     pub fn is_healthy(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Whether placement may put new data here: healthy, and neither paused nor drained
+    /// by its operator (`.tierfs/control`). Files already here are read and written
+    /// where they are either way.
+    pub fn takes_new_data(&self) -> bool {
+        self.is_healthy() && self.admin.state().takes_new_data()
     }
 
     /// Whether placement gives the tier no new work now because it measured too slow.

@@ -23,7 +23,8 @@ use std::time::SystemTime;
 pub(crate) fn virtual_attr(fs: &TierFs, v: Virtual) -> Attr {
     let (kind, perm, nlink) = match v {
         Virtual::Dir => (Kind::Dir, 0o555, 2),
-        Virtual::Control => (Kind::File, 0o200, 1),
+        // Read-write for its owner: the replies are read back through the writing handle.
+        Virtual::Control => (Kind::File, 0o600, 1),
         // They list the mount's files by name (see `snapshot::shows_names_to`).
         Virtual::Files | Virtual::Cache => (Kind::File, 0o400, 1),
         _ => (Kind::File, 0o444, 1),

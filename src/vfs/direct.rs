@@ -21,6 +21,7 @@ use crate::config::Direct;
 use crate::data::file::{FileNode, FileState};
 use crate::error::{Error, Result};
 use crate::layout::FileLayout;
+use crate::tier::admin::AdminState;
 use crate::vfs::state::TierFs;
 use crate::vfs::types::{is_deepspeed_swap, Handle};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -175,6 +176,15 @@ fn shape_for(fs: &TierFs, st: &FileState, flags: i32) -> std::result::Result<Sha
     }
     if st.layout.tiers().iter().any(|t| fs.tiers[*t].missing) {
         return Err(no(NoReason::Busy, "a tier of it is missing"));
+    }
+    if st
+        .layout
+        .tiers()
+        .iter()
+        .any(|t| fs.tiers[*t].admin.state() == AdminState::Draining)
+    {
+        // A lease would hold the pieces the drain must move.
+        return Err(no(NoReason::Busy, "a tier of it is draining"));
     }
     let direct = flags & libc::O_DIRECT != 0;
     if direct

@@ -27,7 +27,7 @@ pub(crate) fn choose_layout(fs: &TierFs, parent: u64) -> Result<(FileLayout, Opt
     let eligible: Vec<bool> = fs
         .tiers
         .iter()
-        .map(|t| t.is_healthy() && t.has_room_for(1 << 20))
+        .map(|t| t.takes_new_data() && t.has_room_for(1 << 20))
         .collect();
     match fs.layout {
         Layout::WholeFile => {
@@ -148,7 +148,9 @@ pub(crate) fn create(
             let eligible: Vec<bool> = fs
                 .tiers
                 .iter()
-                .map(|t| !failed.contains(&t.index) && t.is_healthy() && t.has_room_for(1 << 20))
+                .map(|t| {
+                    !failed.contains(&t.index) && t.takes_new_data() && t.has_room_for(1 << 20)
+                })
                 .collect();
             let c = fs
                 .placer
@@ -215,11 +217,14 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, 
     let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
     if let Some(v) = Virtual::from_ino(ino) {
         if v == Virtual::Control {
-            if !write || flags & libc::O_ACCMODE == libc::O_RDWR {
-                return Err(Error::Access("the control file is write-only"));
+            // Read-only there is nothing to read: a reply belongs to the handle that wrote.
+            if !write {
+                return Err(Error::Access(
+                    "the control file is opened for writing (read-write to read the replies)",
+                ));
             }
             return Ok((
-                handles::new_fh(fs, Handle::Control),
+                handles::new_fh(fs, Handle::Control(Arc::default())),
                 OpenInfo {
                     direct_io: true,
                     keep_cache: false,

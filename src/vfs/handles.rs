@@ -60,7 +60,12 @@ pub(crate) fn passthrough_piece(
         return None;
     }
     let t = &fs.tiers[tier];
-    if !t.is_healthy() || t.room() < size.saturating_add(PASSTHROUGH_HEADROOM) {
+    // A draining tier's files go to the daemon: passthrough would hold a piece the drain
+    // must move.
+    if !t.is_healthy()
+        || t.admin.state() == crate::tier::admin::AdminState::Draining
+        || t.room() < size.saturating_add(PASSTHROUGH_HEADROOM)
+    {
         return None;
     }
     if flags & libc::O_DIRECT != 0 {

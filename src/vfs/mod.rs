@@ -10,7 +10,8 @@
 //! - [`files`]: open, create, close, truncate, fallocate, fsync; [`dirs`]: folder handles;
 //! - [`handles`]: the handle table and the kernel passthrough policy;
 //! - [`backing`]: tier paths, limbo, xattrs, statfs; [`scan`]: the tree rebuilt at mount;
-//! - [`statsdir`]: the `.tierfs/` files and control; [`contain`]: panics kept to one request;
+//! - [`statsdir`]: the `.tierfs/` files and control; [`tierctl`]: the operator's commands on
+//!   tiers (pause, resume, drain, weight) and the drain; [`contain`]: panics kept to one request;
 //! - [`state`]: the shared state; [`lifecycle`]: its construction and shutdown;
 //! - [`snapshot`]: the counters gathered for the `.tierfs/` files; [`appio`]: each read and
 //!   write counted for the programs' view of it;
@@ -45,6 +46,7 @@ pub mod scan;
 pub mod snapshot;
 pub mod state;
 pub mod statsdir;
+pub mod tierctl;
 pub mod tree;
 pub mod types;
 
@@ -52,6 +54,7 @@ pub use crate::data::file::FileNode;
 pub use crate::vfs::state::RelayoutCounters;
 pub use state::TierFs;
 pub use statsdir::{CacheView, CachedFile, MemoryView, OrderEntry};
+pub use tierctl::DrainStep;
 pub use types::*;
 
 use crate::adapt;
@@ -483,9 +486,19 @@ impl TierFs {
     }
 
     /// Runs a `.tierfs/control` write: every line is checked first, so a bad one changes
-    /// nothing. Without a cache the hints are accepted and have no effect.
-    pub fn control(&self, text: &[u8]) -> Result<()> {
+    /// nothing; the reply a read-write handle reads back (`ok ...` lines), or the refusal
+    /// ([`crate::error::Error::Refused`] for a command refused: its errno and reason). Without a cache
+    /// the hints are accepted and have no effect.
+    pub fn control(&self, text: &[u8]) -> Result<String> {
         statsdir::control(self, text)
+    }
+
+    /// One pass of the drains under way (`drain TIER`): moves the files off each draining
+    /// tier while `keep_going` says so; the daemon's drain thread calls it in a loop.
+    pub fn drain_step(&self, keep_going: &dyn Fn() -> bool) -> DrainStep {
+        tierctl::drain_step(self, keep_going, &|ino| {
+            files::drop_if_gone(self, &mut self.tree.write(), ino)
+        })
     }
 
     pub fn cache_view(&self) -> CacheView {

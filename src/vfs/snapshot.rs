@@ -239,6 +239,9 @@ fn tier_stats(fs: &TierFs, t: &Tier, shares: &[f64]) -> TierStats {
             // /sys/dev/block/MAJ:MIN/stat
             Some(p.parent()?.file_name()?.to_string_lossy().into_owned())
         }),
+        control: t.admin.state().name().to_string(),
+        weight: t.admin.weight(),
+        drain: drain_stats(t),
         shared: fs.shared_tier(t.index).map(|sh| {
             let plan = sh.plan();
             let p = plan.unwrap_or_default();
@@ -252,6 +255,20 @@ fn tier_stats(fs: &TierFs, t: &Tier, shares: &[f64]) -> TierStats {
             }
         }),
     }
+}
+
+/// A drain's progress, once the tier has been drained (or is draining).
+fn drain_stats(t: &Tier) -> Option<crate::stats::DrainStats> {
+    use crate::tier::admin::AdminState;
+    let a = &t.admin;
+    matches!(a.state(), AdminState::Draining | AdminState::Drained).then(|| {
+        crate::stats::DrainStats {
+            moved_files: a.drained_files.load(Ordering::Relaxed),
+            moved_bytes: a.drained_bytes.load(Ordering::Relaxed),
+            failures: a.drain_failures.load(Ordering::Relaxed),
+            last_error: a.drain_error.lock().clone(),
+        }
+    })
 }
 
 /// A tier's `app` object from its counters.

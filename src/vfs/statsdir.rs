@@ -1,13 +1,14 @@
-//! The `.tierfs/` folder: the control file's commands and the views the stats files
-//! render (cache, memory, files).
+//! The `.tierfs/` folder: the control file's commands (the tier commands' effects in
+//! [`crate::vfs::tierctl`]) and the views the stats files render (cache, memory, files).
 
 use crate::cache::{Cache, Totals, BLOCK};
-use crate::control::Command;
+use crate::control::{Command, TierCommand};
 use crate::data::cached;
 use crate::error::{Error, Result};
 use crate::layout::FileLayout;
 use crate::vfs::contain;
 use crate::vfs::state::TierFs;
+use crate::vfs::tierctl;
 use crate::vfs::tree::{NodeData, Tree};
 use crate::vfs::types::*;
 
@@ -161,75 +162,131 @@ pub(crate) fn resolve(fs: &TierFs, path: &Path) -> Result<(u64, u64)> {
     Ok((parent, ino))
 }
 
-pub(crate) fn control(fs: &TierFs, text: &[u8]) -> Result<()> {
-    let text =
-        std::str::from_utf8(text).map_err(|_| Error::Invalid("control text is not UTF-8"))?;
-    let cmds = crate::control::parse(text).map_err(|e| {
+/// A refused control write: `errno` and the reason its writer reads back.
+fn refused(errno: i32, reason: String) -> Error {
+    Error::Refused { errno, reason }
+}
+
+/// Runs a `.tierfs/control` write: every line is parsed, every path resolved and every
+/// tier command checked before any acts, so a refused write changes nothing. Returns the
+/// reply (one `ok ...` line per command, several for `status`); a refusal is an
+/// [`Error::Refused`] naming the line, with the errno the write fails with.
+pub(crate) fn control(fs: &TierFs, text: &[u8]) -> Result<String> {
+    let text = std::str::from_utf8(text)
+        .map_err(|_| refused(libc::EINVAL, "control text is not UTF-8".into()))?;
+    let cmds = crate::control::parse_lines(text).map_err(|e| {
         log::warn!(
             "refused a control write of {} bytes: {}",
             text.len(),
             crate::control::log_excerpt(&e.to_string())
         );
-        Error::Invalid("bad control command (the daemon log says which line and why)")
+        let reason = match e.line {
+            0 => e.reason,
+            n => format!("line {n}: {}", e.reason),
+        };
+        refused(libc::EINVAL, crate::control::log_excerpt(&reason))
     })?;
+    let tier_cmds: Vec<(usize, &TierCommand)> = cmds
+        .iter()
+        .filter_map(|(l, c)| match c {
+            Command::Tier(t) => Some((*l, t)),
+            _ => None,
+        })
+        .collect();
+    let _ops = (!tier_cmds.is_empty()).then(tierctl::serialize);
+    let mut tiers = tierctl::plan(fs, &tier_cmds)?.into_iter();
     // Resolve every path before acting on any.
     let mut plan = Vec::with_capacity(cmds.len());
-    for cmd in cmds {
-        let target = match &cmd {
-            Command::Order { dir, .. } => Some(resolve(fs, dir)?.1),
-            Command::Step { dir: Some(d) } => Some(resolve(fs, d)?.1),
-            Command::Prefetch { path } | Command::Drop { path } => {
-                let (_, ino) = resolve(fs, path)?;
-                if !matches!(fs.tree.read().get(ino)?.data, NodeData::File(_)) {
-                    return Err(Error::Invalid("prefetch/drop of something not a file"));
-                }
-                Some(ino)
-            }
-            Command::Flush { path: Some(p) } => Some(resolve(fs, p)?.1),
-            Command::DebugPanic { path } => Some(resolve(fs, path)?.1),
-            _ => None,
+    for (line, cmd) in cmds {
+        // A tier command's tier, or the inode a hint names.
+        let (tier, ino) = match &cmd {
+            Command::Tier(_) => (tiers.next().expect("one per tier command"), None),
+            _ => (
+                None,
+                resolve_target(fs, &cmd).map_err(|e| {
+                    let raw = text.lines().nth(line - 1).unwrap_or("").trim();
+                    refused(
+                        e.errno(),
+                        crate::control::log_excerpt(&format!("line {line}: '{raw}': {e}")),
+                    )
+                })?,
+            ),
         };
-        plan.push((cmd, target));
+        plan.push((line, cmd, tier, ino));
     }
-    // Not a cache hint: armed with or without a cache.
-    for (cmd, target) in &plan {
-        if let (Command::DebugPanic { .. }, Some(ino)) = (cmd, target) {
-            contain::arm_panic(fs, *ino);
+    let mut reply = String::new();
+    for (line, cmd, tier, ino) in &plan {
+        reply.push_str(&match cmd {
+            Command::Tier(t) => tierctl::apply(fs, t, *tier),
+            _ => {
+                hint(fs, cmd, *ino)?;
+                format!("ok {}\n", text.lines().nth(line - 1).unwrap_or("").trim())
+            }
+        });
+    }
+    if reply.is_empty() {
+        reply.push_str("ok (no command)\n");
+    }
+    Ok(reply)
+}
+
+/// The inode a hint names (None for one that names none).
+fn resolve_target(fs: &TierFs, cmd: &Command) -> Result<Option<u64>> {
+    Ok(match cmd {
+        Command::Order { dir, .. } => Some(resolve(fs, dir)?.1),
+        Command::Step { dir: Some(d) } => Some(resolve(fs, d)?.1),
+        Command::Prefetch { path } | Command::Drop { path } => {
+            let (_, ino) = resolve(fs, path)?;
+            if !matches!(fs.tree.read().get(ino)?.data, NodeData::File(_)) {
+                return Err(Error::Invalid("prefetch/drop of something not a file"));
+            }
+            Some(ino)
         }
+        Command::Flush { path: Some(p) } => Some(resolve(fs, p)?.1),
+        Command::DebugPanic { path } => Some(resolve(fs, path)?.1),
+        _ => None,
+    })
+}
+
+/// Acts on one hint (or `flush`, `debug-panic`); without a cache the cache's hints are
+/// no-ops.
+fn hint(fs: &TierFs, cmd: &Command, target: Option<u64>) -> Result<()> {
+    if let (Command::DebugPanic { .. }, Some(ino)) = (cmd, target) {
+        // Not a cache hint: armed with or without a cache.
+        contain::arm_panic(fs, ino);
+        return Ok(());
     }
     let Some(c) = &fs.cache else {
         return Ok(());
     };
-    for (cmd, target) in plan {
-        match cmd {
-            Command::Order { hint, dir } => c.hint(
-                (!dir.as_os_str().is_empty()).then_some(target.unwrap_or(ROOT_INO)),
-                hint,
-            ),
-            Command::Step { .. } => c.mark_step(target),
-            Command::Prefetch { .. } => c.queue_prefetch(target.expect("resolved"), true),
-            Command::Drop { .. } | Command::Flush { path: Some(_) } => {
-                let ino = target.expect("resolved");
-                let node = match &fs.tree.read().get(ino)?.data {
-                    NodeData::File(f) => f.clone(),
-                    _ => continue,
-                };
-                if matches!(cmd, Command::Drop { .. }) {
-                    let mut st = node.state.write();
-                    cached::uncache_locked(fs, &node, &mut st)?;
-                } else {
-                    // Not in the `if let`: its temporaries live through the block, and
-                    // write-back takes the file's lock again, which deadlocked behind a
-                    // writer queued for it (an open) between the two.
-                    let e = node.state.read().cache.clone();
-                    if let Some(e) = e {
-                        writeback::write_back(fs, &node, &e, ino)?;
-                    }
+    match cmd {
+        Command::Order { hint, dir } => c.hint(
+            (!dir.as_os_str().is_empty()).then_some(target.unwrap_or(ROOT_INO)),
+            *hint,
+        ),
+        Command::Step { .. } => c.mark_step(target),
+        Command::Prefetch { .. } => c.queue_prefetch(target.expect("resolved"), true),
+        Command::Drop { .. } | Command::Flush { path: Some(_) } => {
+            let ino = target.expect("resolved");
+            let node = match &fs.tree.read().get(ino)?.data {
+                NodeData::File(f) => f.clone(),
+                _ => return Ok(()),
+            };
+            if matches!(cmd, Command::Drop { .. }) {
+                let mut st = node.state.write();
+                cached::uncache_locked(fs, &node, &mut st)?;
+            } else {
+                // Not in the `if let`: its temporaries live through the block, and
+                // write-back takes the file's lock again, which deadlocked behind a
+                // writer queued for it (an open) between the two.
+                let e = node.state.read().cache.clone();
+                if let Some(e) = e {
+                    writeback::write_back(fs, &node, &e, ino)?;
                 }
             }
-            Command::Flush { path: None } => writeback::flush_cache(fs)?,
-            Command::DebugPanic { .. } => {}
         }
+        Command::Flush { path: None } => writeback::flush_cache(fs)?,
+        Command::DebugPanic { .. } | Command::Tier(_) => {}
     }
     Ok(())
 }

@@ -33,7 +33,8 @@ pub enum Virtual {
     Metrics,
     /// The host-memory cache: totals, learned orders, cached files (JSON).
     Cache,
-    /// Write-only hints for the cache (`crate::control`).
+    /// Commands: hints for the cache and the operator's on tiers (`crate::control`); a
+    /// handle open read-write reads back the reply to its last write.
     Control,
 }
 
@@ -266,7 +267,42 @@ pub(crate) enum Handle {
         direct: bool,
     },
     Virtual(Arc<Vec<u8>>),
-    /// `.tierfs/control`, open for writing.
-    Control,
+    /// `.tierfs/control`, open for writing (and, read-write, for reading the replies).
+    Control(Arc<Reply>),
     Dir(Arc<Vec<DirEntry>>),
+}
+
+/// The reply to a handle's last `.tierfs/control` write, read back through the same
+/// handle: `ok ...` lines, or `error: ...` with the reason the write failed. Read from a
+/// cursor of its own, not the file offset: the write moved the offset past its bytes, so a
+/// plain `read` after `write` starts there, and a `pread` at 0 is as good.
+#[derive(Debug, Default)]
+pub(crate) struct Reply(parking_lot::Mutex<(Vec<u8>, usize)>);
+
+impl Reply {
+    /// The longest reply kept: a `status` of many tiers fits; a refused write's reason
+    /// quotes at most an excerpt of the bad line (`crate::control::log_excerpt`).
+    pub(crate) const MAX: usize = 64 << 10;
+
+    /// Replaces the reply (a new write answered); the next read starts at its beginning.
+    pub(crate) fn set(&self, mut text: String) {
+        if text.len() > Self::MAX {
+            let mut cut = Self::MAX;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            text.truncate(cut);
+        }
+        *self.0.lock() = (text.into_bytes(), 0);
+    }
+
+    /// Copies the unread rest of the reply into `buf`; 0 once it has all been read.
+    pub(crate) fn read(&self, buf: &mut [u8]) -> usize {
+        let mut g = self.0.lock();
+        let (text, at) = &mut *g;
+        let n = buf.len().min(text.len() - *at);
+        buf[..n].copy_from_slice(&text[*at..*at + n]);
+        *at += n;
+        n
+    }
 }

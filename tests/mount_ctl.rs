@@ -247,6 +247,19 @@ fn refusals_reach_the_caller_with_errno_and_reason() {
         }
         assert!(o.stdout.is_empty(), "{args:?}");
     }
+    // --wait with anything but a drain is refused before the command is sent.
+    let o = ctl(&m, &["--wait", "pause", "slow"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        tier(&m, "slow")["control"],
+        "active",
+        "a refused --wait paused the tier"
+    );
     ctl_ok(&m, &["pause", "slow"]);
     let o = ctl(&m, &["pause", "fast"]);
     let err = String::from_utf8_lossy(&o.stderr);

@@ -61,6 +61,8 @@ MNT=$(get mnt)
 NVME=$(get nvme)
 PFS=$(get pfs)
 PID=$(get pid)
+JUID=$(get uid)
+JGID=$(get gid)
 left=0
 
 # 1. The mount.
@@ -99,7 +101,14 @@ for d in "$MNT" "$NVME" "$PFS"; do
         log "WARNING: $d is now a symlink, not the folder the prolog made; left alone"
         left=1
     elif [ -d "$d" ]; then
-        if rm -rf --one-file-system -- "$d"; then
+        # The PFS folder sits in a folder the user owns: removed as the user, so a link
+        # swapped in above it leads nowhere root could reach (and root squash does not stop it).
+        if [ "$d" = "$PFS" ] && [ -n "$JUID" ] && [ -n "$JGID" ]; then
+            rm_it() { setpriv --reuid="$JUID" --regid="$JGID" --init-groups -- rm -rf --one-file-system -- "$1"; }
+        else
+            rm_it() { rm -rf --one-file-system -- "$1"; }
+        fi
+        if rm_it "$d"; then
             log "removed $d"
         else
             log "WARNING: could not remove $d"

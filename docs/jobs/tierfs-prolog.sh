@@ -87,13 +87,25 @@ as_user() { setpriv --reuid="$JUID" --regid="$JGID" --init-groups -- "$@"; }
 record() { echo "$1=$2" >>"$STATE"; }
 is_mounted() { awk -v m="$1" '$5 == m { f = 1 } END { exit !f }' /proc/self/mountinfo; }
 
-# On any failure: undo what this run made, newest first, and say why.
+# On any failure: undo what this run made, newest first, and say why. A cause on the
+# user's side (refuse_job) cancels the job instead of failing: a prolog's failure drains
+# the node, and no user may drain nodes by pre-making a folder or filling a quota.
+REFUSED=
+refuse_job() {
+    REFUSED=$*
+    exit 0
+}
 undo() {
     local rc=$?
     trap - EXIT
-    [ "$rc" -eq 0 ] && exit 0
+    [ "$rc" -eq 0 ] && [ -z "$REFUSED" ] && exit 0
     set +e
-    log "FAILED (exit $rc); undoing what this prolog made"
+    if [ -n "$REFUSED" ]; then
+        log "REFUSED: $REFUSED; the job is cancelled, the node stays up; undoing what this prolog made"
+        scancel "$JOB" >>"$LOG_DIR/slurm.log" 2>&1 || log "scancel $JOB failed: the job runs without its mount"
+    else
+        log "FAILED (exit $rc); undoing what this prolog made"
+    fi
     if is_mounted "$MNT"; then
         timeout "$UNMOUNT_TIMEOUT" "$TIERFS" unmount "$MNT" >>"$LOG_DIR/slurm.log" 2>&1 ||
             umount -l "$MNT"
@@ -103,7 +115,13 @@ undo() {
     for k in mnt pfs nvme; do
         d=$(sed -n "s/^$k=//p" "$STATE" 2>/dev/null)
         if [ -n "$d" ] && [ -d "$d" ] && [ ! -L "$d" ]; then
-            rm -rf --one-file-system -- "$d" && log "removed $d"
+            # The PFS folder sits in a folder the user owns: removed as the user, so a
+            # link swapped in above it leads nowhere root could reach.
+            if [ "$k" = pfs ]; then
+                as_user rm -rf --one-file-system -- "$d" && log "removed $d"
+            else
+                rm -rf --one-file-system -- "$d" && log "removed $d"
+            fi
         fi
     done
     rm -f "$STATE"
@@ -126,17 +144,21 @@ if [ -e "$STATE" ]; then
         log "FAILED: the earlier run's leftovers could not be cleared"
         exit 1
     }
+    # The epilog keeps the record of what it could not remove: not this run's to forget.
+    [ -e "$STATE" ] && { log "FAILED: the earlier run left what $STATE names; see the log above"; exit 1; }
 fi
 
 trap undo EXIT
 : >"$STATE"
 chmod 0600 "$STATE"
+record uid "$JUID"
+record gid "$JGID"
 # mkdir without -p: a folder that is already there is not this job's to use or remove.
 mkdir -m 0700 "$NVME" || { log "FAILED: cannot make $NVME"; exit 1; }
 record nvme "$NVME"
 chown "$JUID:$JGID" "$NVME"
-as_user mkdir -p "$PFS_USER_BASE" || { log "FAILED: $JUSER cannot make $PFS_USER_BASE"; exit 1; }
-as_user mkdir -m 0700 "$PFS" || { log "FAILED: $JUSER cannot make $PFS"; exit 1; }
+as_user mkdir -p "$PFS_USER_BASE" || refuse_job "$JUSER cannot make $PFS_USER_BASE"
+as_user mkdir -m 0700 "$PFS" || refuse_job "$JUSER cannot make $PFS (already there, or no room or permission)"
 record pfs "$PFS"
 mkdir -m 0700 "$MNT" || { log "FAILED: cannot make $MNT"; exit 1; }
 record mnt "$MNT"
@@ -144,6 +166,8 @@ chown "$JUID:$JGID" "$MNT"
 
 # The config's tier paths read these; the daemon detaches (setsid) once the mount answers.
 export TIERFS_NVME_DIR=$NVME TIERFS_PFS_DIR=$PFS TIERFS_JOB=$JOB
+# The daemon's log names the job's files: readable by root and the job's group only.
+install -m 0640 -o root -g "$JGID" /dev/null "$DAEMON_LOG"
 if ! "$TIERFS" mount --config "$TIERFS_CONFIG" --scratch --allow-other \
     -o "log_file=$DAEMON_LOG" "$MNT" </dev/null >>"$LOG_DIR/slurm.log" 2>&1; then
     log "FAILED: tierfs mount (its messages are above in $LOG_DIR/slurm.log; log $DAEMON_LOG)"

@@ -19,13 +19,18 @@ pub fn run(
     wait: bool,
     stats_dir: &str,
 ) -> Result<(), Failure> {
+    // Checked before the command is sent: a refused usage must not have taken effect.
+    let waits_for = match command {
+        [word, tier] if word == "drain" => Some(tier),
+        _ if wait => return Err(Failure::usage("--wait goes with `drain TIER` only")),
+        _ => None,
+    };
     let line = command.join(" ");
     let reply = send(mountpoint, stats_dir, &line)?;
     print!("{reply}");
     let _ = std::io::stdout().flush();
-    match command {
-        [word, tier] if wait && word == "drain" => wait_drained(mountpoint, stats_dir, tier),
-        _ if wait => Err(Failure::usage("--wait goes with `drain TIER` only")),
+    match waits_for {
+        Some(tier) if wait => wait_drained(mountpoint, stats_dir, tier),
         _ => Ok(()),
     }
 }
@@ -39,11 +44,13 @@ pub fn send(mountpoint: &Path, stats_dir: &str, text: &str) -> Result<String, Fa
         .write(true)
         .open(&path)
         .map_err(|e| {
-            Failure::runtime(format!(
-                "{}: {e} (is {} a tierfs mount?)",
-                path.display(),
-                mountpoint.display()
-            ))
+            let hint = match e.raw_os_error() {
+                Some(libc::EACCES) | Some(libc::EPERM) => {
+                    "only the mount's owner (and root) may use its control file".to_string()
+                }
+                _ => format!("is {} a tierfs mount?", mountpoint.display()),
+            };
+            Failure::runtime(format!("{}: {e} ({hint})", path.display()))
         })?;
     let mut text = text.to_string();
     if !text.ends_with('\n') {

@@ -89,7 +89,7 @@ fn serve(
         opts.mountpoint.display(),
         std::process::id()
     );
-    start_threads(&fs)?;
+    let drain = start_threads(&fs)?;
     let mut direct = start_direct(&fs, &opts.mountpoint, &session);
     let textfile = super::textfile::Writer::start(&fs, config, &opts.mountpoint)?;
     ready.ok();
@@ -100,6 +100,12 @@ fn serve(
     session.join();
     if let Some(t) = textfile {
         t.stop();
+    }
+    // A drain may be in the middle of a move: it ends that move (it checks only between
+    // files) before the write-back, the scratch removal and the tier locks' release.
+    shutdown::stop_helpers();
+    if drain.join().is_err() {
+        log::error!("the drain thread panicked; its move, if any, is settled at the next mount");
     }
     shutdown::finish(&fs, config, &mountpoint, &lost_report)
 }
@@ -236,7 +242,8 @@ fn wait_until_answering(mountpoint: &Path, stats_dir: &str) -> Result<(), Failur
 }
 
 /// The threads beside the FUSE workers; each leaves once the daemon is told to stop.
-fn start_threads(fs: &Arc<TierFs>) -> Result<(), Failure> {
+/// Starts the helper threads; returns the drain thread, which the unmount waits for.
+fn start_threads(fs: &Arc<TierFs>) -> Result<std::thread::JoinHandle<()>, Failure> {
     // The online bandwidth estimator: about once a second, fold the tiers' recent traffic
     // into their estimates and move the shares with them.
     {
@@ -255,7 +262,7 @@ fn start_threads(fs: &Arc<TierFs>) -> Result<(), Failure> {
     // Drains (`drain TIER` on .tierfs/control): idle until a tier drains; then its files
     // move, one after another. A pass that moved nothing but failed waits longer before
     // it tries again (a file held open past the daemon, no room yet).
-    {
+    let drain = {
         let fs = fs.clone();
         std::thread::Builder::new()
             .name("tierfs-drain".into())
@@ -263,11 +270,17 @@ fn start_threads(fs: &Arc<TierFs>) -> Result<(), Failure> {
                 while !shutdown::stopping() {
                     let step = fs.drain_step(&|| !shutdown::stopping());
                     let stuck = step.moved == 0 && step.failed > 0;
-                    std::thread::sleep(Duration::from_millis(if stuck { 2000 } else { 200 }));
+                    // In short naps, so an unmount does not wait out a long one.
+                    for _ in 0..if stuck { 20 } else { 2 } {
+                        if shutdown::stopping() {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
                 }
             })
-            .map_err(|e| Failure::runtime(format!("cannot start the drain thread: {e}")))?;
-    }
+            .map_err(|e| Failure::runtime(format!("cannot start the drain thread: {e}")))?
+    };
     // The shared tiers' ledger (none without shared_ledger): a period about every second,
     // on its own thread since the ledger is on a PFS that may stall.
     if fs.tick_shared() {
@@ -285,7 +298,7 @@ fn start_threads(fs: &Arc<TierFs>) -> Result<(), Failure> {
     // The cache's writer and prefetcher (none without a [cache] section).
     TierFs::start_cache_threads(fs)
         .map_err(|e| Failure::runtime(format!("cannot start the cache threads: {e}")))?;
-    Ok(())
+    Ok(drain)
 }
 
 /// A mount that failed before it existed: what it made in the tier folders goes (the

@@ -45,6 +45,11 @@ pub(super) fn stopping() -> bool {
     STOP.load(Ordering::SeqCst)
 }
 
+/// Tells the helper threads to leave (the session has ended).
+pub(super) fn stop_helpers() {
+    STOP.store(true, Ordering::SeqCst);
+}
+
 /// Waits until the session ends; on a signal, unmounts `mountpoint` (the resolved form
 /// of `given`, the path as the user gave it), detaching it if it stays busy.
 pub(super) fn wait_for_end(session: &crate::fuse::Session, given: &Path, mountpoint: &Path) {

@@ -119,8 +119,21 @@ pub(crate) fn create(
     ctx: Ctx,
 ) -> Result<(Attr, u64, OpenInfo)> {
     attr::check_writable_parent(fs, parent, name)?;
-    let (mut layout, mut charge) = choose_layout(fs, parent)?;
-    let mut tree = fs.tree.write();
+    // The tiers are chosen before the tree lock, and a tier may stop taking data in
+    // between: a drain's pass that found it empty (it gathers under the tree lock) would
+    // mark it drained and never see this file. Checked again under the lock, so a pass
+    // either sees the file or the file goes elsewhere.
+    let (mut layout, mut charge, mut tree) = loop {
+        let (layout, charge) = choose_layout(fs, parent)?;
+        let tree = fs.tree.write();
+        if layout.tiers().iter().all(|&t| fs.tiers[t].takes_new_data()) {
+            break (layout, charge, tree);
+        }
+        drop(tree);
+        if let Some(c) = charge {
+            fs.placer.release(c);
+        }
+    };
     if let Some(existing) = tree.children(parent)?.get(name).copied() {
         if let Some(c) = charge {
             fs.placer.release(c);

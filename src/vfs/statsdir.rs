@@ -194,7 +194,9 @@ pub(crate) fn control(fs: &TierFs, text: &[u8]) -> Result<String> {
         })
         .collect();
     let _ops = (!tier_cmds.is_empty()).then(tierctl::serialize);
-    let mut tiers = tierctl::plan(fs, &tier_cmds)?.into_iter();
+    let mut tiers = tierctl::plan(fs, &tier_cmds)
+        .inspect_err(|e| log::warn!("control: refused: {e}"))?
+        .into_iter();
     // Resolve every path before acting on any.
     let mut plan = Vec::with_capacity(cmds.len());
     for (line, cmd) in cmds {
@@ -214,16 +216,21 @@ pub(crate) fn control(fs: &TierFs, text: &[u8]) -> Result<String> {
         };
         plan.push((line, cmd, tier, ino));
     }
-    let mut reply = String::new();
-    for (line, cmd, tier, ino) in &plan {
-        reply.push_str(&match cmd {
-            Command::Tier(t) => tierctl::apply(fs, t, *tier),
-            _ => {
-                hint(fs, cmd, *ino)?;
-                format!("ok {}\n", text.lines().nth(line - 1).unwrap_or("").trim())
-            }
-        });
+    // The hints first: one may fail (a flush's write-back), and the tier commands, checked
+    // above and sure to apply, then have changed nothing.
+    let mut replies = vec![String::new(); plan.len()];
+    for (i, (line, cmd, _, ino)) in plan.iter().enumerate() {
+        if !matches!(cmd, Command::Tier(_)) {
+            hint(fs, cmd, *ino).inspect_err(|e| log::warn!("control: line {line}: {e}"))?;
+            replies[i] = format!("ok {}\n", text.lines().nth(line - 1).unwrap_or("").trim());
+        }
     }
+    for (i, (_, cmd, tier, _)) in plan.iter().enumerate() {
+        if let Command::Tier(t) = cmd {
+            replies[i] = tierctl::apply(fs, t, *tier);
+        }
+    }
+    let mut reply = replies.concat();
     if reply.is_empty() {
         reply.push_str("ok (no command)\n");
     }

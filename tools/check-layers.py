@@ -48,7 +48,7 @@ LAYERS = [
     # 9: what reads the core or its files from outside: the on-disk tools, monitors, advice
     ["ondisk", "tune", "prom", "client"],
     # 10: the kernel side and the process
-    ["fuse", "direct", "daemon", "mount_helper", "cli", "manpage", "main", "lib", "testutil"],
+    ["fuse", "direct", "daemon", "mount_helper", "cli", "main", "lib", "testutil"],
 ]
 
 # Limits from issue #16.

@@ -7,7 +7,8 @@
 #     ends early passes without checking anything;
 #   - returns early from a helper of the tests (`return;`, `return None`, `return false`)
 #     without saying why on that line with a `// not a skip: ...` comment.
-# Test code: tests/*.rs and src/**/*.rs from their `#[cfg(test)] mod` on. .ci/run runs this.
+# Test code: tests/*.rs, src/**/*.rs from their `#[cfg(test)] mod` on, and the whole of a
+# src/**/tests.rs (a folder's unit tests in a file of their own). .ci/run runs this.
 #
 #   tools/check-skips.sh            (from any directory)
 set -euo pipefail
@@ -30,7 +31,7 @@ done
 # blanked before looking for `return` and counting braces).
 for f in "${FILES[@]}"; do
     [[ $f =~ $HELPERS ]] && continue
-    awk -v file="$f" -v whole="$([[ $f == tests/* ]] && echo 1 || echo 0)" '
+    awk -v file="$f" -v whole="$([[ $f == tests/* || $f == src/*/tests.rs ]] && echo 1 || echo 0)" '
     function code_of(line,    i, n, c, nx, out, m) {
         out = ""; n = length(line)
         for (i = 1; i <= n; i++) {

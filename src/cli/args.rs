@@ -1,6 +1,6 @@
 //! The command line's definition: every command, argument, help text and example, as
 //! clap derives them. `--help`, the shell completions and the manual pages
-//! ([`crate::manpage`]) are all made from it, so they cannot disagree.
+//! ([`super::manpage`]) are all made from it, so they cannot disagree.
 
 use clap::{Parser, Subcommand};
 use std::io::Write;

@@ -5,6 +5,7 @@
 
 pub mod args;
 pub mod ctl;
+pub mod manpage;
 pub mod tune;
 
 pub use args::{print_completions, Cli, Cmd, VERSION};
@@ -211,7 +212,7 @@ fn run_stat(
 fn run_man(dir: Option<&Path>) -> Result<(), Failure> {
     match dir {
         Some(d) => {
-            let files = crate::manpage::write_all(d)
+            let files = manpage::write_all(d)
                 .map_err(|e| Failure::runtime(format!("{}: {e}", d.display())))?;
             eprintln!(
                 "tierfs: wrote {} manual pages into {} (man tierfs)",
@@ -222,7 +223,7 @@ fn run_man(dir: Option<&Path>) -> Result<(), Failure> {
         }
         None => {
             let mut page = Vec::new();
-            crate::manpage::render_main(&mut page)
+            manpage::render_main(&mut page)
                 .and_then(|()| std::io::stdout().write_all(&page))
                 .map_err(|e| Failure::runtime(format!("stdout: {e}")))
         }

@@ -211,7 +211,7 @@ fn extra_sections() -> Roff {
 /// The full command definition the pages are made from.
 fn command() -> clap::Command {
     use clap::CommandFactory;
-    let mut cmd = crate::cli::args::Cli::command().disable_help_subcommand(true);
+    let mut cmd = super::args::Cli::command().disable_help_subcommand(true);
     cmd.build();
     cmd
 }

@@ -566,6 +566,41 @@ fn site_prolog_and_epilog_under_slurm() {
     assert!(o.status.success(), "resume: {}", text(&o));
     eprintln!("scenario 5 (prolog fails): ok in {:.0?}", t.elapsed());
 
+    // 6. A cause on the user's side (the job's PFS folder is there already, made by the
+    // user): the job is cancelled, the node stays up, the user's folder stays.
+    let t = Instant::now();
+    let next = (j.id.parse::<u64>().unwrap() + 1).to_string();
+    let pre = site
+        .pfs_base()
+        .join(format!("job-{next}-{}", site.node_name()));
+    let o = site.as_user("mkdir", &["-p", pre.to_str().unwrap()], &[]);
+    assert!(o.status.success(), "mkdir as the user: {}", text(&o));
+    let j = site.submit(
+        "user's side refuses",
+        "mount",
+        &["--comment=tierfs", "--time=5"],
+    );
+    assert_eq!(j.id, next, "job ids are not consecutive in this cluster");
+    let st = site.wait_ended(&j, 120);
+    assert_eq!(st, "CANCELLED", "{}", site.report(&j));
+    assert!(
+        !site.node().0.contains("DRAIN"),
+        "a refusal on the user's side drained the node: {}",
+        site.node().1
+    );
+    let log = site.log_of(&j).join("\n");
+    assert!(log.contains("REFUSED: "), "no REFUSED line: {log}");
+    assert!(pre.is_dir(), "the user's own folder was removed");
+    let [mnt, nvme, _, record] = site.made(&j);
+    for p in [mnt, nvme, record] {
+        assert!(!p.exists(), "{} left after a refusal", p.display());
+    }
+    assert!(!site.out(&j).join("ready").exists(), "the job ran");
+    eprintln!(
+        "scenario 6 (the user's side refuses): ok in {:.0?}",
+        t.elapsed()
+    );
+
     // 4. The time limit.
     let st = site.wait_ended(&limit, 240);
     assert_eq!(st, "TIMEOUT", "{}", site.report(&limit));

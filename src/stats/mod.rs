@@ -5,6 +5,7 @@
 //! everything the text files show, for tools (`tierfs stat` reads it).
 
 pub mod app;
+pub mod control;
 pub mod metrics;
 
 use crate::units::{fmt_bytes, fmt_rate};
@@ -130,7 +131,7 @@ fn one() -> f64 {
 }
 
 /// A drain's progress (`drain TIER`): what is left is the tier's own `files` and `used`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DrainStats {
     /// Files and bytes moved off the tier since the drain began.
     pub moved_files: u64,
@@ -419,8 +420,8 @@ pub fn tiers_table(s: &Snapshot) -> String {
     out
 }
 
-/// What is worth saying about a tier under the table: its state, a pause, passthrough and
-/// the direct path, its device's counters.
+/// What is worth saying about a tier under the table: its health, what its operator set
+/// (`tierfs ctl`), a pause, passthrough and the direct path, its device's counters.
 fn tier_notes(t: &TierStats) -> Vec<String> {
     let mut notes = Vec::new();
     if !t.healthy {
@@ -434,6 +435,9 @@ fn tier_notes(t: &TierStats) -> Vec<String> {
                 .map(|e| format!(", last: {e}"))
                 .unwrap_or_default()
         ));
+    }
+    if let Some(c) = control::TierControl::of(t) {
+        notes.push(c.note(&t.name));
     }
     if t.paused {
         notes.push(format!(

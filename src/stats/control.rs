@@ -55,8 +55,8 @@ impl TierControl {
         let mut parts = Vec::new();
         match self.state.as_str() {
             "paused" => parts.push(format!(
-                "PAUSED by the operator: takes no new data, its {held} stay where they are \
-                 (`tierfs ctl MOUNT resume {tier}` lifts it)"
+                "PAUSED by the operator: takes no new data; what it holds, {held}, stays \
+                 where it is (`tierfs ctl MOUNT resume {tier}` lifts it)"
             )),
             "draining" => parts.push(format!("DRAINING: {held} left to move{}", self.progress())),
             "drained" => parts.push(format!(
@@ -149,13 +149,37 @@ mod tests {
     }
 
     #[test]
+    fn the_table_says_it_on_a_line_of_its_own() {
+        use crate::stats::metrics::tests::{snap, tier};
+        let plain = crate::stats::tiers_table(&snap(vec![tier("fast", 1e9), tier("slow", 1e8)]));
+        assert!(!plain.contains("  slow: "), "{plain}");
+        let mut slow = tier("slow", 1e8);
+        slow.control = "paused".into();
+        slow.files = 1;
+        slow.used = 1 << 20;
+        slow.device_read = Some(0);
+        slow.device_written = Some(0);
+        let text = crate::stats::tiers_table(&snap(vec![tier("fast", 1e9), slow]));
+        let notes: Vec<&str> = text.lines().filter(|l| l.starts_with("  ")).collect();
+        assert_eq!(
+            notes,
+            [
+                "  slow: PAUSED by the operator: takes no new data; what it holds, 1 file \
+                 (1.0 MiB), stays where it is (`tierfs ctl MOUNT resume slow` lifts it)",
+                "  slow: device: 0 B read, 0 B written since mount",
+            ],
+            "{text}"
+        );
+    }
+
+    #[test]
     fn each_state_says_what_it_means_and_how_to_lift_it() {
         let p = control("paused", 1.0, None);
         assert_eq!(p.word(), "paused");
         assert_eq!(
             p.note("slow"),
-            "PAUSED by the operator: takes no new data, its 3 files (3.0 MiB) stay where \
-             they are (`tierfs ctl MOUNT resume slow` lifts it)"
+            "PAUSED by the operator: takes no new data; what it holds, 3 files (3.0 MiB), \
+             stays where it is (`tierfs ctl MOUNT resume slow` lifts it)"
         );
         let d = control("draining", 0.5, moved(1, 0));
         assert_eq!(d.word(), "draining w=0.5");

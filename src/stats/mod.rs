@@ -377,6 +377,9 @@ pub fn tiers_table(s: &Snapshot) -> String {
         );
     }
     for t in &s.tiers {
+        if let Some(c) = control::TierControl::of(t) {
+            let _ = writeln!(out, "  {}: {}", t.name, c.note(&t.name));
+        }
         let notes = tier_notes(t);
         if !notes.is_empty() {
             let _ = writeln!(out, "  {}: {}", t.name, notes.join("; "));
@@ -420,8 +423,8 @@ pub fn tiers_table(s: &Snapshot) -> String {
     out
 }
 
-/// What is worth saying about a tier under the table: its health, what its operator set
-/// (`tierfs ctl`), a pause, passthrough and the direct path, its device's counters.
+/// What is worth saying about a tier under the table, after what its operator set (a line
+/// of its own): its health, a pause, passthrough and the direct path, its device's counters.
 fn tier_notes(t: &TierStats) -> Vec<String> {
     let mut notes = Vec::new();
     if !t.healthy {
@@ -435,9 +438,6 @@ fn tier_notes(t: &TierStats) -> Vec<String> {
                 .map(|e| format!(", last: {e}"))
                 .unwrap_or_default()
         ));
-    }
-    if let Some(c) = control::TierControl::of(t) {
-        notes.push(c.note(&t.name));
     }
     if t.paused {
         notes.push(format!(

@@ -332,3 +332,143 @@ fn refusals_reach_the_caller_with_errno_and_reason() {
     assert_eq!(tier(&m, "slow")["weight"], 2.0);
     m.unmount();
 }
+
+/// What `tierfs stat` (table, `--watch`, `--prom`) and `.tierfs/tiers` say of tier `slow`.
+struct Views {
+    table: String,
+    tiers_file: String,
+    watch: String,
+    prom: String,
+}
+
+fn views(m: &Mount<'_>) -> Views {
+    let mp = m.root();
+    let mp = mp.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let o = m.setup.tierfs(args);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(o.status.success(), "tierfs {args:?}: {out}{:?}", o.stderr);
+        out
+    };
+    Views {
+        table: run(&["stat", mp]),
+        tiers_file: std::fs::read_to_string(m.path(".tierfs/tiers")).unwrap(),
+        watch: run(&["stat", mp, "--watch", "0.1", "--count", "1"]),
+        prom: run(&["stat", "--prom", mp]),
+    }
+}
+
+/// The STATE column of `--watch`'s row for tier `slow` (the row with a SHARE).
+fn watch_state(watch: &str) -> String {
+    let row = watch
+        .lines()
+        .find(|l| l.starts_with("slow ") && l.contains('%'))
+        .unwrap_or_else(|| panic!("no row for slow:\n{watch}"));
+    row.rsplit_once("  ").unwrap().1.to_string()
+}
+
+/// The value of the sample of metric `name` whose labels end with `tail` (after the
+/// `mountpoint` label `--prom` puts first), e.g. `tier="slow"}`; None without one.
+fn prom_value(prom: &str, name: &str, tail: &str) -> Option<f64> {
+    prom.lines()
+        .find(|l| l.starts_with(&format!("{name}{{")) && l.contains(&format!(",{tail} ")))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse().unwrap())
+}
+
+/// Whether a table or tiers file says anything of what an operator set for `slow`.
+fn says_control(text: &str) -> bool {
+    text.lines().any(|l| {
+        l.starts_with("  slow: ")
+            && (l.contains("by the operator") || l.contains("DRAIN") || l.contains("weight "))
+    })
+}
+
+#[test]
+fn the_state_shows_in_stat_the_tiers_file_and_the_metrics() {
+    require!(fuse());
+    let s = Setup::two("whole-file");
+    let m = s.mount();
+    write_files(&m, "f", 6);
+    let state = |st: &str| format!("tier=\"slow\",state=\"{st}\"}}");
+    let ctl_state =
+        |prom: &str, st: &str| prom_value(prom, "tierfs_tier_control_state", &state(st));
+    let of_slow = |prom: &str, name: &str| prom_value(prom, name, "tier=\"slow\"}");
+    let v = views(&m);
+    for text in [&v.table, &v.tiers_file] {
+        assert!(
+            !says_control(text),
+            "a tier as at mount has no note:\n{text}"
+        );
+    }
+    assert_eq!(watch_state(&v.watch), "ok");
+    assert_eq!(ctl_state(&v.prom, "active"), Some(1.0), "{}", v.prom);
+    assert_eq!(ctl_state(&v.prom, "paused"), Some(0.0));
+    assert_eq!(of_slow(&v.prom, "tierfs_tier_weight"), Some(1.0));
+    assert!(!v.prom.contains("tierfs_tier_drain_"), "{}", v.prom);
+
+    ctl_ok(&m, &["pause", "slow"]);
+    ctl_ok(&m, &["weight", "slow", "2"]);
+    let v = views(&m);
+    for text in [&v.table, &v.tiers_file] {
+        let note = text
+            .lines()
+            .find(|l| l.starts_with("  slow: "))
+            .unwrap_or_else(|| panic!("no note for slow:\n{text}"));
+        assert!(
+            note.contains("PAUSED by the operator: takes no new data")
+                && note.contains("`tierfs ctl MOUNT resume slow` lifts it")
+                && note.contains("weight 2: its bandwidth counts 2 times"),
+            "{note}"
+        );
+        assert!(!text.contains("  fast: PAUSED"), "{text}");
+    }
+    assert_eq!(watch_state(&v.watch), "paused w=2", "{}", v.watch);
+    assert!(
+        v.watch.contains("\nslow: PAUSED by the operator"),
+        "{}",
+        v.watch
+    );
+    assert_eq!(ctl_state(&v.prom, "paused"), Some(1.0), "{}", v.prom);
+    assert_eq!(ctl_state(&v.prom, "active"), Some(0.0));
+    assert_eq!(of_slow(&v.prom, "tierfs_tier_weight"), Some(2.0));
+    assert_eq!(
+        prom_value(&v.prom, "tierfs_tier_weight", "tier=\"fast\"}"),
+        Some(1.0)
+    );
+
+    // A drain: its progress, then drained with nothing left.
+    let held = tier(&m, "slow")["used"].as_u64().unwrap();
+    assert!(held > 0, "nothing on slow to drain");
+    let o = ctl(&m, &["--wait", "drain", "slow"]);
+    assert!(o.status.success(), "{:?}", o);
+    let v = views(&m);
+    for text in [&v.table, &v.tiers_file] {
+        assert!(
+            text.contains("  slow: DRAINED, ")
+                && text
+                    .contains(" moved off; takes no new data until `tierfs ctl MOUNT resume slow`"),
+            "{text}"
+        );
+    }
+    assert_eq!(watch_state(&v.watch), "drained w=2");
+    assert_eq!(ctl_state(&v.prom, "drained"), Some(1.0));
+    assert_eq!(of_slow(&v.prom, "tierfs_tier_drain_left_files"), Some(0.0));
+    assert_eq!(
+        of_slow(&v.prom, "tierfs_tier_drain_moved_bytes_total"),
+        Some(held as f64),
+        "{}",
+        v.prom
+    );
+
+    // Resumed at weight 1: as at mount again.
+    ctl_ok(&m, &["resume", "slow"]);
+    ctl_ok(&m, &["weight", "slow", "1"]);
+    let v = views(&m);
+    for text in [&v.table, &v.tiers_file] {
+        assert!(!says_control(text), "{text}");
+    }
+    assert_eq!(watch_state(&v.watch), "ok");
+    assert_eq!(ctl_state(&v.prom, "active"), Some(1.0));
+    assert_eq!(ctl_state(&v.prom, "drained"), Some(0.0));
+    m.unmount();
+}

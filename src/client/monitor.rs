@@ -101,6 +101,9 @@ pub struct TierSample {
     /// The tier's block device, `MAJ:MIN`.
     #[serde(default)]
     pub device: Option<String>,
+    /// What its operator set (`tierfs ctl`): None while it is as at mount (active, weight 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<crate::stats::control::TierControl>,
 }
 
 /// One sample of a mount.
@@ -163,6 +166,7 @@ impl Sample {
                     write_ns: t.write_ns,
                     app: t.app.clone(),
                     device: t.device.clone(),
+                    control: crate::stats::control::TierControl::of(t),
                     ..TierSample::default()
                 })
                 .collect(),
@@ -674,6 +678,17 @@ pub(crate) mod tests {
         assert_eq!(smp.tiers[0].queue_waiting, 2);
         assert_eq!(smp.files, 1);
         assert_eq!(smp.pid, 42);
+        assert_eq!(smp.tiers[0].control, None, "a tier as at mount");
         assert!(!clock().is_empty());
+        // An operator's state is kept, and a JSON-lines recording keeps it.
+        let mut t = crate::stats::metrics::tests::tier("nvme", 1e9);
+        t.control = "draining".into();
+        t.weight = 2.0;
+        let smp = Sample::from_snapshot(&crate::stats::metrics::tests::snap(vec![t]), 5.0, 0.0);
+        let c = smp.tiers[0].control.as_ref().expect("kept");
+        assert_eq!((c.state.as_str(), c.weight), ("draining", 2.0));
+        let mut buf = Vec::new();
+        write_sample(&mut buf, Format::Jsonl, &smp).unwrap();
+        assert_eq!(read_samples(&buf[..]).unwrap(), vec![smp]);
     }
 }

@@ -263,6 +263,9 @@ pub fn render(mount: &str, when: &str, cur: &Sample, v: &View) -> String {
                 s.device.as_deref().unwrap_or("?")
             );
         }
+        if let Some(c) = s.control.as_ref().filter(|c| c.state != "active") {
+            let _ = writeln!(out, "{}: {}", t.name, c.note(&t.name));
+        }
         if s.passthrough_open > 0 && s.device.is_none() {
             let _ = writeln!(
                 out,
@@ -388,12 +391,25 @@ fn render_tiers(out: &mut String, cur: &Sample, v: &View) {
             t.errors,
             fmt_bytes(s.used),
             fmt_bytes(s.free),
-            match (s.healthy, s.paused) {
-                (false, _) => "FAILED",
-                (true, true) => "paused",
-                (true, false) => "ok",
-            }
+            state_word(s)
         );
+    }
+}
+
+/// The STATE column: `FAILED` (EIO or EROFS seen), else what the operator set (`paused`,
+/// `draining`, `drained`), else `slow` while `adapt` measured it too slow for new data,
+/// else `ok`; then ` w=N` for a weight other than 1.
+pub fn state_word(s: &TierSample) -> String {
+    let c = s.control.as_ref();
+    let word = match c.map(|c| c.state.as_str()) {
+        _ if !s.healthy => "FAILED",
+        Some(st @ ("paused" | "draining" | "drained")) => st,
+        _ if s.paused => "slow",
+        _ => "ok",
+    };
+    match c.filter(|c| c.weight != 1.0) {
+        Some(c) => format!("{word} w={}", c.weight),
+        None => word.to_string(),
     }
 }
 
@@ -419,6 +435,10 @@ TIERS: what reached each tier folder (write-back of staging memory included):
   r/s w/s rMB/s wMB/s rareq-sz wareq-sz r_await w_await   the tier's own requests
   INFL WAIT          requests in flight, and waiting in the tier's admission queue
   PT                 passthrough files open; SHARE the Eq. 1 share; ERR errors
+  STATE              ok; FAILED (EIO or EROFS: no new data); paused, draining, drained (set
+                     by tierfs ctl; a line under the table says what a drain has left);
+                     slow (adapt measured it too slow: no new data until it recovers);
+                     w=N its weight in Eq. 1 when not 1 (tierfs ctl MOUNT weight TIER N)
 device: each block device under the tiers, what it moved (anyone's bytes).
 staging memory: read hits, writes taken in, written back and prefetched per second; what
 it holds, and how much of that is dirty (written by programs, not on a tier yet).";
@@ -522,6 +542,53 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("device 7:3 (nvme)"), "{s}");
+    }
+
+    #[test]
+    fn the_state_column_tells_the_operator_from_adapt() {
+        use crate::stats::control::TierControl;
+        let ctl = |state: &str, weight: f64| {
+            Some(TierControl {
+                state: state.into(),
+                weight,
+                files: 2,
+                used: 2 << 20,
+                drain: None,
+            })
+        };
+        let mut t = tier("slow", 0, 0);
+        assert_eq!(state_word(&t), "ok");
+        t.paused = true;
+        assert_eq!(state_word(&t), "slow", "adapt's pause");
+        t.control = ctl("paused", 1.0);
+        assert_eq!(state_word(&t), "paused");
+        t.paused = false;
+        t.control = ctl("active", 2.5);
+        assert_eq!(state_word(&t), "ok w=2.5");
+        t.control = ctl("draining", 0.0);
+        assert_eq!(state_word(&t), "draining w=0");
+        t.healthy = false;
+        assert_eq!(state_word(&t), "FAILED w=0");
+        // The screen: the word in the row, a drain's progress under the table.
+        t.healthy = true;
+        let a = sample(7, 10.0, vec![tier("slow", 0, 0)]);
+        let b = sample(7, 11.0, vec![t]);
+        let s = render("/mnt", "x", &b, &view(&a, &b, 1.0));
+        let row = s
+            .lines()
+            .find(|l| l.starts_with("slow ") && l.contains('%'));
+        assert!(row.is_some_and(|r| r.ends_with("  draining w=0")), "{s}");
+        assert!(
+            s.contains("slow: DRAINING: 2 files (2.0 MiB) left to move; weight 0"),
+            "{s}"
+        );
+        // Weighted but active: the row says it, no line under the table.
+        let mut w = tier("slow", 0, 0);
+        w.control = ctl("active", 2.0);
+        let b = sample(7, 11.0, vec![w]);
+        let s = render("/mnt", "x", &b, &view(&a, &b, 1.0));
+        assert!(s.contains("  ok w=2\n"), "{s}");
+        assert!(!s.contains("slow: "), "{s}");
     }
 
     #[test]

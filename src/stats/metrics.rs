@@ -197,6 +197,36 @@ pub const TIER_QUEUE_GRANTED: Metric = counter(
     "Requests the tier's admission queue granted since mount, by priority class.",
 );
 
+// What the tier's operator set (`tierfs ctl`).
+pub const TIER_CONTROL_STATE: Metric = gauge(
+    "tierfs_tier_control_state",
+    "1 for the state the tier's operator set through tierfs ctl (state=active|paused|draining|drained), 0 for the others.",
+);
+pub const TIER_WEIGHT: Metric = gauge(
+    "tierfs_tier_weight",
+    "The tier's weight in Eq. 1, set through tierfs ctl (1 at mount, 0 for no share of new data).",
+);
+pub const TIER_DRAIN_LEFT_FILES: Metric = gauge(
+    "tierfs_tier_drain_left_files",
+    "For a tier draining or drained: files it still holds, to be moved off.",
+);
+pub const TIER_DRAIN_LEFT_BYTES: Metric = gauge(
+    "tierfs_tier_drain_left_bytes",
+    "For a tier draining or drained: bytes it still holds, to be moved off.",
+);
+pub const TIER_DRAIN_MOVED_FILES: Metric = counter(
+    "tierfs_tier_drain_moved_files_total",
+    "Files moved off the tier since its last drain began.",
+);
+pub const TIER_DRAIN_MOVED_BYTES: Metric = counter(
+    "tierfs_tier_drain_moved_bytes_total",
+    "Bytes moved off the tier since its last drain began.",
+);
+pub const TIER_DRAIN_FAILURES: Metric = counter(
+    "tierfs_tier_drain_failures_total",
+    "Moves off the tier that failed since its last drain began (each is tried again).",
+);
+
 /// Names of the admission queue's priority classes, in the order of
 /// `QueueStats::granted` (the `class` label of [`TIER_QUEUE_GRANTED`]).
 pub const QUEUE_CLASSES: [&str; 6] = [
@@ -308,6 +338,13 @@ pub const ALL: &[Metric] = &[
     TIER_QUEUE_WAITING,
     TIER_QUEUE_WAITED,
     TIER_QUEUE_GRANTED,
+    TIER_CONTROL_STATE,
+    TIER_WEIGHT,
+    TIER_DRAIN_LEFT_FILES,
+    TIER_DRAIN_LEFT_BYTES,
+    TIER_DRAIN_MOVED_FILES,
+    TIER_DRAIN_MOVED_BYTES,
+    TIER_DRAIN_FAILURES,
     CPU_SECONDS,
     CPU_BYTES,
     FUSE_REQUESTS,
@@ -457,6 +494,36 @@ fn bandwidth(s: &Snapshot, f: impl Fn(&TierStats) -> f64) -> Vec<(Vec<(&str, Str
         .collect()
 }
 
+/// The families of what an operator set (`tierfs ctl`); empty for any other name. A
+/// drain's only while the tier drains or has drained, so a mount nobody drained has none.
+fn control<'a>(s: &'a Snapshot, name: &str) -> Vec<(Vec<(&'a str, String)>, Value)> {
+    use crate::tier::admin::AdminState;
+    let drain = |f: fn(&TierStats, &super::DrainStats) -> u64| {
+        per_tier(s, |t| t.drain.as_ref().map(|d| Value::Int(f(t, d))))
+    };
+    match name {
+        n if n == TIER_CONTROL_STATE.name => s
+            .tiers
+            .iter()
+            .flat_map(|t| {
+                AdminState::ALL.iter().map(|st| {
+                    (
+                        vec![("tier", t.name.clone()), ("state", st.name().to_string())],
+                        flag(t.control == st.name()),
+                    )
+                })
+            })
+            .collect(),
+        n if n == TIER_WEIGHT.name => per_tier(s, |t| Some(Value::Float(t.weight))),
+        n if n == TIER_DRAIN_LEFT_FILES.name => drain(|t, _| t.files),
+        n if n == TIER_DRAIN_LEFT_BYTES.name => drain(|t, _| t.used),
+        n if n == TIER_DRAIN_MOVED_FILES.name => drain(|_, d| d.moved_files),
+        n if n == TIER_DRAIN_MOVED_BYTES.name => drain(|_, d| d.moved_bytes),
+        n if n == TIER_DRAIN_FAILURES.name => drain(|_, d| d.failures),
+        _ => Vec::new(),
+    }
+}
+
 fn flag(b: bool) -> Value {
     Value::Int(u64::from(b))
 }
@@ -573,7 +640,7 @@ pub fn render(s: &Snapshot) -> String {
                     }),
                 )],
             },
-            _ => Vec::new(),
+            n => control(s, n),
         };
         family(&mut out, m, &samples);
     }
@@ -946,6 +1013,52 @@ pub(crate) mod tests {
         validate(&text).unwrap();
         assert!(!text.contains("tierfs_tier_device_read_bytes_total"));
         assert!(!text.contains("tierfs_tier_capacity_bytes"));
+    }
+
+    #[test]
+    fn what_the_operator_set_is_in_the_metrics() {
+        let get = |text: &str, series: &str| -> Option<f64> {
+            let all = validate(text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            all.get(series).copied()
+        };
+        let state = |tier: &str, st: &str| {
+            format!("tierfs_tier_control_state{{state=\"{st}\",tier=\"{tier}\"}}")
+        };
+        // At mount: active, weight 1, no drain families at all.
+        let text = render(&snap(vec![tier("fast", 1e9), tier("slow", 1e8)]));
+        assert_eq!(get(&text, &state("slow", "active")), Some(1.0));
+        assert_eq!(get(&text, &state("slow", "paused")), Some(0.0));
+        assert_eq!(get(&text, "tierfs_tier_weight{tier=\"slow\"}"), Some(1.0));
+        assert!(!text.contains("tierfs_tier_drain_"), "{text}");
+        // One tier draining at weight 0.5: its state, weight and progress; the other's none.
+        let mut slow = tier("slow", 1e8);
+        slow.control = "draining".into();
+        slow.weight = 0.5;
+        slow.files = 3;
+        slow.used = 300;
+        slow.drain = Some(crate::stats::DrainStats {
+            moved_files: 2,
+            moved_bytes: 200,
+            failures: 1,
+            last_error: Some("x".into()),
+        });
+        let text = render(&snap(vec![tier("fast", 1e9), slow]));
+        for st in ["active", "paused", "drained"] {
+            assert_eq!(get(&text, &state("slow", st)), Some(0.0), "{st}");
+        }
+        assert_eq!(get(&text, &state("slow", "draining")), Some(1.0));
+        assert_eq!(get(&text, &state("fast", "active")), Some(1.0));
+        assert_eq!(get(&text, "tierfs_tier_weight{tier=\"slow\"}"), Some(0.5));
+        for (name, v) in [
+            ("tierfs_tier_drain_left_files", 3.0),
+            ("tierfs_tier_drain_left_bytes", 300.0),
+            ("tierfs_tier_drain_moved_files_total", 2.0),
+            ("tierfs_tier_drain_moved_bytes_total", 200.0),
+            ("tierfs_tier_drain_failures_total", 1.0),
+        ] {
+            assert_eq!(get(&text, &format!("{name}{{tier=\"slow\"}}")), Some(v));
+            assert_eq!(get(&text, &format!("{name}{{tier=\"fast\"}}")), None);
+        }
     }
 
     #[test]

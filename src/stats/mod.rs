@@ -5,6 +5,7 @@
 //! everything the text files show, for tools (`tierfs stat` reads it).
 
 pub mod app;
+pub mod control;
 pub mod metrics;
 
 use crate::units::{fmt_bytes, fmt_rate};
@@ -130,7 +131,7 @@ fn one() -> f64 {
 }
 
 /// A drain's progress (`drain TIER`): what is left is the tier's own `files` and `used`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DrainStats {
     /// Files and bytes moved off the tier since the drain began.
     pub moved_files: u64,
@@ -376,6 +377,9 @@ pub fn tiers_table(s: &Snapshot) -> String {
         );
     }
     for t in &s.tiers {
+        if let Some(c) = control::TierControl::of(t) {
+            let _ = writeln!(out, "  {}: {}", t.name, c.note(&t.name));
+        }
         let notes = tier_notes(t);
         if !notes.is_empty() {
             let _ = writeln!(out, "  {}: {}", t.name, notes.join("; "));
@@ -419,8 +423,8 @@ pub fn tiers_table(s: &Snapshot) -> String {
     out
 }
 
-/// What is worth saying about a tier under the table: its state, a pause, passthrough and
-/// the direct path, its device's counters.
+/// What is worth saying about a tier under the table, after what its operator set (a line
+/// of its own): its health, a pause, passthrough and the direct path, its device's counters.
 fn tier_notes(t: &TierStats) -> Vec<String> {
     let mut notes = Vec::new();
     if !t.healthy {

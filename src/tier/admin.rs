@@ -24,6 +24,14 @@ pub enum AdminState {
 }
 
 impl AdminState {
+    /// Every state, in the order the metrics list them.
+    pub const ALL: [AdminState; 4] = [
+        AdminState::Active,
+        AdminState::Paused,
+        AdminState::Draining,
+        AdminState::Drained,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             AdminState::Active => "active",
@@ -134,12 +142,7 @@ mod tests {
         let a = TierAdmin::default();
         assert_eq!(a.state(), AdminState::Active);
         assert_eq!(a.weight(), 1.0);
-        for s in [
-            AdminState::Paused,
-            AdminState::Draining,
-            AdminState::Drained,
-            AdminState::Active,
-        ] {
+        for s in AdminState::ALL.into_iter().rev() {
             a.set_state(s);
             assert_eq!(a.state(), s);
             assert_eq!(s.takes_new_data(), s == AdminState::Active, "{}", s.name());

@@ -49,8 +49,8 @@ LAYERS = [
     ["vfs::lifecycle", "vfs"],
     # 9: what reads the core or its files from outside: the on-disk tools, monitors, advice
     ["ondisk", "tune", "prom", "client"],
-    # 10: the kernel side and the process
-    ["fuse", "direct", "daemon", "mount_helper", "cli", "main", "lib", "testutil"],
+    # 10: the kernel side and the process (fuse::reply: the dispatcher's reply conversions)
+    ["fuse", "fuse::reply", "direct", "daemon", "mount_helper", "cli", "main", "lib", "testutil"],
 ]
 
 # Limits from issue #16.

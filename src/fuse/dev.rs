@@ -8,8 +8,9 @@
 //! to the kernel from it, or written back from the host-memory cache's block that holds it.
 
 use super::abi::{self, op, InHeader, OutHeader, Pod};
-use super::dispatch::{Dispatcher, Reply, MAX_REQUEST};
+use super::dispatch::{Dispatcher, Reply};
 use super::request::Request;
+use super::MAX_REQUEST;
 use crate::ledger::{Class, Meter};
 use crate::tierio::AlignedBuf;
 use std::io;

@@ -9,6 +9,8 @@
 //!   transport.
 //! - [`dispatch`]: the one dispatcher: INIT negotiation, a call into the core per request,
 //!   the reply body, kernel passthrough registrations, panic containment.
+//! - `reply`: the dispatcher's pure conversions of the core's results into reply structs
+//!   (attributes, directory entries, xattr answers, open flags, errnos).
 //! - Transports, which only move bytes: [`dev`] (`readv`/`writev` on /dev/fuse) and
 //!   [`uring`] (FUSE over io_uring, Linux >= 6.14). Neither the dispatcher nor the core
 //!   knows which one delivered a request.
@@ -23,10 +25,19 @@ pub mod dev;
 pub mod dispatch;
 pub mod mount;
 pub mod notify;
+mod reply;
 pub mod request;
 pub mod session;
 pub mod uring;
 
-pub use dispatch::{MAX_BACKGROUND, MAX_REQUEST};
 pub use notify::Notifier;
 pub use session::{Session, SessionOptions};
+
+// The mount's limits live here rather than in `dispatch`, which negotiates them, because
+// `reply` reports MAX_REQUEST as a file's block size and must not import its own caller.
+
+/// Largest request we negotiate: DeepSpeed's aio block size.
+pub const MAX_REQUEST: u32 = 1 << 20;
+/// Kernel background requests (async direct I/O in flight): 4 ranks x 2 threads x QD 8
+/// and headroom.
+pub const MAX_BACKGROUND: u16 = 256;

@@ -3,9 +3,10 @@
 
 use super::abi::{self, Pod};
 use super::dev;
-use super::dispatch::{Dispatcher, MAX_REQUEST};
+use super::dispatch::Dispatcher;
 use super::mount::{self, MountSpec, MountedBy};
 use super::uring;
+use super::MAX_REQUEST;
 use crate::config::Transport;
 use crate::vfs::TierFs;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -50,7 +50,10 @@ fuzz_target!(|data: &[u8]| {
                         }
                         TierCommand::Weight(n, w) => {
                             one_word(n);
-                            assert!(w.is_finite() && (0.0..=MAX_WEIGHT).contains(w), "weight {w}");
+                            assert!(
+                                w.is_finite() && (0.0..=MAX_WEIGHT).contains(w),
+                                "weight {w}"
+                            );
                         }
                         TierCommand::Status => {}
                     },

@@ -348,6 +348,21 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// Eight bytes from the kernel's random pool (`getrandom(2)`, which does not block once the
+/// pool is ready at boot): tokens a peer must not guess.
+pub fn random_u64() -> io::Result<u64> {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom(2) writes at most `b.len()` bytes into `b`.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n == b.len() as isize {
+        Ok(u64::from_le_bytes(b))
+    } else if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Err(io::Error::other("getrandom(2) returned too few bytes"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

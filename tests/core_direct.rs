@@ -27,6 +27,18 @@ fn fs_in(d: &Path, layout: &str, extra: &str) -> TierFs {
     TierFs::new(&config, tiers).unwrap()
 }
 
+/// A grant as the library asks it: a token from the handle's ioctl, then the grant (a
+/// handle that has no token gets 0, which no grant takes).
+fn grant(
+    fs: &TierFs,
+    fh: u64,
+    flags: i32,
+    uid: u32,
+) -> Result<tierfs::vfs::direct::Granted, tierfs::vfs::direct::Refusal> {
+    let token = fs.direct_token(fh).map_or(0, |(_, t)| t);
+    fs.direct_grant(fh, token, flags, uid)
+}
+
 fn data(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31) ^ seed)
@@ -62,9 +74,7 @@ fn a_file_on_lease_is_not_moved_until_the_lease_ends() {
     let ino = striped_file(&fs);
     let before = fs.file_list()[0].2.clone();
     let (fh, _) = fs.open(ino, libc::O_WRONLY | libc::O_DIRECT).unwrap();
-    let g = fs
-        .direct_grant(fh, libc::O_WRONLY | libc::O_DIRECT, 0)
-        .unwrap();
+    let g = grant(&fs, fh, libc::O_WRONLY | libc::O_DIRECT, 0).unwrap();
     assert!(matches!(g.shape, Shape::Stripe { .. }) && g.fds.len() == 2);
     // The shares move: a writer's open would re-lay the file out, but not under a lease.
     fs.placer().set_shares(vec![10.0 / 11.0, 1.0 / 11.0]);
@@ -91,9 +101,7 @@ fn a_later_daemon_does_not_move_pieces_an_earlier_one_handed_out() {
         let fs = fs_in(d.path(), "stripe", "");
         let ino = striped_file(&fs);
         let (fh, _) = fs.open(ino, libc::O_RDWR | libc::O_DIRECT).unwrap();
-        let g = fs
-            .direct_grant(fh, libc::O_RDWR | libc::O_DIRECT, 0)
-            .unwrap();
+        let g = grant(&fs, fh, libc::O_RDWR | libc::O_DIRECT, 0).unwrap();
         // The daemon dies with the lease out: the program keeps the descriptors.
         g.fds
     };
@@ -133,7 +141,7 @@ fn the_size_comes_from_the_pieces_while_a_lease_may_write() {
             )
             .unwrap();
         // A swap file (the name qualifies it) opened without O_DIRECT: any buffer will do.
-        let g = fs.direct_grant(fh, libc::O_WRONLY, 0).unwrap();
+        let g = grant(&fs, fh, libc::O_WRONLY, 0).unwrap();
         // The program writes 3 MiB + 1 KiB past the daemon, as its stripes fall.
         let want = 3 * MIB + 1024;
         let bytes = data(want, 9);
@@ -208,7 +216,7 @@ fn a_file_in_staging_memory_stays_with_the_daemon() {
         fs.cache_view().dirty > 0,
         "the write was not held in memory"
     );
-    let no = fs.direct_grant(fh, libc::O_RDWR, 0).unwrap_err();
+    let no = grant(&fs, fh, libc::O_RDWR, 0).unwrap_err();
     assert_eq!(no.why, NoReason::Busy, "{no:?}");
     assert!(
         fs.cache_view().dirty > 0,
@@ -232,7 +240,7 @@ fn a_file_in_staging_memory_stays_with_the_daemon() {
     }
     fs.release(fh).unwrap();
     let (fh, _) = fs.open(b.ino, libc::O_RDONLY).unwrap();
-    let g = fs.direct_grant(fh, libc::O_RDONLY, 0).unwrap();
+    let g = grant(&fs, fh, libc::O_RDONLY, 0).unwrap();
     let mut got = vec![0u8; big.len()];
     std::fs::File::from(g.fds.into_iter().next().unwrap())
         .read_exact_at(&mut got, 0)
@@ -255,9 +263,7 @@ fn grants_give_no_more_than_the_handle_and_refuse_what_cannot_stay_exact() {
     let ino = striped_file(&fs);
     // A read-only handle gets read-only pieces, whatever the flags say.
     let (fh, _) = fs.open(ino, libc::O_RDONLY).unwrap();
-    let g = fs
-        .direct_grant(fh, libc::O_RDWR | libc::O_DIRECT, 0)
-        .unwrap();
+    let g = grant(&fs, fh, libc::O_RDWR | libc::O_DIRECT, 0).unwrap();
     assert!(!g.write);
     let f = std::fs::File::from(g.fds.into_iter().next().unwrap());
     assert!(
@@ -265,16 +271,22 @@ fn grants_give_no_more_than_the_handle_and_refuse_what_cannot_stay_exact() {
         "a read-only handle's piece writes"
     );
     // One lease per handle.
-    let again = fs
-        .direct_grant(fh, libc::O_RDONLY | libc::O_DIRECT, 0)
-        .unwrap_err();
+    let again = grant(&fs, fh, libc::O_RDONLY | libc::O_DIRECT, 0).unwrap_err();
     assert_eq!(again.why, NoReason::Refused);
+    fs.release(fh).unwrap();
+    // A write-only handle gets write-only pieces though the flags ask to read too.
+    let (fh, _) = fs.open(ino, libc::O_WRONLY | libc::O_DIRECT).unwrap();
+    let g = grant(&fs, fh, libc::O_RDWR | libc::O_DIRECT, 0).unwrap();
+    assert!(g.write);
+    let f = std::fs::File::from(g.fds.into_iter().next().unwrap());
+    assert!(
+        f.read_at(&mut [0u8; 1], 0).is_err(),
+        "a write-only handle's piece reads"
+    );
     fs.release(fh).unwrap();
     // O_APPEND on stripes, and an open that is neither O_DIRECT nor a swap file: FUSE.
     let (fh, _) = fs.open(ino, libc::O_WRONLY | libc::O_APPEND).unwrap();
-    let no = fs
-        .direct_grant(fh, libc::O_WRONLY | libc::O_APPEND | libc::O_DIRECT, 0)
-        .unwrap_err();
+    let no = grant(&fs, fh, libc::O_WRONLY | libc::O_APPEND | libc::O_DIRECT, 0).unwrap_err();
     assert_eq!(no.why, NoReason::Policy);
     fs.release(fh).unwrap();
     let (a, fh, _) = fs
@@ -287,18 +299,13 @@ fn grants_give_no_more_than_the_handle_and_refuse_what_cannot_stay_exact() {
         )
         .unwrap();
     assert_eq!(
-        fs.direct_grant(fh, libc::O_WRONLY, 0).unwrap_err().why,
+        grant(&fs, fh, libc::O_WRONLY, 0).unwrap_err().why,
         NoReason::Policy
     );
-    assert!(fs
-        .direct_grant(fh, libc::O_WRONLY | libc::O_DIRECT, 0)
-        .is_ok());
+    assert!(grant(&fs, fh, libc::O_WRONLY | libc::O_DIRECT, 0).is_ok());
     fs.release(fh).unwrap();
     // A handle that is gone, or not a file's.
-    assert_eq!(
-        fs.direct_grant(fh, 0, 0).unwrap_err().why,
-        NoReason::Refused
-    );
+    assert_eq!(grant(&fs, fh, 0, 0).unwrap_err().why, NoReason::Refused);
     let _ = a;
     // `direct = "off"`: quietly no.
     let d2 = tempfile::tempdir().unwrap();
@@ -306,11 +313,57 @@ fn grants_give_no_more_than_the_handle_and_refuse_what_cannot_stay_exact() {
     let ino = striped_file(&off);
     let (fh, _) = off.open(ino, libc::O_RDONLY | libc::O_DIRECT).unwrap();
     assert_eq!(
-        off.direct_grant(fh, libc::O_DIRECT, 0).unwrap_err().why,
+        grant(&off, fh, libc::O_DIRECT, 0).unwrap_err().why,
         NoReason::Policy
     );
     off.release(fh).unwrap();
     let _ = FileLayout::Whole { tier: 0 };
+}
+
+/// Only the token the handle's ioctl answered last proves it, once: a guess, another
+/// handle's token, a replaced or a spent one are refused, and a wrong guess does not spend
+/// the right one.
+#[test]
+fn a_grant_needs_the_handles_own_token_once() {
+    let d = tempfile::tempdir().unwrap();
+    let fs = fs_in(d.path(), "stripe", "");
+    let ino = striped_file(&fs);
+    let flags = libc::O_RDONLY | libc::O_DIRECT;
+    let (a, _) = fs.open(ino, flags).unwrap();
+    let (b, _) = fs.open(ino, flags).unwrap();
+    let refused = |r: Result<_, tierfs::vfs::direct::Refusal>| {
+        matches!(
+            r,
+            Err(tierfs::vfs::direct::Refusal {
+                why: NoReason::Refused,
+                ..
+            })
+        )
+    };
+    // No token asked yet: 0 (and anything else) is refused.
+    assert!(refused(fs.direct_grant(a, 0, flags, 0)));
+    let (ia, ta) = fs.direct_token(a).unwrap();
+    let (ib, tb) = fs.direct_token(b).unwrap();
+    assert_eq!((ia, ib), (ino, ino));
+    assert!(ta != tb && ta != 0 && tb != 0);
+    assert!(refused(fs.direct_grant(a, tb, flags, 0)), "b's token for a");
+    assert!(refused(fs.direct_grant(a, ta ^ 2, flags, 0)), "a guess");
+    // Asked again, the earlier token no longer counts.
+    let (_, ta2) = fs.direct_token(a).unwrap();
+    assert!(
+        refused(fs.direct_grant(a, ta, flags, 0)),
+        "a replaced token"
+    );
+    assert!(
+        fs.direct_grant(a, ta2, flags, 0).is_ok(),
+        "the guesses spent it"
+    );
+    assert!(refused(fs.direct_grant(b, tb ^ 4, flags, 0)));
+    assert!(fs.direct_grant(b, tb, flags, 0).is_ok());
+    assert!(refused(fs.direct_grant(b, tb, flags, 0)), "a spent token");
+    fs.release(a).unwrap();
+    fs.release(b).unwrap();
+    assert!(fs.direct_token(a).is_err(), "a released handle");
 }
 
 #[test]

@@ -348,8 +348,8 @@ fn killing_the_daemon_leaves_the_program_writing() {
 }
 
 /// The daemon trusts nothing a peer sends but the kernel's word: garbage, another version,
-/// a descriptor of another file system or an O_PATH one are refused (their descriptors
-/// closed) and the daemon goes on serving.
+/// a request with descriptors, a guessed, another handle's or a spent token are refused
+/// (descriptors closed) and the daemon goes on serving; an `O_PATH` descriptor gets no token.
 #[test]
 fn the_daemon_survives_garbage_and_refuses_what_is_not_its_own() {
     require!(fuse());
@@ -372,9 +372,29 @@ fn the_daemon_survives_garbage_and_refuses_what_is_not_its_own() {
         }
         tierfs_wire::Reply::decode(&buf[..n]).ok()
     };
+    // The handle and token the daemon answers for a descriptor (the library's ioctl).
+    let handle_of = |fd: i32| -> std::io::Result<(u64, u64)> {
+        let mut out = [0u8; tierfs_wire::IOC_HANDLE_LEN];
+        // SAFETY: the ioctl writes at most IOC_HANDLE_LEN bytes into `out`.
+        let r = unsafe { libc::ioctl(fd, tierfs_wire::IOC_HANDLE as _, out.as_mut_ptr()) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let word = |i: usize| u64::from_le_bytes(out[i..i + 8].try_into().unwrap());
+        Ok((word(0), word(16)))
+    };
+    let open = |fh: u64, token: u64| {
+        tierfs_wire::Request::Open {
+            fh,
+            token,
+            flags: libc::O_RDONLY | libc::O_DIRECT,
+        }
+        .encode()
+    };
     let refused = |r: Option<tierfs_wire::Reply>| matches!(r, Some(tierfs_wire::Reply::No { .. }));
+    let granted = |r: Option<tierfs_wire::Reply>| matches!(r, Some(tierfs_wire::Reply::Grant(_)));
     assert!(refused(ask(b"garbage that is not a message", &[])));
-    let mut other = tierfs_wire::Request::Open { flags: 0 }.encode();
+    let mut other = open(1, 1);
     other[4] = 99;
     assert!(matches!(
         ask(&other, &[]),
@@ -383,30 +403,35 @@ fn the_daemon_survives_garbage_and_refuses_what_is_not_its_own() {
             ..
         })
     ));
-    let open = tierfs_wire::Request::Open {
-        flags: libc::O_DIRECT,
-    }
-    .encode();
-    let elsewhere = std::fs::File::open("/proc/self/stat").unwrap();
-    assert!(
-        refused(ask(&open, &[elsewhere.as_raw_fd()])),
-        "another file system's descriptor"
-    );
     let path_only = open_flags(&m.path("f"), libc::O_PATH, 0).unwrap();
     assert!(
-        refused(ask(&open, &[path_only.as_raw_fd()])),
-        "an O_PATH descriptor"
+        handle_of(path_only.as_raw_fd()).is_err(),
+        "an O_PATH descriptor got a token"
     );
-    assert!(refused(ask(&open, &[])), "an open without a descriptor");
-    // Still serving: a real request is granted.
     let real = open_flags(&m.path("f"), libc::O_RDONLY | libc::O_DIRECT, 0).unwrap();
-    assert!(matches!(
-        ask(&open, &[real.as_raw_fd()]),
-        Some(tierfs_wire::Reply::Grant(_))
-    ));
+    let second = open_flags(&m.path("f"), libc::O_RDONLY | libc::O_DIRECT, 0).unwrap();
+    let (fh, token) = handle_of(real.as_raw_fd()).unwrap();
+    let (fh2, token2) = handle_of(second.as_raw_fd()).unwrap();
+    assert_ne!(fh, fh2);
+    let elsewhere = std::fs::File::open("/proc/self/stat").unwrap();
+    assert!(
+        refused(ask(&open(fh, token), &[elsewhere.as_raw_fd()])),
+        "a request with a descriptor"
+    );
+    // A token asked again replaces the one before.
+    let (_, token) = handle_of(real.as_raw_fd()).unwrap();
+    assert!(refused(ask(&open(fh, token ^ 2), &[])), "a guessed token");
+    assert!(
+        refused(ask(&open(fh, token2), &[])),
+        "another handle's token"
+    );
+    // Still serving: the real requests are granted, once each.
+    assert!(granted(ask(&open(fh, token), &[])));
+    assert!(refused(ask(&open(fh, token), &[])), "a spent token");
+    assert!(granted(ask(&open(fh2, token2), &[])));
     // SAFETY: our own socket.
     unsafe { libc::close(conn) };
-    drop((real, path_only));
+    drop((real, second, path_only));
     m.unmount();
 }
 

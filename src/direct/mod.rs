@@ -8,12 +8,16 @@
 //! (`crate::vfs::direct`).
 //!
 //! Trust: the socket is abstract (anyone may connect), so the daemon believes only the
-//! kernel. The FUSE descriptor the program passes (`SCM_RIGHTS`) proves what it opened and
-//! how: it must be a regular file of this very mount (its device), not an `O_PATH` one; the
-//! daemon learns which of its own handles it is by asking the kernel (a FUSE ioctl on that
-//! descriptor, [`tierfs_wire::IOC_HANDLE`]) and grants no more access than that handle has.
-//! The caller's uid comes from `SO_PEERCRED`. Anything else a peer sends (garbage, other
-//! versions, descriptors of other files) is refused or dropped, its descriptors closed.
+//! kernel. A program proves which handle it holds with the single-use token the daemon
+//! answered to a FUSE ioctl on that handle's descriptor ([`tierfs_wire::IOC_HANDLE`]): the
+//! kernel sends that ioctl only for a descriptor of this mount that is not `O_PATH`, with
+//! the descriptor's own handle, so whoever has the token held the descriptor (or was given
+//! the token by one who did, as good as being given the descriptor). The grant has no more
+//! access than that handle's open. The caller's uid comes from `SO_PEERCRED`, for the log.
+//! Anything else a peer sends (garbage, other versions, wrong or spent tokens, descriptors)
+//! is refused or dropped, its descriptors closed. (Protocol 1 passed the FUSE descriptor
+//! itself and the daemon asked the ioctl: two more FUSE requests into this daemon, the
+//! ioctl and the FLUSH of its copy's close, for every open.)
 
 pub mod run;
 
@@ -40,8 +44,6 @@ pub struct Server {
 struct Shared {
     fs: Arc<TierFs>,
     notify: Notifier,
-    /// The mount's device number: a descriptor of anything else is refused.
-    dev: u64,
 }
 
 impl Server {
@@ -71,7 +73,7 @@ impl Server {
         // SAFETY: `fd` is the socket we just made and now own.
         let listener = unsafe { OwnedFd::from_raw_fd(fd) };
         let stop = Arc::new(AtomicBool::new(false));
-        let ctx = Arc::new(Shared { fs, notify, dev });
+        let ctx = Arc::new(Shared { fs, notify });
         let (l, s) = (listener.as_raw_fd(), stop.clone());
         let thread = std::thread::Builder::new()
             .name("tierfs-direct".into())
@@ -161,10 +163,11 @@ fn serve(conn: OwnedFd, ctx: &Shared) {
             Some(no(NoReason::Error, "a message cut short"))
         } else {
             match Request::decode(&buf[..n]) {
-                Ok(Request::Open { flags }) => match <[OwnedFd; 1]>::try_from(fds) {
-                    Ok([fd]) => Some(open(ctx, fd, flags, uid)),
-                    Err(_) => Some(no(NoReason::Refused, "an open needs one descriptor")),
-                },
+                // Descriptors have no place in a request: dropped (closed) with `fds`.
+                Ok(Request::Open { .. }) if !fds.is_empty() => {
+                    Some(no(NoReason::Refused, "an open carries no descriptor"))
+                }
+                Ok(Request::Open { fh, token, flags }) => Some(open(ctx, fh, token, flags, uid)),
                 Ok(Request::Report(r)) => {
                     ctx.fs.direct_report(uid, &r.tiers);
                     None
@@ -203,48 +206,9 @@ fn no(why: NoReason, text: impl Into<String>) -> (Reply, Vec<OwnedFd>) {
     )
 }
 
-/// An open request: checks the FUSE descriptor `fd`, learns its handle, asks the core.
-fn open(ctx: &Shared, fd: OwnedFd, flags: i32, uid: u32) -> (Reply, Vec<OwnedFd>) {
-    let file = std::fs::File::from(fd);
-    match file.metadata() {
-        Ok(m) if m.dev() == ctx.dev && m.file_type().is_file() => {}
-        _ => return no(NoReason::Refused, "not a file of this mount"),
-    }
-    // SAFETY: fcntl(2) F_GETFL on a descriptor we own.
-    let fl = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
-    if fl < 0 || fl & libc::O_PATH != 0 {
-        return no(NoReason::Refused, "an O_PATH descriptor");
-    }
-    let mut out = [0u8; tierfs_wire::IOC_HANDLE_LEN];
-    // SAFETY: the ioctl writes at most IOC_HANDLE_LEN bytes (its size is encoded in the
-    // number) into `out`; the descriptor is ours.
-    let r = unsafe {
-        libc::ioctl(
-            file.as_raw_fd(),
-            tierfs_wire::IOC_HANDLE as _,
-            out.as_mut_ptr(),
-        )
-    };
-    if r < 0 {
-        let e = std::io::Error::last_os_error();
-        return no(
-            NoReason::Error,
-            format!("the mount does not name the handle: {e}"),
-        );
-    }
-    let fh = u64::from_le_bytes(out[..8].try_into().expect("8 bytes"));
-    let instance = u64::from_le_bytes(out[16..24].try_into().expect("8 bytes"));
-    if instance != ctx.fs.instance() {
-        // A later mount got this mount's device number (this daemon is on its way out):
-        // its handles are not ours.
-        return no(NoReason::Refused, "a descriptor of another mount");
-    }
-    // The handle stays open as long as the program's FUSE descriptor does: this copy must
-    // not hold off its RELEASE.
-    drop(file);
-    // The program's access mode is its handle's; the flags keep only O_DIRECT and the like.
-    let flags = flags & !libc::O_ACCMODE | (fl & libc::O_ACCMODE);
-    match ctx.fs.direct_grant(fh, flags, uid) {
+/// An open request: the handle `fh` proven by its `token`, asked of the core.
+fn open(ctx: &Shared, fh: u64, token: u64, flags: i32, uid: u32) -> (Reply, Vec<OwnedFd>) {
+    match ctx.fs.direct_grant(fh, token, flags, uid) {
         Ok(g) => {
             if g.write {
                 // The kernel's pages and attributes of the file are stale from now on.

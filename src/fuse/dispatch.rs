@@ -423,18 +423,19 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// The direct path's one question: which handle is this descriptor (the daemon asks it
-    /// of a descriptor a program handed over, see `crate::direct`). No other ioctls: tools
-    /// probe a few (FS_IOC_GETFLAGS) and expect ENOTTY.
+    /// The direct path's one question: which handle is this descriptor, with a token that
+    /// proves it (the preload library asks it of a descriptor the program just opened, see
+    /// `crate::direct`). No other ioctls: tools probe a few (FS_IOC_GETFLAGS) and expect
+    /// ENOTTY.
     fn ioctl(&self, i: &abi::IoctlIn, out: &mut Vec<u8>) -> Result<(), i32> {
         if i.cmd != tierfs_wire::IOC_HANDLE || (i.out_size as usize) < tierfs_wire::IOC_HANDLE_LEN {
             return Err(libc::ENOTTY);
         }
-        let ino = self.fs.handle_inode(i.fh).map_err(to_errno)?;
+        let (ino, token) = self.fs.direct_token(i.fh).map_err(to_errno)?;
         out.extend_from_slice(abi::IoctlOut::default().bytes());
         out.extend_from_slice(&i.fh.to_le_bytes());
         out.extend_from_slice(&ino.to_le_bytes());
-        out.extend_from_slice(&self.fs.instance().to_le_bytes());
+        out.extend_from_slice(&token.to_le_bytes());
         Ok(())
     }
 

@@ -53,10 +53,17 @@ fn no(why: NoReason, text: impl Into<String>) -> Refusal {
     }
 }
 
-/// The inode of the file handle `fh` (the answer to the direct path's ioctl).
-pub(crate) fn handle_inode(fs: &TierFs, fh: u64) -> Result<u64> {
-    match fs.handles.lock().get(&fh) {
-        Some(Handle::File { ino, .. }) => Ok(*ino),
+/// The inode of the file handle `fh` and a new single-use token that proves the handle to
+/// [`grant`] (the answer to the direct path's ioctl, which the kernel delivers only for the
+/// descriptors of this handle). A token asked again replaces the one before.
+pub(crate) fn token(fs: &TierFs, fh: u64) -> Result<(u64, u64)> {
+    // Never 0 (no token waiting).
+    let drawn = crate::sys::random_u64()? | 1;
+    match fs.handles.lock().get_mut(&fh) {
+        Some(Handle::File { ino, token, .. }) => {
+            *token = drawn;
+            Ok((*ino, drawn))
+        }
         Some(_) => Err(Error::NotSupported(
             "the direct path for something not a file",
         )),
@@ -68,18 +75,20 @@ pub(crate) fn handle_inode(fs: &TierFs, fh: u64) -> Result<u64> {
 /// the handle's, never more.
 const KEPT_FLAGS: i32 = libc::O_APPEND | libc::O_DSYNC | libc::O_SYNC | libc::O_NONBLOCK;
 
-/// Grants the handle `fh` the pieces' own descriptors, as the program's open `flags` ask;
-/// `uid` is the caller's (for the log). Refuses a file staging memory holds (served from
+/// Grants the handle `fh` the pieces' own descriptors, as the program's open `flags` ask,
+/// with no more access than the handle's own; `token` must be the one [`token`] handed out
+/// for it last (spent here, granted or not); `uid` is the caller's (for the log). Refuses a file staging memory holds (served from
 /// there), and what the daemon cannot keep exact: a file moving, failed, in kernel
 /// passthrough; an `O_DIRECT` open on a tier that refuses DeepSpeed's 1 KiB-aligned tails
 /// (the daemon bounces those; the program could not); `O_APPEND` on stripes.
 pub(crate) fn grant(
     fs: &TierFs,
     fh: u64,
+    token: u64,
     flags: i32,
     uid: u32,
 ) -> std::result::Result<Granted, Refusal> {
-    let (node, ino, write) = leasable(fs, fh, flags)?;
+    let (node, ino, read, write) = leasable(fs, fh, token, flags)?;
     let mut st = node.state.write();
     let shape = shape_for(fs, &st, flags)?;
     if st.cache.is_some() {
@@ -87,10 +96,10 @@ pub(crate) fn grant(
         // served from there through FUSE. What memory does not hold goes direct.
         return Err(no(NoReason::Busy, "held in staging memory"));
     }
-    let access = if write {
-        flags & libc::O_ACCMODE
-    } else {
-        libc::O_RDONLY
+    let access = match (read, write) {
+        (true, true) => libc::O_RDWR,
+        (false, true) => libc::O_WRONLY,
+        _ => libc::O_RDONLY,
     };
     let direct = if flags & libc::O_DIRECT != 0 {
         libc::O_DIRECT
@@ -125,29 +134,44 @@ pub(crate) fn grant(
     })
 }
 
-/// The handle's file, inode and whether it may write, if its open may go direct at all.
+/// The handle's file, inode and whether it may read and write, if `token` proves it and its
+/// open may go direct at all.
 fn leasable(
     fs: &TierFs,
     fh: u64,
+    token: u64,
     flags: i32,
-) -> std::result::Result<(std::sync::Arc<FileNode>, u64, bool), Refusal> {
+) -> std::result::Result<(std::sync::Arc<FileNode>, u64, bool, bool), Refusal> {
+    let (node, ino, read, write, passthrough) = {
+        let mut handles = fs.handles.lock();
+        let Some(Handle::File {
+            node,
+            ino,
+            read,
+            write,
+            passthrough,
+            direct,
+            token: waiting,
+        }) = handles.get_mut(&fh)
+        else {
+            return Err(no(NoReason::Refused, "not an open file of this mount"));
+        };
+        // A wrong guess leaves the right token in place: a peer cannot spend another's.
+        if *waiting == 0 || *waiting != token {
+            return Err(no(NoReason::Refused, "not the handle's token"));
+        }
+        *waiting = 0;
+        if *direct {
+            return Err(no(NoReason::Refused, "a lease already"));
+        }
+        (node.clone(), *ino, *read, *write, *passthrough)
+    };
     if fs.direct_mode == Direct::Off {
         return Err(no(
             NoReason::Policy,
             "direct = \"off\" in the mount's config",
         ));
     }
-    let (node, ino, write, passthrough) = match fs.handles.lock().get(&fh) {
-        Some(Handle::File {
-            node,
-            ino,
-            write,
-            passthrough,
-            direct: false,
-        }) => (node.clone(), *ino, *write, *passthrough),
-        Some(Handle::File { .. }) => return Err(no(NoReason::Refused, "a lease already")),
-        _ => return Err(no(NoReason::Refused, "not an open file of this mount")),
-    };
     if passthrough {
         return Err(no(NoReason::Policy, "in kernel passthrough already"));
     }
@@ -166,7 +190,7 @@ fn leasable(
             "neither O_DIRECT nor a DeepSpeed swap file",
         ));
     }
-    Ok((node, ino, write))
+    Ok((node, ino, read, write))
 }
 
 /// How the file's pieces hold it, if the program can be handed them as they are now.

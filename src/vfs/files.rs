@@ -207,7 +207,9 @@ pub(crate) fn create(
             node,
             ino,
             write,
+            read: flags & libc::O_ACCMODE != libc::O_WRONLY,
             passthrough: pt.is_some(),
+            token: 0,
             direct: false,
         },
     );
@@ -328,7 +330,9 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, 
                 node: f,
                 ino,
                 write,
+                read: flags & libc::O_ACCMODE != libc::O_WRONLY,
                 passthrough: pt.is_some(),
+                token: 0,
                 direct: false,
             },
         ),
@@ -391,6 +395,7 @@ pub(crate) fn release(fs: &TierFs, fh: u64) -> Result<()> {
         ino,
         write,
         direct,
+        ..
     } = h
     {
         if direct {

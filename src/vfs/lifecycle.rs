@@ -74,18 +74,6 @@ pub(crate) fn with_staging(
         config_text: config.to_toml(),
         started: SystemTime::now(),
         euid: sys::euid(),
-        instance: {
-            let mut b = [0u8; 8];
-            let got = std::fs::File::open("/dev/urandom")
-                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b));
-            if got.is_err() {
-                let t = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64);
-                b = (std::process::id() as u64 ^ t).to_le_bytes();
-            }
-            u64::from_le_bytes(b) | 1
-        },
         xattr_warned: AtomicBool::new(false),
         passthrough: AtomicBool::new(config.mount.passthrough != crate::config::Passthrough::Off),
         passthrough_mode: config.mount.passthrough,

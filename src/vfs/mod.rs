@@ -266,25 +266,23 @@ impl TierFs {
         files::open(self, ino, flags, self.euid)
     }
 
-    /// This daemon's instance number (see `tierfs_wire::IOC_HANDLE`).
-    pub fn instance(&self) -> u64 {
-        self.instance
+    /// The inode of the open file handle `fh` and a single-use token proving it (the direct
+    /// path's ioctl asks it; [`direct::token`]).
+    pub fn direct_token(&self, fh: u64) -> Result<(u64, u64)> {
+        direct::token(self, fh)
     }
 
-    /// The inode of the open file handle `fh` (the direct path's ioctl asks it).
-    pub fn handle_inode(&self, fh: u64) -> Result<u64> {
-        direct::handle_inode(self, fh)
-    }
-
-    /// Grants the open handle `fh` the pieces' own descriptors for a program under
-    /// `tierfs run` (`uid`), as its open `flags` ask, or says why not ([`direct`]).
+    /// Grants the open handle `fh`, proven by its `token`, the pieces' own descriptors for a
+    /// program under `tierfs run` (`uid`), as its open `flags` ask, or says why not
+    /// ([`direct`]).
     pub fn direct_grant(
         &self,
         fh: u64,
+        token: u64,
         flags: i32,
         uid: u32,
     ) -> std::result::Result<direct::Granted, direct::Refusal> {
-        direct::grant(self, fh, flags, uid)
+        direct::grant(self, fh, token, flags, uid)
     }
 
     /// What a program's direct descriptors moved, as it reports it (`uid`: who reports).

@@ -32,9 +32,6 @@ pub struct TierFs {
     pub(crate) config_text: String,
     pub(crate) started: SystemTime,
     pub(crate) euid: u32,
-    /// A random number drawn when the filesystem is built: this daemon's, among all that
-    /// ever serve a mount with the same device number (the direct path checks it).
-    pub(crate) instance: u64,
     pub(crate) xattr_warned: AtomicBool,
     /// Kernel passthrough may be offered (config allows it and the kernel has not refused).
     pub(crate) passthrough: AtomicBool,

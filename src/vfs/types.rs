@@ -261,7 +261,12 @@ pub(crate) enum Handle {
         node: Arc<FileNode>,
         ino: u64,
         write: bool,
+        /// The open may read (not `O_WRONLY`): with `write`, the access the kernel checked.
+        read: bool,
         passthrough: bool,
+        /// The direct path's single-use token last handed out for this handle by its ioctl
+        /// (`crate::vfs::direct::token`), 0 when none is waiting.
+        token: u64,
         /// A direct-path lease (`crate::vfs::direct`): a program holds the pieces' own
         /// descriptors for as long as this handle is open.
         direct: bool,

@@ -152,17 +152,43 @@ fn connect(m: &Mount) -> Result<i32, String> {
     }
 }
 
+/// The handle behind the program's fresh FUSE descriptor `fuse_fd` and a single-use token
+/// that proves it to the daemon: its answer to [`tierfs_wire::IOC_HANDLE`], which the
+/// kernel delivers as a FUSE request with that descriptor's handle.
+fn handle_of(fuse_fd: i32) -> Result<(u64, u64), String> {
+    let mut out = [0u8; tierfs_wire::IOC_HANDLE_LEN];
+    // SAFETY: the ioctl writes at most IOC_HANDLE_LEN bytes (its size is encoded in the
+    // number) into `out`; a raw syscall, so no wrapper of ours or another library's runs.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_ioctl,
+            fuse_fd,
+            tierfs_wire::IOC_HANDLE as libc::c_ulong,
+            out.as_mut_ptr(),
+        )
+    };
+    if r < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!(
+            "the mount does not name the open's handle ({e}; a daemon older than the library?)"
+        ));
+    }
+    let word = |i: usize| u64::from_le_bytes(out[i..i + 8].try_into().expect("8 bytes"));
+    Ok((word(0), word(16)))
+}
+
 /// The daemon's answer to an open: the reply and the descriptors that came with it
 /// (close-on-exec, the caller's to close).
 pub fn ask(m: &Mount, fuse_fd: i32, flags: i32) -> Result<(Reply, Vec<i32>), String> {
-    let msg = Request::Open { flags }.encode();
+    let (fh, token) = handle_of(fuse_fd)?;
+    let msg = Request::Open { fh, token, flags }.encode();
     with_conn(m, |fd| {
         // SAFETY: `with_conn` holds the lock.
         for r in unsafe { take_pending(m.dev()) } {
             // Lost with the connection on failure, like a report sent at close.
             sock::send(fd, &r, &[]).map_err(|e| format!("sending to the daemon: {e}"))?;
         }
-        sock::send(fd, &msg, &[fuse_fd]).map_err(|e| format!("sending to the daemon: {e}"))?;
+        sock::send(fd, &msg, &[]).map_err(|e| format!("sending to the daemon: {e}"))?;
         let mut buf = vec![0u8; tierfs_wire::MAX_MESSAGE];
         let (n, fds, cut) = sock::recv(fd, &mut buf).map_err(|e| {
             if e.kind() == std::io::ErrorKind::WouldBlock {

@@ -3,9 +3,11 @@
 //! need ([`stripe`]).
 //!
 //! The library opens a file through the FUSE mount as any program would (the kernel checks
-//! permissions, creates and truncates), then asks the mount's daemon over a unix socket
-//! ([`socket_name`]) for the tier files behind it, passing that FUSE descriptor along
-//! (`SCM_RIGHTS`) as proof of what it holds. The daemon answers with one descriptor per
+//! permissions, creates and truncates), asks the daemon through that FUSE descriptor which
+//! handle it is ([`IOC_HANDLE`], a FUSE ioctl: the daemon answers with the handle and a
+//! single-use token only a holder of that descriptor can get), then asks the mount's daemon
+//! over a unix socket ([`socket_name`]) for the tier files behind that handle, proving it
+//! holds it with the token ([`Request::Open`]). The daemon answers with one descriptor per
 //! piece, opened with no more access than the FUSE open had ([`Grant`]), or says no
 //! ([`Reply::No`]): the program then keeps its FUSE descriptor, as if the library were not
 //! there. When the program closes such a descriptor, the library tells the daemon what it
@@ -23,7 +25,7 @@ pub mod sock;
 pub mod stripe;
 
 /// The protocol's version. Both sides refuse another (the library then stays on FUSE).
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// The first four bytes of every message.
 pub const MAGIC: [u8; 4] = *b"TFDP";
 /// The largest message either side sends or accepts.
@@ -37,18 +39,21 @@ pub const MAX_FDS: usize = 16;
 /// The abstract unix socket (no file: the leading NUL is added by the caller) of the daemon
 /// serving the mount whose device number is (`major`, `minor`). Anyone may connect to an
 /// abstract socket, so each side checks the other with `SO_PEERCRED`: the library talks only
-/// to the mount's owner, and the daemon trusts nothing but the FUSE descriptor it is handed.
+/// to the mount's owner, and the daemon trusts nothing but a handle's token (which only the
+/// kernel hands out, to holders of that handle's descriptors).
 pub fn socket_name(major: u32, minor: u32) -> String {
     format!("tierfs-direct-{major}:{minor}")
 }
 
-/// The FUSE ioctl the daemon issues on a descriptor it was handed, to learn which of its
-/// own open handles that descriptor is (`_IOR('t', 0x42, [u8; 24])`: 24 bytes out, the
-/// handle, the inode and the answering daemon's instance number, a random number each
-/// daemon draws at start: a descriptor of a later mount that got the same device number
-/// is answered by that mount's daemon, whose number differs). Any caller may ask it: the
-/// answer names only the caller's own handle.
-pub const IOC_HANDLE: u32 = ioc_read(b't', 0x42, IOC_HANDLE_LEN as u32);
+/// The FUSE ioctl the library issues on a descriptor the program just opened, to learn
+/// which of the daemon's open handles it is (`_IOR('t', 0x43, [u8; 24])`: 24 bytes out, the
+/// handle, the inode and a token: a random number the daemon draws at each ask and keeps
+/// with the handle until a [`Request::Open`] spends it). The kernel sends a FUSE ioctl only
+/// to the daemon of the descriptor's mount, with the handle of that descriptor, and refuses
+/// it on an `O_PATH` one: whoever holds the token held the descriptor. Any caller may ask:
+/// the answer names only the caller's own handle. (Protocol 1's ioctl, 0x42, was the
+/// daemon's own, on a descriptor the program passed along.)
+pub const IOC_HANDLE: u32 = ioc_read(b't', 0x43, IOC_HANDLE_LEN as u32);
 /// The bytes [`IOC_HANDLE`] answers.
 pub const IOC_HANDLE_LEN: usize = 24;
 
@@ -60,9 +65,10 @@ const fn ioc_read(ty: u8, nr: u8, size: u32) -> u32 {
 /// What the library asks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
-    /// The tier files behind the FUSE descriptor sent with this message, opened as the
-    /// program's `flags` ask (the access mode is the FUSE descriptor's own).
-    Open { flags: i32 },
+    /// The tier files behind the open handle `fh`, opened as the program's `flags` ask (the
+    /// access mode never more than the handle's own), proven by the `token` the handle's
+    /// [`IOC_HANDLE`] answered (spent by this request, granted or not).
+    Open { fh: u64, token: u64, flags: i32 },
     /// What a direct descriptor moved, sent when the program closed it.
     Report(Report),
 }
@@ -294,7 +300,13 @@ pub const MAX_PATTERN: usize = 256;
 impl Request {
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            Request::Open { flags } => frame(K_OPEN, &flags.to_le_bytes()),
+            Request::Open { fh, token, flags } => {
+                let mut p = Vec::with_capacity(20);
+                p.extend_from_slice(&fh.to_le_bytes());
+                p.extend_from_slice(&token.to_le_bytes());
+                p.extend_from_slice(&flags.to_le_bytes());
+                frame(K_OPEN, &p)
+            }
             Request::Report(r) => {
                 let mut p = Vec::with_capacity(10 + r.tiers.len() * 60);
                 p.extend_from_slice(&r.ino.to_le_bytes());
@@ -333,9 +345,9 @@ impl Request {
                     b: payload,
                     what: "open request",
                 };
-                let flags = r.u32()? as i32;
+                let (fh, token, flags) = (r.u64()?, r.u64()?, r.u32()? as i32);
                 r.done()?;
-                Ok(Request::Open { flags })
+                Ok(Request::Open { fh, token, flags })
             }
             K_REPORT => {
                 let mut r = Reader {
@@ -480,8 +492,16 @@ mod tests {
     #[test]
     fn every_message_round_trips() {
         for r in [
-            Request::Open { flags: 0o40101 },
-            Request::Open { flags: -1 },
+            Request::Open {
+                fh: 3,
+                token: u64::MAX,
+                flags: 0o40101,
+            },
+            Request::Open {
+                fh: u64::MAX,
+                token: 1,
+                flags: -1,
+            },
             Request::Report(Report {
                 ino: 9,
                 tiers: vec![
@@ -565,8 +585,8 @@ mod tests {
 
     #[test]
     fn the_ioctl_number_is_the_kernels_ior() {
-        // _IOR('t', 0x42, 24 bytes) as <asm-generic/ioctl.h> builds it.
-        assert_eq!(IOC_HANDLE, 0x8018_7442);
+        // _IOR('t', 0x43, 24 bytes) as <asm-generic/ioctl.h> builds it.
+        assert_eq!(IOC_HANDLE, 0x8018_7443);
         assert_eq!(socket_name(0, 53), "tierfs-direct-0:53");
     }
 }

@@ -19,7 +19,9 @@
 # The defaults: target default mounts a config of only the two [[tier]] entries (as root:
 # whole files, passthrough "auto", automatic staging memory); default-cg the same with the
 # daemon in a memory cgroup of MEMCG_LIMIT (default 1G), so staging is bounded as at real
-# scale. A target ending in @before runs the binary BEFORE=path instead (side by side).
+# scale. A target ending in @before runs the binary BEFORE=path instead (side by side):
+# default, default-cg, default-user, default-user-cg, each also with -run (then under
+# BEFORE's own `tierfs run`, with the libtierfs_preload.so beside BEFORE).
 # As an ordinary user: targets direct-user and stripe-user run the replay and fio as
 # BENCH_USER (default tierfs-test), stripe-user with the mount made by that user through
 # fusermount3 (no passthrough without root). default-user and default-user-cg: the defaults
@@ -100,6 +102,13 @@ else
   cp "$HERE/target/release/tierfs" "$HERE/target/release/tierfs-replay" "$BENCH_DIR/bin/"
   cp "$HERE/target/release/libtierfs_preload.so" "$BENCH_DIR/bin/" 2>/dev/null || true
   REV=$(cd "$HERE" && git rev-parse --short HEAD)$(cd "$HERE" && git diff --quiet HEAD -- src Cargo.toml || echo "+uncommitted src changes")
+fi
+if [ -n "${BEFORE:-}" ]; then
+  # Its own folder: `tierfs run` takes the library beside the binary it runs.
+  mkdir -p "$BENCH_DIR/bin/before"
+  cp "$BEFORE" "$BENCH_DIR/bin/before/tierfs"
+  cp "$(dirname "$BEFORE")/libtierfs_preload.so" "$BENCH_DIR/bin/before/" 2>/dev/null || true
+  BEFORE=$BENCH_DIR/bin/before/tierfs
 fi
 chmod 755 "$BENCH_DIR" "$BENCH_DIR/bin"; chmod -R a+rX "$BENCH_DIR/bin"
 
@@ -193,11 +202,13 @@ cpu_s() {  # PID -> utime+stime seconds, or empty
 mount_target() {  # TARGET -> sets DIR, DAEMON_PID, AS and RUNP; fails if the mount fails
   DAEMON_PID=""
   AS=() RUNP=()
-  if [[ $1 == *-run ]]; then
-    [ -f "$BENCH_DIR/bin/libtierfs_preload.so" ] || { log "target $1: no libtierfs_preload.so beside $TIERFS"; return 1; }
-    RUNP=("$TIERFS" run --)
+  local bin=$TIERFS name=${1%@before}
+  [[ $1 == *@before ]] && bin=${BEFORE:?"target $1 needs BEFORE=path of the other binary"}
+  if [[ $name == *-run ]]; then
+    [ -f "$(dirname "$bin")/libtierfs_preload.so" ] || { log "target $1: no libtierfs_preload.so beside $bin"; return 1; }
+    RUNP=("$bin" run --)
   fi
-  case ${1%-run} in
+  case ${name%-run} in
     direct) DIR=$NVME/direct ;;
     direct-user)
       AS=(runuser -u "$BENCH_USER" --)
@@ -226,18 +237,17 @@ mount_target() {  # TARGET -> sets DIR, DAEMON_PID, AS and RUNP; fails if the mo
         numfmt --from=iec "${MEMCG_LIMIT%B}" >"$MEMCG/memory.limit_in_bytes"
         cg=(bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$MEMCG")
       fi
-      "${cg[@]}" "${AS[@]}" "$TIERFS" mount --config "$c" "$MNT" >/dev/null 2>>"$OUT/tierfs-mount.log" || return 1
+      "${cg[@]}" "${AS[@]}" "$bin" mount --config "$c" "$MNT" >/dev/null 2>>"$OUT/tierfs-mount.log" || return 1
       DAEMON_PID=$("${AS[@]}" python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$MNT/.tierfs/stats.json")
       DIR=$MNT/bench ;;
-    default|default-cg|default@before|default-cg@before)
-      local bin=$TIERFS cg=()
-      [[ $1 == *@before ]] && bin=${BEFORE:?"target $1 needs BEFORE=path of the other binary"}
+    default|default-cg)
+      local cg=()
       if [[ $1 == default-cg* ]]; then
         memcg_remove; mkdir "$MEMCG"
         numfmt --from=iec "${MEMCG_LIMIT%B}" >"$MEMCG/memory.limit_in_bytes"
         cg=(bash -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' _ "$MEMCG")
       fi
-      "${cg[@]}" "$bin" mount --config "$(config "${1%@before}")" "$MNT" >/dev/null 2>>"$OUT/tierfs-mount.log" || return 1
+      "${cg[@]}" "$bin" mount --config "$(config "$name")" "$MNT" >/dev/null 2>>"$OUT/tierfs-mount.log" || return 1
       DAEMON_PID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$MNT/.tierfs/stats.json")
       DIR=$MNT/bench ;;
     whole-file|whole-file-pt|stripe)

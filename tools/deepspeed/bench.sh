@@ -17,7 +17,9 @@
 #   tierfs-user  the same config; daemon (mounted through fusermount3) and training run as
 #                the ordinary user BENCH_USER
 #   before-root, before-user  tierfs-root and tierfs-user run with the binary in BEFORE (an
-#                older build), interleaved with the others: a before/after side by side
+#                older build), interleaved with the others: a before/after side by side;
+#                before-root-run, before-user-run the same under that build's `tierfs run`
+#                (its libtierfs_preload.so, beside BEFORE)
 #   tierfs-root-run, tierfs-user-run  tierfs-root and tierfs-user with the training under
 #                `tierfs run` (the direct path: the preload library beside the tierfs binary
 #                on LD_PRELOAD, so O_DIRECT opens and swap files get the tier files' own
@@ -116,7 +118,7 @@ for t in $TARGETS; do
   [ -z "${SEEN[$t]:-}" ] || die "target '$t' given twice"
   SEEN[$t]=1
   case $t in shm|nvme|pfs|tierfs-root|tierfs-user|tierfs-root-run|tierfs-user-run) ;;
-    before-root|before-user) [ -x "${BEFORE:-}" ] || die "target $t needs BEFORE=BINARY (an executable tierfs)" ;;
+    before-root|before-user|before-root-run|before-user-run) [ -x "${BEFORE:-}" ] || die "target $t needs BEFORE=BINARY (an executable tierfs)" ;;
     *)
     printf '%s\n' "${EXTRA[@]}" | grep -q "^$t=" || die "unknown target '$t' (built in: shm nvme pfs tierfs-root tierfs-user tierfs-root-run tierfs-user-run; others need NAME=CONFIG.toml)" ;;
   esac
@@ -244,7 +246,15 @@ if [ "$RUN_TARGETS" = 1 ]; then
   cp "$(dirname "$TIERFS_SRC")/libtierfs_preload.so" "$WORK/bin/" 2>/dev/null ||
     die "the -run targets need libtierfs_preload.so beside $TIERFS_SRC"
 fi
-[ -z "${BEFORE:-}" ] || cp "$BEFORE" "$WORK/bin/tierfs-before"
+if [ -n "${BEFORE:-}" ]; then
+  # Its own folder: `tierfs run` takes the library beside the binary it runs.
+  mkdir -p "$WORK/bin/before"
+  cp "$BEFORE" "$WORK/bin/before/tierfs"
+  if [ "$RUN_TARGETS" = 1 ]; then
+    cp "$(dirname "$BEFORE")/libtierfs_preload.so" "$WORK/bin/before/" 2>/dev/null ||
+      [[ " $TARGETS " != *" before-"*-run" "* ]] || die "the before-*-run targets need libtierfs_preload.so beside $BEFORE"
+  fi
+fi
 cp "$HERE/train_bench.py" "$WORK/bin/"
 chmod -R a+rX "$WORK/bin"
 TIERFS=$WORK/bin/tierfs
@@ -300,7 +310,7 @@ path = "$PFS/tierfs"
 EOT
 config_for() {  # TARGET -> config file for it
   local t=$1 e f
-  case $t in tierfs-root|tierfs-user|before-root|before-user|tierfs-root-run|tierfs-user-run) echo "$BASE_CONF"; return ;; esac
+  case $t in tierfs-root|tierfs-user|before-root|before-user|tierfs-root-run|tierfs-user-run|before-root-run|before-user-run) echo "$BASE_CONF"; return ;; esac
   for e in "${EXTRA[@]}"; do [ "${e%%=*}" = "$t" ] && f=${e#*=}; done
   if grep -qE '^[[:space:]]*\[\[tier\]\]' "$f"; then echo "$f"; return; fi
   { cat "$BASE_CONF"; echo; cat "$f"; } >"$WORK/$t.toml"
@@ -425,7 +435,7 @@ run_target() {  # RUN POSITION TARGET
       conf=$(config_for "$t")
       cp "$conf" "$res/config.toml"
       TIERFS=$TIERFS_NEW
-      [[ $t == before-* ]] && TIERFS=$WORK/bin/tierfs-before
+      [[ $t == before-* ]] && TIERFS=$WORK/bin/before/tierfs
       if ! mount_tierfs "$who" "$conf" "$res"; then
         log "run $run $t: mount FAILED ($(tail -1 "$res/mount.log"))"
         printf 'status\tmount failed: %s\n' "$(tail -1 "$res/mount.log")" >>"$m"

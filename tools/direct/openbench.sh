@@ -11,18 +11,24 @@
 #   outside      a file on the local disk, outside any mount: plain O_RDONLY of plain.dat,
 #                and O_RDONLY|O_DIRECT of x.tensor.swp (the library checks whether it is on
 #                a tierfs mount, finds not, and opens it as asked)
-#   user         a tierfs mount by BENCH_USER (fusermount3; the default config, so layout
-#                "stripe"): O_RDONLY|O_DIRECT and O_WRONLY|O_DIRECT of a 1 MiB swap file,
-#                through FUSE (without) and on the direct path (with: a FUSE open, then the
-#                daemon's grant over its socket); a plain O_RDONLY of a non-swap file
+#   user         a tierfs mount by BENCH_USER (fusermount3; layout "stripe", the user's
+#                default, staging memory off so that the 1 MiB file is not served from
+#                memory): O_RDONLY|O_DIRECT and O_WRONLY|O_DIRECT of a 1 MiB swap file,
+#                through FUSE (without) and on the direct path (with: a FUSE open, the
+#                handle's ioctl, then the daemon's grant over its socket); a plain O_RDONLY
+#                of a non-swap file
+#   user staged  the same mount with the default config (staging memory on): the file is
+#                held in memory, so the daemon refuses the lease (memory first): what an
+#                ask that is refused costs
 #   root         a root mount, default config (whole files; swap files' O_DIRECT opens in
 #                kernel passthrough, so the daemon refuses the lease): O_RDONLY|O_DIRECT
-#   root whole   a root mount with layout = "whole-file" and passthrough = "off": the whole
-#                file's piece replaces the program's descriptor (passthrough = "off" alone
-#                makes root's default layout "stripe", as a user's)
+#   root whole   a root mount with layout = "whole-file", passthrough = "off" and staging
+#                memory off: the whole file's piece replaces the program's descriptor
+#                (passthrough = "off" alone makes root's default layout "stripe", as a user's)
 # The tiers are two plain folders on the local disk (bandwidths given in the config: no
 # probe); opens do not move data. Prints a markdown table: ns per open, median (min-max)
-# over RUNS, and where the first open's descriptor pointed (readlink /proc/self/fd/N).
+# over RUNS, leases the daemon granted per open with the library (its stats.json), and where
+# the first open's descriptor pointed (readlink /proc/self/fd/N).
 # Environment: TIERFS [target/release/tierfs], BENCH_USER [tierfs-test], N_OUT [20000],
 # N_IN [2000] (opens per run outside / inside a mount), OUT [a new folder under /tmp].
 set -euo pipefail
@@ -81,13 +87,19 @@ mount_as() {  # root|user EXTRA_LINES
 }
 unmount() { as "$TIERFS" unmount "$MNT" >/dev/null; OWNER=""; }
 
-declare -A R T
+declare -A R T L
+leases() {  # -> direct leases the mounted daemon granted so far (all tiers)
+  as cat "$MNT/.tierfs/stats.json" | python3 -c 'import json,sys; print(sum(t.get("direct_opens", 0) for t in json.load(sys.stdin)["tiers"]))'
+}
 case_run() {  # NAME PATH N MODE: one run, without then with the library
-  local name=$1 p=$2 n=$3 mode=$4 out
+  local name=$1 p=$2 n=$3 mode=$4 out l0=""
   out=$(as "$W/openbench" "$p" "$n" "$mode")
   R[$name.without]+="$(awk '{print $2}' <<<"$out") "; T[$name.without]=$(awk '{print $4}' <<<"$out")
+  [ -z "$OWNER" ] || l0=$(leases)
   out=$(as env LD_PRELOAD="$LIB" "$W/openbench" "$p" "$n" "$mode")
   R[$name.with]+="$(awk '{print $2}' <<<"$out") "; T[$name.with]=$(awk '{print $4}' <<<"$out")
+  # openbench opens the file 100 times untimed first: those count too.
+  if [ -n "$l0" ]; then L[$name]=$(awk -v a="$l0" -v b="$(leases)" -v n="$n" 'BEGIN{printf "%.2f", (b-a)/(n+100)}'); else L[$name]="-"; fi
 }
 CASES=()
 add() { CASES+=("$1"); }
@@ -98,6 +110,7 @@ dd if=/dev/urandom of="$W/plain/plain.dat" bs=1M count=1 status=none
 add "outside: plain.dat O_RDONLY"; add "outside: x.tensor.swp O_RDONLY|O_DIRECT"
 add "user mount (stripe): swap file O_RDONLY|O_DIRECT"; add "user mount (stripe): swap file O_WRONLY|O_DIRECT"
 add "user mount (stripe): plain.dat O_RDONLY"
+add "user mount (stripe), staging memory on: swap file O_WRONLY|O_DIRECT (held in memory: refused)"
 add "root mount, default (passthrough): swap file O_RDONLY|O_DIRECT"
 add "root mount, whole-file, passthrough off: swap file O_RDONLY|O_DIRECT"
 add "root mount, whole-file, passthrough off: swap file O_WRONLY|O_DIRECT"
@@ -105,20 +118,26 @@ for run in $(seq 1 "$RUNS"); do
   echo "openbench: run $run/$RUNS" >&2
   case_run "${CASES[0]}" "$W/plain/plain.dat" "$N_OUT" rd
   case_run "${CASES[1]}" "$W/plain/x.tensor.swp" "$N_OUT" rd-direct
-  mount_as user ""
+  mount_as user '[cache]
+size = "off"'
   case_run "${CASES[2]}" "$MNT/ds/x.tensor.swp" "$N_IN" rd-direct
   case_run "${CASES[3]}" "$MNT/ds/x.tensor.swp" "$N_IN" wr-direct
   case_run "${CASES[4]}" "$MNT/plain.dat" "$N_IN" rd
   as cat "$MNT/.tierfs/stats.json" >"$OUT/stats-user-$run.json"
   unmount
+  mount_as user ""
+  case_run "${CASES[5]}" "$MNT/ds/x.tensor.swp" "$N_IN" wr-direct
+  unmount
   mount_as root ""
-  case_run "${CASES[5]}" "$MNT/ds/x.tensor.swp" "$N_IN" rd-direct
+  case_run "${CASES[6]}" "$MNT/ds/x.tensor.swp" "$N_IN" rd-direct
   unmount
   mount_as root 'passthrough = "off"
 [placement]
-layout = "whole-file"'
-  case_run "${CASES[6]}" "$MNT/ds/x.tensor.swp" "$N_IN" rd-direct
-  case_run "${CASES[7]}" "$MNT/ds/x.tensor.swp" "$N_IN" wr-direct
+layout = "whole-file"
+[cache]
+size = "off"'
+  case_run "${CASES[7]}" "$MNT/ds/x.tensor.swp" "$N_IN" rd-direct
+  case_run "${CASES[8]}" "$MNT/ds/x.tensor.swp" "$N_IN" wr-direct
   cat "$MNT/.tierfs/stats.json" >"$OUT/stats-root-whole-$run.json"
   unmount
 done
@@ -126,13 +145,13 @@ done
 stat_of() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{printf "%d (%d-%d)", a[int((NR+1)/2)], a[1], a[NR]}'; }
 med() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 {
-  echo "| case | without the library: ns per open, median (min-max) | with it (LD_PRELOAD) | difference (medians) | descriptor with the library |"
-  echo "|---|---|---|---|---|"
+  echo "| case | without the library: ns per open, median (min-max) | with it (LD_PRELOAD) | difference (medians) | leases granted per open (last run) | descriptor with the library |"
+  echo "|---|---|---|---|---|---|"
   for c in "${CASES[@]}"; do
     a=$(med <<<"${R[$c.without]}"); b=$(med <<<"${R[$c.with]}")
-    printf '| %s | %s | %s | %+d ns (%+.0f %%) | %s |\n' "$c" "$(stat_of <<<"${R[$c.without]}")" \
+    printf '| %s | %s | %s | %+d ns (%+.0f %%) | %s | %s |\n' "$c" "$(stat_of <<<"${R[$c.without]}")" \
       "$(stat_of <<<"${R[$c.with]}")" "$((b - a))" "$(awk -v a="$a" -v b="$b" 'BEGIN{print 100*(b-a)/a}')" \
-      "$(sed "s|$W|W|g" <<<"${T[$c.with]}")"
+      "${L[$c]}" "$(sed "s|$W|W|g" <<<"${T[$c.with]}")"
   done
   echo
   echo "$RUNS runs; $N_OUT opens per run outside a mount, $N_IN inside; open()+close() timed together; W = the bench's folder; tierfs $("$TIERFS" --version | head -1); $(nproc) cores, kernel $(uname -r); load average $(cut -d' ' -f1-3 /proc/loadavg) at the end."

@@ -145,7 +145,7 @@ done
 stat_of() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{printf "%d (%d-%d)", a[int((NR+1)/2)], a[1], a[NR]}'; }
 med() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 {
-  echo "| case | without the library: ns per open, median (min-max) | with it (LD_PRELOAD) | difference (medians) | leases granted per open (last run) | descriptor with the library |"
+  echo "| case | without the library: ns per open, median (min-max) | with it (LD_PRELOAD) | difference (medians) | leases per open, last run (a striped lease counts once per tier) | descriptor with the library |"
   echo "|---|---|---|---|---|---|"
   for c in "${CASES[@]}"; do
     a=$(med <<<"${R[$c.without]}"); b=$(med <<<"${R[$c.with]}")

@@ -196,9 +196,13 @@ def markdown(p, F, P, summary, direct):
     mib = lambda b: f"{b / 2**20:.0f} MiB"
     L = [f"Command: `{p['command']}` (scenario {p['scenario']}).",
          f"Tiers (tierbed): per node a fast tier {p['fast'][0]}/{p['fast'][1]} MB/s (F = {F:.0f} MB/s), one "
-         f"shared slow tier {p['slow'][0]}/{p['slow'][1]} MB/s (P = {P:.0f} MB/s). Replay per node: "
-         f"`{p['replay_args']} --steps {p['steps']}`, medians over steps {p['warmup'] + 1}-{p['steps']}; "
-         f"a node's swap set {mib(p['swap_set_bytes'])}; daemon memory cgroup "
+         f"shared slow tier {p['slow'][0]}/{p['slow'][1]} MB/s (P = {P:.0f} MB/s). "
+         + (f"Per node {p['replay_args']}, {p['steps']} steps: the table's ratio is the median "
+            f"training step (steps >= 3) against the direct target's, not the optimizer step's I/O; "
+            if p['replay_args'].startswith("real DeepSpeed") else
+            f"Replay per node: `{p['replay_args']} --steps {p['steps']}`, medians over steps "
+            f"{p['warmup'] + 1}-{p['steps']}; a node's swap set {mib(p['swap_set_bytes'])}; ")
+         + "daemon memory cgroup "
          f"{'none' if not p['memcg_limit_bytes'] else mib(p['memcg_limit_bytes'])} each. "
          f"Targets ending in -run: the replay under `tierfs run` (direct path), passthrough off.",
          "",

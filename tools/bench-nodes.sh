@@ -58,6 +58,12 @@
 # where the swap set is far larger than memory. summary.md names the limit, the swap set
 # and each daemon's staging size. MEMCG_LIMIT=SIZE for another limit, MEMCG_LIMIT=0 for
 # none; STAGING=auto for the daemon's own rule, or a size ("64MiB").
+# WORKLOAD=ds: each node trains real DeepSpeed instead (tools/deepspeed/train_bench.py, the
+# venv of tools/deepspeed/setup-venv.sh at DS_VENV [~/.cache/tierfs/ds-venv], DS_RANKS [2]
+# ranks, DS_MODEL_ARGS [--d-model 768 --layers 6 --heads 12 --batch 1 --seq 64], DeepSpeed's
+# own aio defaults, as root); a node's figure is then its median training step (steps >= 3)
+# against its direct step, in place of the optimizer step's I/O. An indicative run: N
+# trainings of DS_RANKS ranks each share the machine's cores.
 # Replay per node: tierfs-replay DIR $REPLAY_ARGS --steps S (default: --ranks 1 --subgroups 8
 # --subgroup-bytes 32MiB --engine libaio; libaio goes through the preload library). Per node
 # and run: the median optimizer-step I/O time of its steps after the first --warmup W ones
@@ -94,6 +100,15 @@ FAST_GB=${FAST_GB:-2}; SLOW_GB=${SLOW_GB:-}
 REPLAY_ARGS=${REPLAY_ARGS:---ranks 1 --subgroups 8 --subgroup-bytes 32MiB --engine libaio}
 PASSTHROUGH=${PASSTHROUGH:-direct}
 LAYOUT=${LAYOUT:-stripe}
+WORKLOAD=${WORKLOAD:-replay}
+DS_VENV=${DS_VENV:-$HOME/.cache/tierfs/ds-venv}
+DS_RANKS=${DS_RANKS:-2}
+DS_MODEL_ARGS=${DS_MODEL_ARGS:---d-model 768 --layers 6 --heads 12 --batch 1 --seq 64}
+case $WORKLOAD in
+  replay) ;;
+  ds) [ -x "$DS_VENV/bin/python" ] || { echo "bench-nodes.sh: WORKLOAD=ds needs the DeepSpeed venv at $DS_VENV (tools/deepspeed/setup-venv.sh)" >&2; exit 2; } ;;
+  *) echo "bench-nodes.sh: WORKLOAD must be replay or ds" >&2; exit 2 ;;
+esac
 MIN_SHARE=${MIN_SHARE:-0.10}
 while [ $# -gt 0 ]; do
   case $1 in
@@ -198,7 +213,9 @@ fi
 echo "tiers up: $MAXN x fast $FAST_R/$FAST_W MB/s (RAM), shared slow $SLOW_R/$SLOW_W MB/s (disk); load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "daemon memory cgroups: $([ "$MEMCG_LIMIT" = 0 ] && echo none || echo "$MEMCG_LIMIT_B bytes each"); staging $STAGING; a node's swap set: $SWAP_SET_B bytes"
 # What the summary needs to know about this run (tools/bench-nodes-summary.py reads it).
-CMDLINE=$CMDLINE SCEN=$SCEN TARGETS=$TARGETS REPLAY_ARGS=$REPLAY_ARGS MEMCG_LIMIT=$MEMCG_LIMIT \
+WORK_ARGS=$REPLAY_ARGS
+[ "$WORKLOAD" = replay ] || WORK_ARGS="real DeepSpeed (tools/deepspeed/train_bench.py --ranks $DS_RANKS $DS_MODEL_ARGS), training step"
+CMDLINE="WORKLOAD=$WORKLOAD $CMDLINE" SCEN=$SCEN TARGETS=$TARGETS REPLAY_ARGS=$WORK_ARGS MEMCG_LIMIT=$MEMCG_LIMIT \
 LAYOUT=$LAYOUT PASSTHROUGH=$PASSTHROUGH STAGING=$STAGING TIERFS=$TIERFS BEFORE=${BEFORE:-} python3 - "$OUT/params.json" \
   "$FAST_R" "$FAST_W" "$SLOW_R" "$SLOW_W" "$RUNS" "$STEPS" "$WARMUP" "$MEMCG_LIMIT_B" "$SWAP_SET_B" "$MIN_SHARE" <<'PY'
 import json, os, sys
@@ -211,6 +228,30 @@ json.dump({"command": e["CMDLINE"], "scenario": e["SCEN"], "targets": e["TARGETS
            "passthrough": e["PASSTHROUGH"], "staging": e["STAGING"], "tierfs": e["TIERFS"], "before": e["BEFORE"]},
           open(sys.argv[1], "w"), indent=1)
 PY
+
+# One node's DeepSpeed training (WORKLOAD=ds): node I, result tag TAG; writes its step times
+# as the replay's JSON would hold optimizer phases, so the summary reads both alike.
+ds_node() {
+  local i=$1 tag=$2 d=$OUT/res/$2-node$1.ds rc=0
+  mkdir -p "$d"
+  # `tierfs run` goes inside env -i (which would drop its LD_PRELOAD); a port per node.
+  # shellcheck disable=SC2086
+  env -i PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:$DS_VENV/bin" LANG=C.UTF-8 \
+    HOME="$HOME" USER=root TMPDIR="$d" TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/tierfs/torch_extensions}" \
+    "${RUNP[@]}" "$DS_VENV/bin/python" "$HERE/tools/deepspeed/train_bench.py" --nvme-path "${DIRS[$((i - 1))]}" \
+    --out "$d" --ranks "$DS_RANKS" --steps "$STEPS" --master-port $((29400 + 17 * i)) $DS_MODEL_ARGS \
+    >"$OUT/res/$tag-node$i.log" 2>&1 || rc=$?
+  python3 - "$d/rank0.json" "$OUT/res/$tag-node$i.json" <<'PY' || rc=1
+import json, sys
+j = json.load(open(sys.argv[1]))
+# Steps 1-2 warm DeepSpeed up (as tools/deepspeed/bench.sh counts): steps >= 3.
+json.dump({"workload": "ds", "phases": [{"phase": "optimizer", "step": k + 1, "io_s": s}
+                                        for k, s in enumerate(j["step_s"]) if k >= 2]},
+          open(sys.argv[2], "w"))
+PY
+  rm -rf "${DIRS[$((i - 1))]:?}"/* 2>/dev/null || true
+  return $rc
+}
 
 config() { # N I TARGET -> config file path
   local n=$1 i=$2 tg=$3 base=${3%-run} f="$OUT/cfg/N$1-$3-node$2.toml" slow pt=$PASSTHROUGH
@@ -331,9 +372,13 @@ for n in $NODES; do
       RP=()
       for i in $(seq 1 "$n"); do
         if [ "$SCEN" = idle ] && [ "$i" -gt 1 ]; then continue; fi
-        # shellcheck disable=SC2086
-        "${RUNP[@]}" "$REPLAY" "${DIRS[$((i - 1))]}" $REPLAY_ARGS --steps "$STEPS" --cleanup --quiet \
-          --json "$OUT/res/$tag-node$i.json" >"$OUT/res/$tag-node$i.log" 2>&1 &
+        if [ "$WORKLOAD" = ds ]; then
+          ds_node "$i" "$tag" &
+        else
+          # shellcheck disable=SC2086
+          "${RUNP[@]}" "$REPLAY" "${DIRS[$((i - 1))]}" $REPLAY_ARGS --steps "$STEPS" --cleanup --quiet \
+            --json "$OUT/res/$tag-node$i.json" >"$OUT/res/$tag-node$i.log" 2>&1 &
+        fi
         RP+=($!)
       done
       fail=0

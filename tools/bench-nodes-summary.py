@@ -25,6 +25,10 @@ import sys
 FLIP = re.compile(r"^(\d+(?:\.\d+)?) .*tier '[^']+' (paused|resumed)")
 
 
+# What a node's figure measures: the replay's optimizer-step I/O, or (WORKLOAD=ds) the step.
+WHAT = "optimizer-step I/O"
+
+
 def load(path):
     try:
         with open(path) as f:
@@ -206,7 +210,7 @@ def markdown(p, F, P, summary, direct):
          f"{'none' if not p['memcg_limit_bytes'] else mib(p['memcg_limit_bytes'])} each. "
          f"Targets ending in -run: the replay under `tierfs run` (direct path), passthrough off.",
          "",
-         "| N | target | opt-step I/O vs fast tier alone, per node: median (min-max) over runs | median over nodes "
+         f"| N | target | {WHAT} vs fast tier alone, per node: median (min-max) over runs | median over nodes "
          "| worst | floor F/(F+P/N) | daemon CPU-s/GB per node | bytes on the direct path per node "
          "| flips/min per node | slow-tier share per node | machine CPU busy | load (start -> end) |",
          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -216,7 +220,7 @@ def markdown(p, F, P, summary, direct):
                  f"| {s['floor']:.3f} | {c['cpu_s_per_gb']} | {c['direct_fraction']} | {c['flips_per_min']} "
                  f"| {c['slow_share']} | {100 * s['machine_busy']:.0f}% | {'; '.join(s['loads'])} |")
     for n, v in sorted(direct.items()):
-        L.append(f"| {n} | direct (s) | fast tier alone: optimizer-step I/O {st.median(v):.3f} s "
+        L.append(f"| {n} | direct (s) | fast tier alone: {WHAT} {st.median(v):.3f} s "
                  f"({min(v):.3f}-{max(v):.3f}) over nodes and runs | | | | | | | | | |")
     staging = max((s["staging_bytes"] for s in summary), default=0)
     peak = max((s["memcg_max_usage"] for s in summary), default=0)
@@ -258,7 +262,7 @@ def plot(path, p, summary):
         ax.set_xticks(ns, [str(n) for n in ns])
         ax.set_xlabel("nodes sharing the slow tier (N)")
         ax.legend(fontsize=8)
-    ax1.set_ylabel("optimizer-step I/O / fast tier alone")
+    ax1.set_ylabel(f"{WHAT} / fast tier alone")
     ax1.set_title("median over nodes (bars: min-max over node runs)")
     ax2.set_ylabel("daemon CPU-s per GB moved (median over nodes)")
     ax2.set_title("daemon CPU per node")
@@ -284,6 +288,9 @@ def main():
     if not p:
         sys.exit(f"{out}/params.json: missing; not a tools/bench-nodes.sh folder")
     p.setdefault("slow_tier", "pfs")
+    global WHAT
+    if p["replay_args"].startswith("real DeepSpeed"):
+        WHAT = "training step"
     for rec in sorted(glob.glob(f"{out}/rec/*.jsonl")):
         shared_tsv(rec, p["slow_tier"])
     rows = node_rows(out, p)

@@ -45,7 +45,8 @@ pub(crate) fn recompute_shares(fs: &TierFs) {
             .iter()
             .map(|sh| sh.as_ref().and_then(|s| s.plan()))
             .collect();
-        let judge = shared_view(&mut bws, &plans);
+        let paused: Vec<bool> = fs.tiers.iter().map(Tier::is_paused).collect();
+        let judge = shared_view(&mut bws, &plans, &paused);
         let (judge, bws) = operator_view(&fs.tiers, judge, bws);
         if fs.adapt {
             paused_shares(&fs.tiers, &judge, &bws, fs.min_share)
@@ -97,14 +98,20 @@ fn operator_view(tiers: &[Tier], mut judge: Vec<f64>, mut bws: Vec<f64>) -> (Vec
 
 /// Applies the shared tiers' plans to this node's bandwidths `bws` (each shared tier gives
 /// this node no more than its part of the job's view) and returns what each tier is worth
-/// for judging its pause: its own estimate, and for a shared tier at least the job's
+/// for judging its pause: its own estimate, and for a shared tier in use at least the job's
 /// capacity of it. While a job's nodes use a tier together each one's own estimate is only
-/// its part, which is no reason to leave the tier unused.
-fn shared_view(bws: &mut [f64], plans: &[Option<Plan>]) -> Vec<f64> {
+/// its part, which is no reason to leave the tier unused. A shared tier this node has
+/// `paused` is judged on its own estimate alone, which its recovery probes keep measuring:
+/// the job's capacity glides back up while the paused nodes send the tier nothing, so
+/// judged on it a tier a foreign writer still holds would resume, be found slow and pause
+/// again, over and over.
+fn shared_view(bws: &mut [f64], plans: &[Option<Plan>], paused: &[bool]) -> Vec<f64> {
     let mut judge = bws.to_vec();
-    for ((bw, j), plan) in bws.iter_mut().zip(judge.iter_mut()).zip(plans) {
+    for (((bw, j), plan), paused) in bws.iter_mut().zip(judge.iter_mut()).zip(plans).zip(paused) {
         if let Some(plan) = plan {
-            *j = j.max(plan.capacity_bps);
+            if !paused {
+                *j = j.max(plan.capacity_bps);
+            }
             *bw = bw.min(plan.allot_bps);
         }
     }
@@ -237,7 +244,7 @@ mod tests {
             capacity_bps: 343.0,
             allot_bps: 85.75,
         };
-        let judge = shared_view(&mut bws, &[None, Some(plan)]);
+        let judge = shared_view(&mut bws, &[None, Some(plan)], &[false, false]);
         assert_eq!(bws, vec![960.0, 85.75]);
         assert_eq!(judge, vec![960.0, 343.0]);
         let mut paused = vec![false, false];
@@ -255,7 +262,7 @@ mod tests {
             capacity_bps: 60.0,
             allot_bps: 15.0,
         };
-        let judge = shared_view(&mut bws, &[None, Some(slow)]);
+        let judge = shared_view(&mut bws, &[None, Some(slow)], &[false, false]);
         let mut paused = vec![false, false];
         placement::shares_paused_by(&judge, &bws, 0.10, &mut paused);
         assert_eq!(paused, vec![false, true]);
@@ -299,6 +306,9 @@ mod pause_rule {
         /// Fraction of the second it had requests in flight.
         busy: f64,
         saturated: bool,
+        /// What a recovery probe of the tier would measure this second (a lone client's
+        /// rate beside what the others put on it).
+        probe_rate: f64,
     }
 
     /// A job of N nodes sharing one tier, each with its own pause state for its
@@ -310,6 +320,9 @@ mod pause_rule {
         paused: Vec<Vec<bool>>,
         /// Pause/resume flips per node so far.
         flips: Vec<usize>,
+        /// Each node's last recovery probe of the shared tier (one every 5 s while paused),
+        /// 0 before the first.
+        probed: Vec<f64>,
         t0: Instant,
         second: u64,
         noise: Noise,
@@ -332,6 +345,7 @@ mod pause_rule {
                 counters: vec![Counters::default(); n],
                 paused: vec![vec![false, false]; n],
                 flips: vec![0; n],
+                probed: vec![0.0; n],
                 t0,
                 second: 0,
                 noise: Noise(seed),
@@ -359,14 +373,24 @@ mod pause_rule {
                 c.all_bytes += moved + (self.noise.in_range(2.0, 4.0) * SLOW / 4.0) as u64;
                 let plan = self.nodes[i].tick(now, *c, s.saturated).unwrap();
                 // Its own estimates: the fast tier about as stated, the shared one what
-                // this node gets while it uses it (its part, give or take).
+                // this node gets while it uses it (its part, give or take); paused, what
+                // its recovery probes (every 5 s) last measured, from the figure it had.
+                let paused = self.is_paused(i);
+                if paused && self.second % 5 == 0 {
+                    self.probed[i] = s.probe_rate;
+                }
                 let own_slow = if s.busy_rate > 0.0 {
                     s.busy_rate * self.noise.in_range(0.7, 1.3)
+                } else if paused && self.probed[i] > 0.0 {
+                    self.probed[i] * self.noise.in_range(0.9, 1.1)
                 } else {
                     plan.allot_bps * self.noise.in_range(0.7, 1.3)
                 };
+                if !paused {
+                    self.probed[i] = 0.0;
+                }
                 let mut bws = vec![FAST * self.noise.in_range(0.9, 1.1), own_slow];
-                let judge = shared_view(&mut bws, &[None, Some(plan)]);
+                let judge = shared_view(&mut bws, &[None, Some(plan)], &self.paused[i]);
                 let was = self.is_paused(i);
                 placement::shares_paused_by(&judge, &bws, MIN_SHARE, &mut self.paused[i]);
                 if self.is_paused(i) != was {
@@ -385,12 +409,16 @@ mod pause_rule {
             if i == 0 {
                 active = 0;
             }
+            // A probe alone on the tier gets part of the job's rate or all of it, as the
+            // other nodes use it or not.
+            let probe_rate = cap * noise.in_range(0.5, 1.0);
             if paused || !noise.chance(0.85) {
                 // Between its swaps (or sending the tier no new data): a trickle.
                 return Second {
                     busy_rate: 0.0,
                     busy: 0.0,
                     saturated: false,
+                    probe_rate,
                 };
             }
             active += 1;
@@ -400,6 +428,7 @@ mod pause_rule {
                 busy_rate: cap / sharers * noise.in_range(0.8, 1.2),
                 busy: noise.in_range(0.3, 1.0),
                 saturated: noise.chance(0.6),
+                probe_rate,
             }
         }
     }
@@ -474,7 +503,7 @@ mod pause_rule {
                     allot_bps: cap / n as f64 * noise.in_range(0.5, 1.5),
                 };
                 let mut bws = vec![FAST, plan.allot_bps * noise.in_range(0.7, 1.3)];
-                let judge = shared_view(&mut bws, &[None, Some(plan)]);
+                let judge = shared_view(&mut bws, &[None, Some(plan)], &paused);
                 let was = paused[1];
                 placement::shares_paused_by(&judge, &bws, MIN_SHARE, &mut paused);
                 flips += usize::from(paused[1] != was);
@@ -524,5 +553,44 @@ mod pause_rule {
     #[test]
     fn a_foreign_writer_pauses_the_tier_and_its_leaving_resumes_it_once_at_eight_nodes() {
         foreign_writer_pauses_then_resumes_once(8);
+    }
+
+    /// A foreign writer that stays ten minutes: every node pauses the tier once and keeps
+    /// it paused (its probes keep finding the writer there), though the job's capacity,
+    /// fed nothing by paused nodes, glides back up meanwhile; judged on that capacity the
+    /// tier resumed about 10 s after each pause and paused again 3 s later (4 to 8 flips a
+    /// minute a node before this rule).
+    fn a_lasting_writer_keeps_the_tier_paused(n: usize) {
+        let mut job = Job::new(n, 23 + n as u64);
+        let mut calm = busy_job(n, SLOW);
+        for _ in 0..30 {
+            job.tick(&mut calm);
+        }
+        let mut loaded = busy_job(n, 30e6);
+        let mut writer = |i: usize, paused: bool, noise: &mut Noise| Second {
+            saturated: !paused,
+            ..loaded(i, paused, noise)
+        };
+        for _ in 0..600 {
+            job.tick(&mut writer);
+        }
+        assert!((0..n).all(|i| job.is_paused(i)), "{:?}", job.paused);
+        assert_eq!(job.flips, vec![1; n], "paused once, and stayed paused");
+        // The capacity did glide back up: judged on it, the tier would have resumed.
+        let p = job.nodes[0].plan().unwrap();
+        assert!(
+            p.capacity_bps / (p.capacity_bps + FAST) >= MIN_SHARE * placement::RESUME_FACTOR,
+            "{p:?}"
+        );
+    }
+
+    #[test]
+    fn a_lasting_foreign_writer_keeps_the_tier_paused_at_four_nodes() {
+        a_lasting_writer_keeps_the_tier_paused(4);
+    }
+
+    #[test]
+    fn a_lasting_foreign_writer_keeps_the_tier_paused_at_eight_nodes() {
+        a_lasting_writer_keeps_the_tier_paused(8);
     }
 }

@@ -377,11 +377,12 @@ fn the_daemon_survives_garbage_and_refuses_what_is_not_its_own() {
         let mut out = [0u8; tierfs_wire::IOC_HANDLE_LEN];
         // SAFETY: the ioctl writes at most IOC_HANDLE_LEN bytes into `out`.
         let r = unsafe { libc::ioctl(fd, tierfs_wire::IOC_HANDLE as _, out.as_mut_ptr()) };
-        if r < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
         let word = |i: usize| u64::from_le_bytes(out[i..i + 8].try_into().unwrap());
-        Ok((word(0), word(16)))
+        if r < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok((word(0), word(16)))
+        }
     };
     let open = |fh: u64, token: u64| {
         tierfs_wire::Request::Open {

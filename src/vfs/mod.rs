@@ -1,6 +1,6 @@
 //! The filesystem core: the namespace, open files and the data path over the tiers, with no
 //! FUSE types in sight. Every operation returns `Result`, so the whole filesystem is tested
-//! without a mount; `crate::fuse` only decodes requests, calls in here and replies.
+//! without a mount; the FUSE layer (`fuse/`) only decodes requests, calls in here and replies.
 //!
 //! [`TierFs`] is the façade: its one `impl` (this file) is the public API, and each method
 //! hands the work to the module that owns the concern:

@@ -90,7 +90,7 @@ pub fn snapshot(fs: &TierFs, detail: Detail) -> Snapshot {
                 requests: r
                     .nonzero()
                     .into_iter()
-                    .map(|(op, n)| (crate::fuse::abi::op::name(op).to_string(), n))
+                    .map(|(op, n)| (crate::reqstats::op_name(op).to_string(), n))
                     .collect(),
             }
         },

@@ -1,16 +1,78 @@
 //! Counters of what the kernel asked the daemon: requests per FUSE opcode, the transport
-//! that carried them. (Handler panics are counted by the core: `vfs::contain`.)
+//! that carried them, and the operations' names the logs, stats and metrics print.
+//! (Handler panics are counted by the core: `vfs::contain`.)
 //!
 //! Kept apart from both the FUSE layer (which counts) and the stats files (which show
-//! them) so that neither has to know the other: tests use these counts to prove that a
-//! request never reached the daemon (kernel passthrough) or that the io_uring transport
-//! really carried the traffic.
+//! them) so that neither has to know the other: the core names an operation without
+//! depending on the FUSE layer. Tests use these counts to prove that a request never
+//! reached the daemon (kernel passthrough) or that the io_uring transport really carried
+//! the traffic.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// One past the largest FUSE opcode counted (FUSE_STATX = 52).
 pub const OPCODES: usize = 53;
+
+/// The operation's upper-case name (`FUSE_READ`'s is "READ"), "UNKNOWN" for a number
+/// that names none: opcodes are the kernel's `enum fuse_opcode` (`include/uapi/linux/fuse.h`),
+/// fixed by the protocol, and `crate::fuse::abi::op` names the same numbers (its tests check
+/// the two agree).
+pub fn op_name(opcode: u32) -> &'static str {
+    match opcode {
+        1 => "LOOKUP",
+        2 => "FORGET",
+        3 => "GETATTR",
+        4 => "SETATTR",
+        5 => "READLINK",
+        6 => "SYMLINK",
+        8 => "MKNOD",
+        9 => "MKDIR",
+        10 => "UNLINK",
+        11 => "RMDIR",
+        12 => "RENAME",
+        13 => "LINK",
+        14 => "OPEN",
+        15 => "READ",
+        16 => "WRITE",
+        17 => "STATFS",
+        18 => "RELEASE",
+        20 => "FSYNC",
+        21 => "SETXATTR",
+        22 => "GETXATTR",
+        23 => "LISTXATTR",
+        24 => "REMOVEXATTR",
+        25 => "FLUSH",
+        26 => "INIT",
+        27 => "OPENDIR",
+        28 => "READDIR",
+        29 => "RELEASEDIR",
+        30 => "FSYNCDIR",
+        31 => "GETLK",
+        32 => "SETLK",
+        33 => "SETLKW",
+        34 => "ACCESS",
+        35 => "CREATE",
+        36 => "INTERRUPT",
+        37 => "BMAP",
+        38 => "DESTROY",
+        39 => "IOCTL",
+        40 => "POLL",
+        41 => "NOTIFY_REPLY",
+        42 => "BATCH_FORGET",
+        43 => "FALLOCATE",
+        44 => "READDIRPLUS",
+        45 => "RENAME2",
+        46 => "LSEEK",
+        47 => "COPY_FILE_RANGE",
+        48 => "SETUPMAPPING",
+        49 => "REMOVEMAPPING",
+        50 => "SYNCFS",
+        51 => "TMPFILE",
+        52 => "STATX",
+        _ => "UNKNOWN",
+    }
+}
 
 /// Request counters shared by the transport and the stats files.
 #[derive(Debug)]

@@ -12,7 +12,7 @@ use crate::tierio::Class;
 use crate::vfs::state::TierFs;
 use crate::vfs::types::Handle;
 use crate::vfs::types::*;
-use crate::vfs::{backing, files, handles, statsdir};
+use crate::vfs::{backing, files, handles};
 use std::cell::RefCell;
 
 use crate::data::io;
@@ -74,14 +74,6 @@ pub(crate) fn read_to<R>(
 
 pub(crate) fn read_into(fs: &TierFs, fh: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
     match handles::handle(fs, fh)? {
-        Handle::Virtual(content) => {
-            let start = (off as usize).min(content.len());
-            let end = (start + buf.len()).min(content.len());
-            buf[..end - start].copy_from_slice(&content[start..end]);
-            Ok(end - start)
-        }
-        Handle::Dir(_) => Err(Error::IsDir),
-        Handle::Control(reply) => Ok(reply.read(buf)),
         Handle::File { node, .. } => {
             let st = node.state.read();
             if st.direct_writers > 0 {
@@ -102,6 +94,9 @@ pub(crate) fn read_into(fs: &TierFs, fh: u64, off: u64, buf: &mut [u8]) -> Resul
             }
             Ok(len)
         }
+        // Only an open file's handle comes here: the façade serves the others (the
+        // `.tierfs/` files', a folder's) in `vfs::statsdir`.
+        _ => Err(Error::BadHandle),
     }
 }
 
@@ -152,16 +147,8 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
             }
             (node, ino)
         }
-        Handle::Virtual(_) => return Err(Error::Access("the stats files are read-only")),
-        Handle::Control(reply) => {
-            let r = statsdir::control(fs, data);
-            reply.set(match &r {
-                Ok(text) => text.clone(),
-                Err(e) => format!("error: {e}\n"),
-            });
-            return r.map(|_| data.len() as u32);
-        }
-        Handle::Dir(_) => return Err(Error::IsDir),
+        // As in `read_into`: not an open file's, not the data path's.
+        _ => return Err(Error::BadHandle),
     };
     if data.is_empty() {
         // Writing nothing changes nothing, not even the size (POSIX).

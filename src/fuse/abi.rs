@@ -68,65 +68,6 @@ pub mod op {
     pub const SYNCFS: u32 = 50;
     pub const TMPFILE: u32 = 51;
     pub const STATX: u32 = 52;
-    /// One past the largest opcode we count requests of.
-    pub const COUNT: usize = 53;
-
-    /// A short upper-case name for logs, stats and metrics.
-    pub fn name(op: u32) -> &'static str {
-        match op {
-            LOOKUP => "LOOKUP",
-            FORGET => "FORGET",
-            GETATTR => "GETATTR",
-            SETATTR => "SETATTR",
-            READLINK => "READLINK",
-            SYMLINK => "SYMLINK",
-            MKNOD => "MKNOD",
-            MKDIR => "MKDIR",
-            UNLINK => "UNLINK",
-            RMDIR => "RMDIR",
-            RENAME => "RENAME",
-            LINK => "LINK",
-            OPEN => "OPEN",
-            READ => "READ",
-            WRITE => "WRITE",
-            STATFS => "STATFS",
-            RELEASE => "RELEASE",
-            FSYNC => "FSYNC",
-            SETXATTR => "SETXATTR",
-            GETXATTR => "GETXATTR",
-            LISTXATTR => "LISTXATTR",
-            REMOVEXATTR => "REMOVEXATTR",
-            FLUSH => "FLUSH",
-            INIT => "INIT",
-            OPENDIR => "OPENDIR",
-            READDIR => "READDIR",
-            RELEASEDIR => "RELEASEDIR",
-            FSYNCDIR => "FSYNCDIR",
-            GETLK => "GETLK",
-            SETLK => "SETLK",
-            SETLKW => "SETLKW",
-            ACCESS => "ACCESS",
-            CREATE => "CREATE",
-            INTERRUPT => "INTERRUPT",
-            BMAP => "BMAP",
-            DESTROY => "DESTROY",
-            IOCTL => "IOCTL",
-            POLL => "POLL",
-            NOTIFY_REPLY => "NOTIFY_REPLY",
-            BATCH_FORGET => "BATCH_FORGET",
-            FALLOCATE => "FALLOCATE",
-            READDIRPLUS => "READDIRPLUS",
-            RENAME2 => "RENAME2",
-            LSEEK => "LSEEK",
-            COPY_FILE_RANGE => "COPY_FILE_RANGE",
-            SETUPMAPPING => "SETUPMAPPING",
-            REMOVEMAPPING => "REMOVEMAPPING",
-            SYNCFS => "SYNCFS",
-            TMPFILE => "TMPFILE",
-            STATX => "STATX",
-            _ => "UNKNOWN",
-        }
-    }
 }
 
 /// INIT flags (`flags` holds bits 0..31, `flags2` bits 32..63).
@@ -447,6 +388,77 @@ mod tests {
         let short = InitIn::read_prefix(&i.bytes()[..16]);
         assert_eq!(short, i);
         assert_eq!(URING_HEADER_SZ, 288);
+    }
+
+    #[test]
+    fn every_opcode_is_named_by_the_request_counters() {
+        // The names live with the counters (`crate::reqstats`), the numbers here.
+        macro_rules! named {
+            ($($op:ident),*) => {{
+                $(assert_eq!(crate::reqstats::op_name(op::$op), stringify!($op));)*
+                [$(op::$op),*].len()
+            }};
+        }
+        let n = named!(
+            LOOKUP,
+            FORGET,
+            GETATTR,
+            SETATTR,
+            READLINK,
+            SYMLINK,
+            MKNOD,
+            MKDIR,
+            UNLINK,
+            RMDIR,
+            RENAME,
+            LINK,
+            OPEN,
+            READ,
+            WRITE,
+            STATFS,
+            RELEASE,
+            FSYNC,
+            SETXATTR,
+            GETXATTR,
+            LISTXATTR,
+            REMOVEXATTR,
+            FLUSH,
+            INIT,
+            OPENDIR,
+            READDIR,
+            RELEASEDIR,
+            FSYNCDIR,
+            GETLK,
+            SETLK,
+            SETLKW,
+            ACCESS,
+            CREATE,
+            INTERRUPT,
+            BMAP,
+            DESTROY,
+            IOCTL,
+            POLL,
+            NOTIFY_REPLY,
+            BATCH_FORGET,
+            FALLOCATE,
+            READDIRPLUS,
+            RENAME2,
+            LSEEK,
+            COPY_FILE_RANGE,
+            SETUPMAPPING,
+            REMOVEMAPPING,
+            SYNCFS,
+            TMPFILE,
+            STATX
+        );
+        let unnamed = (0..crate::reqstats::OPCODES as u32 + 8)
+            .filter(|&o| crate::reqstats::op_name(o) == "UNKNOWN")
+            .count();
+        assert_eq!(
+            n + unnamed,
+            crate::reqstats::OPCODES + 8,
+            "a name without an opcode"
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use super::dispatch::{Dispatcher, Reply};
 use super::request::Request;
 use super::MAX_REQUEST;
 use crate::ledger::{Class, Meter};
+use crate::reqstats::op_name;
 use crate::tierio::AlignedBuf;
 use std::io;
 use std::os::fd::RawFd;
@@ -169,7 +170,7 @@ fn serve_one(
     let req = match decoded {
         Ok(r) => r,
         Err(m) => {
-            log::warn!("malformed FUSE {} request: {}", op::name(h.opcode), m.0);
+            log::warn!("malformed FUSE {} request: {}", op_name(h.opcode), m.0);
             return send_reply(fd, h.unique, libc::EINVAL, &[]);
         }
     };
@@ -195,7 +196,7 @@ pub fn read_init(fd: RawFd) -> io::Result<(InHeader, abi::InitIn)> {
                     super::request::Op::Init(i) => Ok((h, i)),
                     _ => Err(io::Error::other(format!(
                         "the kernel's first request was {}, not INIT",
-                        op::name(h.opcode)
+                        op_name(h.opcode)
                     ))),
                 };
             }

@@ -14,6 +14,7 @@ use super::reply::{
 use super::request::{forget_items, Op, Request};
 use super::{MAX_BACKGROUND, MAX_REQUEST};
 use crate::ledger::Class;
+use crate::reqstats::op_name;
 use crate::sys::SetTime;
 use crate::tierio::AlignedBuf;
 use crate::vfs::{Ctx, SetAttr, TierFs};
@@ -271,7 +272,7 @@ impl Dispatcher {
         ino: u64,
         f: impl FnOnce() -> Result<T, i32>,
     ) -> Result<T, i32> {
-        match self.fs.contain(op::name(opcode), ino, || Ok(f())) {
+        match self.fs.contain(op_name(opcode), ino, || Ok(f())) {
             Ok(r) => r,
             Err(e) => Err(errno(&e)),
         }

@@ -18,6 +18,7 @@ use super::abi::{self, op, InHeader, OutHeader, Pod, UringCmdReq, UringEntInOut}
 use super::dispatch::{Dispatcher, Reply};
 use super::request::Request;
 use crate::ledger::{Class, Meter};
+use crate::reqstats::op_name;
 use crate::tierio::AlignedBuf;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::io;
@@ -218,7 +219,7 @@ impl Worker {
             let r = match Request::decode(&h, op_in, &self.mem.payload[..payload_sz]) {
                 Ok(req) => disp.handle(&req, out),
                 Err(m) => {
-                    log::warn!("malformed FUSE {} request: {}", op::name(h.opcode), m.0);
+                    log::warn!("malformed FUSE {} request: {}", op_name(h.opcode), m.0);
                     Reply::Err(libc::EINVAL)
                 }
             };

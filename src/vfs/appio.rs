@@ -36,6 +36,13 @@ impl Request {
         }
     }
 
+    /// Whether the handle is an open file's, whose bytes the data path serves; else it is
+    /// a `.tierfs/` file's (`crate::vfs::statsdir`), a folder's or none. Known from the
+    /// lookup [`Self::start`] made, so telling the two apart costs the hot path nothing.
+    pub(crate) fn is_file(&self) -> bool {
+        self.node.is_some()
+    }
+
     /// Counts the request: `done` bytes at `off`, `None` when it failed. Call it before
     /// the reply goes out, so the stats have it by the time the program does.
     pub(crate) fn done(self, fs: &TierFs, off: u64, done: Option<u64>, write: bool) {

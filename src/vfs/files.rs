@@ -13,7 +13,7 @@ use crate::vfs::state::TierFs;
 use crate::vfs::tree::{NodeData, Tree};
 use crate::vfs::types::Handle;
 use crate::vfs::types::*;
-use crate::vfs::{attr, backing, handles};
+use crate::vfs::{attr, backing, handles, statsdir};
 use std::ffi::OsStr;
 
 use crate::data::moves;
@@ -231,40 +231,7 @@ pub(crate) fn create(
 pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, OpenInfo)> {
     let write = flags & libc::O_ACCMODE != libc::O_RDONLY;
     if let Some(v) = Virtual::from_ino(ino) {
-        if v == Virtual::Control {
-            // Read-only there is nothing to read: a reply belongs to the handle that wrote.
-            if !write {
-                return Err(Error::Access(
-                    "the control file is opened for writing (read-write to read the replies)",
-                ));
-            }
-            return Ok((
-                handles::new_fh(fs, Handle::Control(Arc::default())),
-                OpenInfo {
-                    direct_io: true,
-                    keep_cache: false,
-                    no_flush: false,
-                    passthrough: None,
-                },
-            ));
-        }
-        if write {
-            return Err(Error::Access("the stats files are read-only"));
-        }
-        if v == Virtual::Dir {
-            return Err(Error::IsDir);
-        }
-        let names = crate::vfs::snapshot::shows_names_to(fs, uid);
-        let content = crate::vfs::snapshot::render(fs, v, names);
-        return Ok((
-            handles::new_fh(fs, Handle::Virtual(Arc::new(content))),
-            OpenInfo {
-                direct_io: true,
-                keep_cache: false,
-                no_flush: true,
-                passthrough: None,
-            },
-        ));
+        return statsdir::open(fs, v, write, uid);
     }
     let tree = fs.tree.read();
     let node = tree.get(ino)?;

@@ -1,6 +1,6 @@
 //! The filesystem core: the namespace, open files and the data path over the tiers, with no
 //! FUSE types in sight. Every operation returns `Result`, so the whole filesystem is tested
-//! without a mount; `crate::fuse` only decodes requests, calls in here and replies.
+//! without a mount; the FUSE layer (`fuse/`) only decodes requests, calls in here and replies.
 //!
 //! [`TierFs`] is the façade: its one `impl` (this file) is the public API, and each method
 //! hands the work to the module that owns the concern:
@@ -10,7 +10,9 @@
 //! - [`files`]: open, create, close, truncate, fallocate, fsync; [`dirs`]: folder handles;
 //! - [`handles`]: the handle table and the kernel passthrough policy;
 //! - [`backing`]: tier paths, limbo, xattrs, statfs; [`scan`]: the tree rebuilt at mount;
-//! - [`statsdir`]: the `.tierfs/` files and control; [`tierctl`]: the operator's commands on
+//! - [`statsdir`]: the `.tierfs/` files and control, their handles opened, read and written
+//!   there (reads and writes of any handle not a file's go there, not to the data path);
+//!   [`tierctl`]: the operator's commands on
 //!   tiers (pause, resume, drain, weight) and the drain; [`contain`]: panics kept to one request;
 //! - [`state`]: the shared state; [`lifecycle`]: its construction and shutdown;
 //! - [`snapshot`]: the counters gathered for the `.tierfs/` files; [`appio`]: each read and
@@ -317,11 +319,17 @@ impl TierFs {
         reply: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
         let req = appio::Request::start(self, fh);
+        let file = req.is_file();
         // Counted before the reply goes: the program may close the file once it has it.
-        path::read_with(self, fh, off, size, |d| {
+        let reply = |d: &[u8]| {
             req.done(self, off, Some(d.len() as u64), false);
             reply(d)
-        })
+        };
+        if file {
+            path::read_with(self, fh, off, size, reply)
+        } else {
+            statsdir::read_with(self, fh, off, size as usize, reply)
+        }
     }
 
     /// Reads up to `buf.len()` bytes at `off` and hands them to `reply`: from the
@@ -336,10 +344,16 @@ impl TierFs {
         reply: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
         let req = appio::Request::start(self, fh);
-        path::read_to(self, fh, off, buf, |d| {
+        let file = req.is_file();
+        let reply = |d: &[u8]| {
             req.done(self, off, Some(d.len() as u64), false);
             reply(d)
-        })
+        };
+        if file {
+            path::read_to(self, fh, off, buf, reply)
+        } else {
+            statsdir::read_with(self, fh, off, buf.len(), reply)
+        }
     }
 
     /// Reads up to `buf.len()` bytes at `off` into `buf`; returns how many (fewer only at
@@ -347,7 +361,11 @@ impl TierFs {
     /// with no bounce copy: the FUSE transports pass their reply buffers here.
     pub fn read_into(&self, fh: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
         let req = appio::Request::start(self, fh);
-        let r = path::read_into(self, fh, off, buf);
+        let r = if req.is_file() {
+            path::read_into(self, fh, off, buf)
+        } else {
+            statsdir::read_into(self, fh, off, buf)
+        };
         req.done(self, off, r.as_ref().ok().map(|n| *n as u64), false);
         r
     }
@@ -361,7 +379,11 @@ impl TierFs {
     /// Writes all of `data` at `off`, or fails with the tier's errno: never a short write.
     pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
         let req = appio::Request::start(self, fh);
-        let r = path::write(self, fh, off, data);
+        let r = if req.is_file() {
+            path::write(self, fh, off, data)
+        } else {
+            statsdir::write(self, fh, data)
+        };
         req.done(self, off, r.as_ref().ok().map(|n| *n as u64), true);
         r
     }
@@ -372,7 +394,11 @@ impl TierFs {
     /// in `buf` (no copy); any other write copies as [`Self::write`] does.
     pub fn write_buf(&self, fh: u64, off: u64, buf: &mut crate::tierio::AlignedBuf) -> Result<u32> {
         let req = appio::Request::start(self, fh);
-        let r = path::write_buf(self, fh, off, buf);
+        let r = if req.is_file() {
+            path::write_buf(self, fh, off, buf)
+        } else {
+            statsdir::write(self, fh, buf)
+        };
         req.done(self, off, r.as_ref().ok().map(|n| *n as u64), true);
         r
     }

@@ -10,7 +10,8 @@ use crate::stats::{
 };
 use crate::tier::Tier;
 use crate::vfs::state::TierFs;
-use crate::vfs::types::Virtual;
+use crate::vfs::tree::NodeData;
+use crate::vfs::types::{Virtual, ROOT_INO};
 use std::sync::atomic::Ordering;
 
 /// How much a snapshot holds.
@@ -35,7 +36,7 @@ pub fn snapshot(fs: &TierFs, detail: Detail) -> Snapshot {
         .map(|t| tier_stats(fs, t, &shares))
         .collect();
     let (files, file_count) = match detail {
-        Detail::Counters => (Vec::new(), crate::vfs::statsdir::file_count(fs)),
+        Detail::Counters => (Vec::new(), file_count(fs)),
         Detail::Files => {
             let files = file_stats(fs);
             let n = files.len() as u64;
@@ -90,7 +91,7 @@ pub fn snapshot(fs: &TierFs, detail: Detail) -> Snapshot {
                 requests: r
                     .nonzero()
                     .into_iter()
-                    .map(|(op, n)| (crate::fuse::abi::op::name(op).to_string(), n))
+                    .map(|(op, n)| (crate::reqstats::op_name(op).to_string(), n))
                     .collect(),
             }
         },
@@ -110,6 +111,27 @@ pub fn snapshot(fs: &TierFs, detail: Detail) -> Snapshot {
         request_panics: fs.request_panics(),
         failed_inodes: fs.failed_inodes(),
     }
+}
+
+/// How many files [`TierFs::file_list`] would list, counted under the tree lock without
+/// building their paths or taking their locks (a file that is moving holds its own for
+/// seconds).
+fn file_count(fs: &TierFs) -> u64 {
+    let tree = fs.tree.read();
+    let mut n = 0;
+    let mut stack = vec![ROOT_INO];
+    while let Some(ino) = stack.pop() {
+        if let Ok(children) = tree.children(ino) {
+            for (name, c) in children {
+                match tree.nodes.get(c).filter(|n| n.is_primary(ino, name)) {
+                    Some(node) if matches!(node.data, NodeData::Dir { .. }) => stack.push(*c),
+                    Some(node) if matches!(node.data, NodeData::File(_)) => n += 1,
+                    _ => {}
+                }
+            }
+        }
+    }
+    n
 }
 
 fn cpu_stats(fs: &TierFs, tiers: &[TierStats]) -> CpuStats {

@@ -1,4 +1,6 @@
-//! The `.tierfs/` folder: the control file's commands (the tier commands' effects in
+//! The `.tierfs/` folder: its files' handles (opened, read and written here, beside one
+//! another and never by the data path: the façade sends every handle that is not an open
+//! file's here), the control file's commands (the tier commands' effects in
 //! [`crate::vfs::tierctl`]) and the views the stats files render (cache, memory, files).
 
 use crate::cache::{Cache, Totals, BLOCK};
@@ -7,6 +9,7 @@ use crate::data::cached;
 use crate::error::{Error, Result};
 use crate::layout::FileLayout;
 use crate::vfs::contain;
+use crate::vfs::handles;
 use crate::vfs::state::TierFs;
 use crate::vfs::tierctl;
 use crate::vfs::tree::{NodeData, Tree};
@@ -14,6 +17,7 @@ use crate::vfs::types::*;
 
 use crate::data::writeback;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// `.tierfs/cache`.
 #[derive(Debug, serde::Serialize)]
@@ -130,24 +134,101 @@ pub(crate) fn file_list(fs: &TierFs) -> Vec<(PathBuf, u64, FileLayout)> {
     out
 }
 
-/// How many files `file_list` would list, counted under the tree lock without building
-/// their paths or taking their locks (a file that is moving holds its own for seconds).
-pub(crate) fn file_count(fs: &TierFs) -> u64 {
-    let tree = fs.tree.read();
-    let mut n = 0;
-    let mut stack = vec![ROOT_INO];
-    while let Some(ino) = stack.pop() {
-        if let Ok(children) = tree.children(ino) {
-            for (name, c) in children {
-                match tree.nodes.get(c).filter(|n| n.is_primary(ino, name)) {
-                    Some(node) if matches!(node.data, NodeData::Dir { .. }) => stack.push(*c),
-                    Some(node) if matches!(node.data, NodeData::File(_)) => n += 1,
-                    _ => {}
-                }
-            }
+/// Opens the `.tierfs/` file `v` for the user `uid`: a stats file's content is rendered
+/// now, once per open (names only for those [`crate::vfs::snapshot::shows_names_to`]); the
+/// control file's handle holds the reply to its last write.
+pub(crate) fn open(fs: &TierFs, v: Virtual, write: bool, uid: u32) -> Result<(u64, OpenInfo)> {
+    if v == Virtual::Control {
+        // Read-only there is nothing to read: a reply belongs to the handle that wrote.
+        if !write {
+            return Err(Error::Access(
+                "the control file is opened for writing (read-write to read the replies)",
+            ));
         }
+        return Ok((
+            handles::new_fh(fs, Handle::Control(Arc::default())),
+            OpenInfo {
+                direct_io: true,
+                keep_cache: false,
+                no_flush: false,
+                passthrough: None,
+            },
+        ));
     }
-    n
+    if write {
+        return Err(Error::Access("the stats files are read-only"));
+    }
+    if v == Virtual::Dir {
+        return Err(Error::IsDir);
+    }
+    let names = crate::vfs::snapshot::shows_names_to(fs, uid);
+    let content = crate::vfs::snapshot::render(fs, v, names);
+    Ok((
+        handles::new_fh(fs, Handle::Virtual(Arc::new(content))),
+        OpenInfo {
+            direct_io: true,
+            keep_cache: false,
+            no_flush: true,
+            passthrough: None,
+        },
+    ))
+}
+
+/// Reads up to `len` bytes at `off` of the handle `fh`, one that is not an open file's, and
+/// hands them to `reply`: a stats file's content rendered at open (from its own memory), or
+/// the unread rest of the control file's last reply (which ignores `off`: see
+/// [`Reply`]).
+pub(crate) fn read_with<R>(
+    fs: &TierFs,
+    fh: u64,
+    off: u64,
+    len: usize,
+    reply: impl FnOnce(&[u8]) -> R,
+) -> Result<R> {
+    match handles::handle(fs, fh)? {
+        Handle::Virtual(content) => {
+            let start = usize::try_from(off).map_or(content.len(), |o| o.min(content.len()));
+            let end = start + len.min(content.len() - start);
+            Ok(reply(&content[start..end]))
+        }
+        Handle::Control(r) => {
+            let mut buf = vec![0; len.min(Reply::MAX)];
+            let n = r.read(&mut buf);
+            Ok(reply(&buf[..n]))
+        }
+        Handle::Dir(_) => Err(Error::IsDir),
+        // Not reached: the façade sends an open file's reads to the data path, and a
+        // handle's number is never reused for another kind.
+        Handle::File { .. } => Err(Error::BadHandle),
+    }
+}
+
+/// [`read_with`] into `buf`; returns how many bytes.
+pub(crate) fn read_into(fs: &TierFs, fh: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
+    read_with(fs, fh, off, buf.len(), |d| {
+        buf[..d.len()].copy_from_slice(d);
+        d.len()
+    })
+}
+
+/// Writes `data` to the handle `fh`, one that is not an open file's: the control file runs
+/// it as commands ([`control`]) and keeps the reply (or the refusal's reason) for the
+/// handle's next read; the stats files are read-only.
+pub(crate) fn write(fs: &TierFs, fh: u64, data: &[u8]) -> Result<u32> {
+    match handles::handle(fs, fh)? {
+        Handle::Control(reply) => {
+            let r = control(fs, data);
+            reply.set(match &r {
+                Ok(text) => text.clone(),
+                Err(e) => format!("error: {e}\n"),
+            });
+            r.map(|_| data.len() as u32)
+        }
+        Handle::Virtual(_) => Err(Error::Access("the stats files are read-only")),
+        Handle::Dir(_) => Err(Error::IsDir),
+        // Not reached: the façade sends an open file's writes to the data path.
+        Handle::File { .. } => Err(Error::BadHandle),
+    }
 }
 
 /// Resolves a control path to an inode.

@@ -7,11 +7,11 @@
 //! - [`units`], [`error`], [`sys`]: sizes and rates, the core's errno-carrying error, libc
 //!   wrappers.
 //! - [`config`]: the TOML file, validated into a plan; [`layout`]: where a file's bytes are
-//!   and how that is persisted; [`lock`]: who holds a tier folder; [`control`],
+//!   and how that is persisted; [`control`],
 //!   [`ledger`], [`reqstats`]: the control file's commands, the CPU ledger, per-request
 //!   counters; [`logging`]: the daemon's log; [`failure`]: the exit-code error of every
 //!   command.
-//! - [`tier`]: an open, locked tier folder and its counters; [`beneath`]: every backing
+//! - [`tier`]: an open, locked tier folder and its counters ([`tier::lock`]: who holds it); [`beneath`]: every backing
 //!   call, relative to a tier folder and never through a symlink in it; [`tierio`]: the
 //!   only way to a tier's bytes (admission by class, the engines, the accounting);
 //!   [`probe`]: measured tier bandwidth; [`resolve`]: what the tiers hold at one path, for
@@ -48,7 +48,6 @@ pub mod failure;
 pub mod fuse;
 pub mod layout;
 pub mod ledger;
-pub mod lock;
 pub mod logging;
 pub mod mount_helper;
 pub mod ondisk;

@@ -25,9 +25,10 @@ LAYERS = [
     # 0: leaves: units, errors, libc wrappers
     ["units", "error", "sys"],
     # 1: configuration, on-disk and wire formats, logging and the exit codes of failures
-    ["config", "layout", "lock", "control", "ledger", "reqstats", "logging", "failure",
+    ["config", "layout", "control", "ledger", "reqstats", "logging", "failure",
      "fuse::abi"],
-    # 2: a tier folder and the only way to it; what a tier folder holds for one name
+    # 2: a tier folder (who holds it: tier::lock) and the only way to it; what a tier folder
+    # holds for one name
     ["beneath", "tierio", "tier", "probe", "resolve"],
     # 3: decisions and bookkeeping with no I/O: placement, shared-tier coordination, the
     # cache's books, the statistics snapshot's types and renderings, and the core's

@@ -134,7 +134,7 @@ pub fn sweep_stale_scratch(
     missing: &[(usize, String)],
     say: &mut dyn FnMut(&str),
 ) {
-    use crate::lock::{Holder, TakenOver, TierLock};
+    use crate::tier::lock::{Holder, TakenOver, TierLock};
     use std::os::unix::fs::MetadataExt;
     let euid = crate::sys::euid();
     let mut parents: Vec<&Path> = config
@@ -160,7 +160,7 @@ pub fn sweep_stale_scratch(
                 _ => continue,
             }
             let meta = dir.join(crate::tier::META_DIR);
-            let Some(h) = crate::lock::holder_of(&meta) else {
+            let Some(h) = crate::tier::lock::holder_of(&meta) else {
                 continue;
             };
             if !h.scratch || h.host.is_empty() || !h.is_this_host() || h.is_alive() {

@@ -51,9 +51,9 @@ impl FsckReport {
 
 /// Holds every tier's lock for the length of a check, so no daemon mounts the tiers
 /// meanwhile; fails when a daemon holds one.
-pub struct TierLocks(#[allow(dead_code)] Vec<crate::lock::TierLock>);
+pub struct TierLocks(#[allow(dead_code)] Vec<crate::tier::lock::TierLock>);
 
-/// Takes the lock a daemon takes in `Tier::open` ([`crate::lock`]), on every tier that has
+/// Takes the lock a daemon takes in `Tier::open` ([`crate::tier::lock`]), on every tier that has
 /// been mounted before. A stale lock of this host (its daemon was killed) is taken over, as a
 /// mount would; another host's is refused.
 pub fn lock_tiers(tiers: &[TierDir]) -> Result<TierLocks, Failure> {
@@ -79,10 +79,10 @@ pub fn lock_tiers(tiers: &[TierDir]) -> Result<TierLocks, Failure> {
                 )));
             }
         }
-        let me = crate::lock::Holder::me("fsck", None, false);
-        match crate::lock::TierLock::acquire(&t.root, &meta, me, false) {
+        let me = crate::tier::lock::Holder::me("fsck", None, false);
+        match crate::tier::lock::TierLock::acquire(&t.root, &meta, me, false) {
             Ok((lock, _)) => locks.push(lock),
-            Err(crate::lock::LockError::Held { holder, .. }) => {
+            Err(crate::tier::lock::LockError::Held { holder, .. }) => {
                 return Err(Failure::runtime(format!(
                     "tier '{}' ({}) is in use by a tierfs daemon ({}); fsck checks the tiers \
                      offline: unmount first (`tierfs unmount MOUNTPOINT`), or use `tierfs \

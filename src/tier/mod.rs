@@ -4,19 +4,26 @@
 //! piece at the file's own path, and `.tierfs-meta/`, our private state (the lock file, the
 //! format marker, the probe cache). Keeping user data under `data/` means no user name can
 //! collide with our own files.
+//!
+//! The parts: `folder.rs` opens and sets up a folder, [`identity`] is what it says it is,
+//! [`lock`] who holds it (the record and the node lock that keep a second daemon, or
+//! `fsck`, off a folder in use: it guards a tier folder and nothing else, so it lives
+//! here), `estimate.rs` its bandwidth estimates, [`admin`] the operator's state, [`app`]
+//! what programs moved through it, [`scratch`] what a scratch mount may remove.
 
 use crate::error::{Error, Result};
 use crate::sys;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::lock::TierLock;
+use lock::TierLock;
 
 pub mod admin;
 pub mod app;
 mod estimate;
 mod folder;
 pub mod identity;
+pub mod lock;
 pub mod scratch;
 mod union;
 pub(crate) use estimate::epoch_ns_of;
@@ -28,7 +35,7 @@ pub use estimate::{
 };
 pub use folder::{discard_contents, empty_limbo, remove_folder};
 
-/// How a daemon takes a tier's lock ([`crate::lock`]).
+/// How a daemon takes a tier's lock ([`lock`]).
 #[derive(Debug, Clone, Default)]
 pub struct LockRequest {
     /// Recorded in the lock, so another mount can say where the tier is mounted.

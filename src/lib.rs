@@ -11,8 +11,8 @@
 //!   [`ledger`], [`reqstats`]: the control file's commands, the CPU ledger, per-request
 //!   counters; [`logging`]: the daemon's log; [`failure`]: the exit-code error of every
 //!   command.
-//! - [`tier`]: an open, locked tier folder and its counters ([`tier::lock`]: who holds it); [`beneath`]: every backing
-//!   call, relative to a tier folder and never through a symlink in it; [`tierio`]: the
+//! - [`tier`]: an open, locked tier folder and its counters ([`tier::lock`]: who holds it; [`tier::beneath`]: every backing
+//!   call, relative to a tier folder and never through a symlink in it); [`tierio`]: the
 //!   only way to a tier's bytes (admission by class, the engines, the accounting);
 //!   [`probe`]: measured tier bandwidth; [`resolve`]: what the tiers hold at one path, for
 //!   the mount-time scan and the offline tools alike.
@@ -33,7 +33,6 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod adapt;
-pub mod beneath;
 pub mod cache;
 pub mod cli;
 pub mod client;

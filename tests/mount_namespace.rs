@@ -1042,7 +1042,7 @@ fn deep_path(root: &Path, total: usize) -> (std::path::PathBuf, String) {
 /// reaches it relative to the tier folder, in steps. Created, written, read, renamed,
 /// stat'ed, xattr'd, kept through a remount and unlinked, both layouts.
 fn path_max_minus_one(layout: &str) {
-    use tierfs::beneath::Beneath;
+    use tierfs::tier::beneath::Beneath;
     require!(fuse());
     let s = Setup::two(layout);
     let m = s.mount();

@@ -9,11 +9,11 @@
 
 use super::issues::{resolve, Action, FileView, Item};
 use super::{list, tier_dirs, EntKind, Failure, TierDir};
-use crate::beneath::Beneath;
 use crate::config::MountConfig;
 use crate::layout::{conflict_path, FileLayout};
 use crate::resolve::{backing_ids, plan_links, BackingId};
 use crate::sys::{self, SetTime};
+use crate::tier::beneath::Beneath;
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, Metadata, OpenOptions};

@@ -27,10 +27,10 @@ pub use self::fsck::{fsck, lock_tiers, run_fsck, FsckReport, TierLocks};
 pub use self::issues::{Action, FileView, Issue};
 pub use crate::resolve::LayoutRead;
 
-use crate::beneath::Beneath;
 use crate::config::MountConfig;
 use crate::failure::Failure;
 use crate::resolve::Class;
+use crate::tier::beneath::Beneath;
 use crate::tier::DATA_DIR;
 use crate::vfs::TMP_PREFIX;
 use std::collections::BTreeMap;
@@ -50,7 +50,7 @@ pub struct TierDir {
 
 impl TierDir {
     /// Calls on this tier's paths, relative to its folder and never through a symlink in
-    /// it, at any depth (as the daemon's, see [`crate::beneath`]).
+    /// it, at any depth (as the daemon's, see [`crate::tier::beneath`]).
     pub fn fs(&self) -> Beneath<'_> {
         Beneath::new(&self.root)
     }

@@ -8,7 +8,9 @@
 //! The parts: `folder.rs` opens and sets up a folder, [`identity`] is what it says it is,
 //! [`lock`] who holds it (the record and the node lock that keep a second daemon, or
 //! `fsck`, off a folder in use: it guards a tier folder and nothing else, so it lives
-//! here), `estimate.rs` its bandwidth estimates, [`admin`] the operator's state, [`app`]
+//! here), [`beneath`] every backing call on its paths (relative to the folder, never
+//! through a symlink in it: the daemon, `fsck` and `export` reach a tier only this way, so
+//! it is part of what a tier folder is), `estimate.rs` its bandwidth estimates, [`admin`] the operator's state, [`app`]
 //! what programs moved through it, [`scratch`] what a scratch mount may remove.
 
 use crate::error::{Error, Result};
@@ -20,6 +22,7 @@ use lock::TierLock;
 
 pub mod admin;
 pub mod app;
+pub mod beneath;
 mod estimate;
 mod folder;
 pub mod identity;
@@ -530,8 +533,8 @@ impl Tier {
     /// Backing calls on paths of this tier ([`Tier::path`], [`Tier::limbo_path`]), made
     /// relative to its folder and never through a symlink in it (one planted in the tier
     /// folder by hand gives ELOOP).
-    pub fn fs(&self) -> crate::beneath::Beneath<'_> {
-        crate::beneath::Beneath::new(&self.root)
+    pub fn fs(&self) -> beneath::Beneath<'_> {
+        beneath::Beneath::new(&self.root)
     }
 
     /// The backing path of a relative path in this tier.

@@ -14,7 +14,7 @@
 //! - [`tier`]: an open, locked tier folder and its counters ([`tier::lock`]: who holds it; [`tier::beneath`]: every backing
 //!   call, relative to a tier folder and never through a symlink in it); [`tierio`]: the
 //!   only way to a tier's bytes (admission by class, the engines, the accounting);
-//!   [`probe`]: measured tier bandwidth; [`resolve`]: what the tiers hold at one path, for
+//!   [`probe`]: measured tier bandwidth; [`tier::resolve`]: what the tiers hold at one path, for
 //!   the mount-time scan and the offline tools alike.
 //! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`coord`]: tiers shared
 //!   between mounts; [`cache`]: the host-memory tier's books (no I/O); [`stats`]: the
@@ -55,7 +55,6 @@ pub mod probe;
 pub mod prom;
 pub mod relink;
 pub mod reqstats;
-pub mod resolve;
 pub mod stats;
 pub mod sys;
 #[cfg(test)]

@@ -27,9 +27,9 @@ LAYERS = [
     # 1: configuration, on-disk and wire formats, logging and the exit codes of failures
     ["config", "layout", "control", "ledger", "reqstats", "logging", "failure",
      "fuse::abi"],
-    # 2: a tier folder (who holds it: tier::lock; every backing call: tier::beneath) and the
-    # only way to its bytes; what a tier folder holds for one name
-    ["tierio", "tier", "probe", "resolve"],
+    # 2: a tier folder (who holds it: tier::lock; every backing call: tier::beneath; what
+    # the tiers hold at one name: tier::resolve), the only way to its bytes, its bandwidth
+    ["tier", "tierio", "probe"],
     # 3: decisions and bookkeeping with no I/O: placement, shared-tier coordination, the
     # cache's books, the statistics snapshot's types and renderings, and the core's
     # vocabulary (inode types, the tree, an open file's state); a moved file's re-linking

@@ -7,8 +7,8 @@ use super::issues::{resolve, same_bytes, Action, FileView, Issue, Item};
 use super::{list, tier_dirs, EntKind, Failure, TierDir};
 use crate::config::MountConfig;
 use crate::layout::{conflict_path, FileLayout, Part, LAYOUT_XATTR};
-use crate::resolve::{backing_ids, plan_links, read_layout, BackingId, LayoutRead};
 use crate::sys::{self, SetTime};
+use crate::tier::resolve::{backing_ids, plan_links, read_layout, BackingId, LayoutRead};
 use crate::tier::{DATA_DIR, META_DIR};
 use crate::vfs::TMP_PREFIX;
 use std::collections::BTreeMap;
@@ -462,7 +462,7 @@ struct Linked {
     size: u64,
 }
 
-/// Hard links, by the rule the mount's scan applies ([`crate::resolve::plan_links`]):
+/// Hard links, by the rule the mount's scan applies ([`crate::tier::resolve::plan_links`]):
 /// names of one file are no problem (the report counts the file once); a partial name is
 /// removed, its `CreatePiece` issues (taken out of `deferred`) moot; names sharing only
 /// some backing inodes are listed for a person to settle. Names in `rejoined` are left to

@@ -5,13 +5,23 @@
 //! format marker, the probe cache). Keeping user data under `data/` means no user name can
 //! collide with our own files.
 //!
-//! The parts: `folder.rs` opens and sets up a folder, [`identity`] is what it says it is,
-//! [`lock`] who holds it (the record and the node lock that keep a second daemon, or
-//! `fsck`, off a folder in use: it guards a tier folder and nothing else, so it lives
-//! here), [`beneath`] every backing call on its paths (relative to the folder, never
-//! through a symlink in it: the daemon, `fsck` and `export` reach a tier only this way, so
-//! it is part of what a tier folder is), `estimate.rs` its bandwidth estimates, [`admin`] the operator's state, [`app`]
-//! what programs moved through it, [`scratch`] what a scratch mount may remove.
+//! The parts, one concept a file:
+//! - `folder.rs`: a folder taken at mount and given up; [`identity`]: which tierfs it
+//!   belongs to; [`scratch`]: what a scratch mount may take and remove;
+//! - [`lock`]: who holds it, the record and the node lock that keep a second daemon, or
+//!   `fsck`, off a folder in use;
+//! - [`beneath`]: every backing call on its paths, relative to the folder and never through
+//!   a symlink in it;
+//! - [`resolve`]: what the tiers hold at one path, the one set of rules that the mount-time
+//!   scan, `fsck` and `export` act on;
+//! - `estimate.rs`: its bandwidth as the daemon sees it; `union.rs`: busy periods programs
+//!   reported; [`admin`]: what an operator set for it; [`app`]: what programs moved through it.
+//!
+//! `lock`, `beneath` and `resolve` sat at the root of `src/`. They live here because each is
+//! about the tier folders and nothing above them (they import only `sys`, `config` and
+//! `layout`): a daemon, `fsck` and `export` reach a tier only through them. In `ondisk/`,
+//! beside the offline tools, they would close a cycle: `ondisk` uses `tier` and `vfs`, and
+//! both use them.
 
 use crate::error::{Error, Result};
 use crate::sys;
@@ -27,6 +37,7 @@ mod estimate;
 mod folder;
 pub mod identity;
 pub mod lock;
+pub mod resolve;
 pub mod scratch;
 mod union;
 pub(crate) use estimate::epoch_ns_of;

@@ -29,7 +29,7 @@
 //! - [`fuse`]: the kernel side: mounting, the FUSE protocol, its /dev/fuse and io_uring
 //!   transports and the one dispatcher into the core; [`daemon`]: mount, background,
 //!   unmount; [`cli`]: the commands, their clap definition in `cli::args`;
-//!   [`mount_helper`]: `mount -t fuse.tierfs` and fstab; [`cli::manpage`]: `tierfs man`.
+//!   [`cli::mount_helper`]: `mount -t fuse.tierfs` and fstab; [`cli::manpage`]: `tierfs man`.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod adapt;
@@ -48,7 +48,6 @@ pub mod fuse;
 pub mod layout;
 pub mod ledger;
 pub mod logging;
-pub mod mount_helper;
 pub mod ondisk;
 pub mod placement;
 pub mod probe;

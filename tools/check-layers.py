@@ -50,8 +50,9 @@ LAYERS = [
     ["vfs::lifecycle", "vfs"],
     # 9: what reads the core or its files from outside: the on-disk tools, monitors, advice
     ["ondisk", "tune", "prom", "client"],
-    # 10: the kernel side and the process (fuse::reply: the dispatcher's reply conversions)
-    ["fuse", "fuse::reply", "direct", "daemon", "mount_helper", "cli", "main", "lib", "testutil"],
+    # 10: the kernel side and the process (fuse::reply: the dispatcher's reply conversions;
+    # cli::mount_helper: the binary as mount(8)'s helper)
+    ["fuse", "fuse::reply", "direct", "daemon", "cli", "main", "lib", "testutil"],
 ]
 
 # Limits from issue #16.

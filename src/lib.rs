@@ -16,7 +16,7 @@
 //!   only way to a tier's bytes (admission by class, the engines, the accounting);
 //!   [`probe`]: measured tier bandwidth; [`tier::resolve`]: what the tiers hold at one path, for
 //!   the mount-time scan and the offline tools alike.
-//! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`coord`]: tiers shared
+//! - [`policy`]: Eq. 1 shares, whole-file and stripe decisions ([`policy::placement`]); [`coord`]: tiers shared
 //!   between mounts; [`cache`]: the host-memory tier's books (no I/O); [`stats`]: the
 //!   snapshot's types, its renderings and the Prometheus metrics.
 //! - [`vfs`]: the FUSE-free filesystem core, a façade over per-concern modules and their
@@ -49,7 +49,7 @@ pub mod layout;
 pub mod ledger;
 pub mod logging;
 pub mod ondisk;
-pub mod placement;
+pub mod policy;
 pub mod probe;
 pub mod prom;
 pub mod relink;

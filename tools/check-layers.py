@@ -34,7 +34,7 @@ LAYERS = [
     # cache's books, the statistics snapshot's types and renderings, and the core's
     # vocabulary (inode types, the tree, an open file's state); a moved file's re-linking
     # journal
-    ["placement", "coord", "cache", "stats", "vfs::types", "vfs::tree", "data::file",
+    ["policy", "coord", "cache", "stats", "vfs::types", "vfs::tree", "data::file",
      "relink"],
     # 4: the core's shared state (the struct the façade wraps)
     ["vfs::state", "vfs::contain"],

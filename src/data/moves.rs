@@ -16,7 +16,7 @@ use crate::data::keep;
 use crate::data::linked;
 use crate::error::{Error, Result};
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
-use crate::placement::{self, Charge};
+use crate::policy::placement::{self, Charge};
 use crate::sys::{self, SetTime};
 use crate::tierio::{AlignedBuf, Piece};
 use crate::tierio::{Class, Op};

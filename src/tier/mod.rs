@@ -202,7 +202,7 @@ pub struct Tier {
     probe_fresh: std::sync::atomic::AtomicBool,
     pub probes: AtomicU64,
     /// With `adapt`: too slow next to the fastest tier to be given work
-    /// ([`crate::placement::shares_with_pause`]); only recovery probes reach it.
+    /// ([`crate::policy::placement::shares_with_pause`]); only recovery probes reach it.
     paused: std::sync::atomic::AtomicBool,
     /// What an operator set through `.tierfs/control`: paused, draining, a weight.
     pub admin: admin::TierAdmin,

@@ -5,14 +5,15 @@
 use crate::config::MountConfig;
 use crate::data::{cached, migrate, writeback};
 use crate::error::{Error, Result};
-use crate::placement::Placer;
+use crate::policy::placement;
+use crate::policy::placement::Placer;
 use crate::tier::Tier;
 use crate::vfs::state::RelayoutCounters;
 use crate::vfs::state::{Containment, TierFs};
 use crate::vfs::tree::{Node, NodeData, Tree};
 use crate::vfs::types::*;
 use crate::vfs::{contain, namespace, scan};
-use crate::{adapt, placement, sys};
+use crate::{adapt, sys};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;

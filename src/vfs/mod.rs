@@ -64,7 +64,7 @@ use crate::data::writeback;
 use crate::data::{cached, migrate, path, prefetch};
 use crate::error::Result;
 use crate::layout::FileLayout;
-use crate::placement::Placer;
+use crate::policy::placement::Placer;
 use crate::tier::Tier;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};

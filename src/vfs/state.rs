@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use crate::config::Layout;
-use crate::placement::Placer;
+use crate::policy::placement::Placer;
 use crate::tier::Tier;
 
 use crate::vfs::tree::Tree;

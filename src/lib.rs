@@ -21,7 +21,7 @@
 //!   snapshot's types, its renderings and the Prometheus metrics.
 //! - [`vfs`]: the FUSE-free filesystem core, a façade over per-concern modules and their
 //!   shared state; [`data`]: an open file's state and its data path down to [`tierio`];
-//!   [`adapt`]: share refresh, pausing and recovery probes.
+//!   [`policy::adapt`]: share refresh, pausing and recovery probes.
 //! - [`ondisk`]: `tierfs fsck` and `tierfs export`; [`client`]: reading a mount's
 //!   `.tierfs/` files from outside and what the commands make of them (advice, recording,
 //!   the live view, figures); [`tune`]: advice measured by a sweep; [`prom`]: the
@@ -32,7 +32,6 @@
 //!   [`cli::mount_helper`]: `mount -t fuse.tierfs` and fstab; [`cli::manpage`]: `tierfs man`.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod adapt;
 pub mod cache;
 pub mod cli;
 pub mod client;

@@ -45,7 +45,7 @@ LAYERS = [
     # 7: the operations: namespace, open files, folders, reads and writes of a handle, the
     # mount-time scan, the .tierfs/ files, adaptation
     ["data::path", "vfs::files", "vfs::namespace", "vfs::links", "vfs::dirs", "vfs::scan",
-     "vfs::held", "vfs::statsdir", "vfs::tierctl", "vfs::snapshot", "vfs::direct", "vfs::appio", "adapt"],
+     "vfs::held", "vfs::statsdir", "vfs::tierctl", "vfs::snapshot", "vfs::direct", "vfs::appio", "policy::adapt"],
     # 8: the façade and the filesystem's construction and shutdown
     ["vfs::lifecycle", "vfs"],
     # 9: what reads the core or its files from outside: the on-disk tools, monitors, advice

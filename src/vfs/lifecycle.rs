@@ -5,15 +5,15 @@
 use crate::config::MountConfig;
 use crate::data::{cached, migrate, writeback};
 use crate::error::{Error, Result};
-use crate::policy::placement;
-use crate::policy::placement::Placer;
+use crate::policy::adapt;
+use crate::policy::placement::{self, Placer};
+use crate::sys;
 use crate::tier::Tier;
 use crate::vfs::state::RelayoutCounters;
 use crate::vfs::state::{Containment, TierFs};
 use crate::vfs::tree::{Node, NodeData, Tree};
 use crate::vfs::types::*;
 use crate::vfs::{contain, namespace, scan};
-use crate::{adapt, sys};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;

@@ -16,7 +16,7 @@
 //! - [`snapshot`]: the counters gathered for the `.tierfs/` files; [`appio`]: each read and
 //!   write counted for the programs' view of it;
 //! - below them, [`crate::data`] (an open file's state and the data path) and
-//!   [`crate::tierio`]-level tier access; beside them, [`crate::adapt`] (shares and probes).
+//!   [`crate::tierio`]-level tier access; beside them, [`crate::policy::adapt`] (shares and probes).
 //!
 //! State and its persistence:
 //! - The tree lives in memory, rebuilt at mount by walking every tier's `data/`
@@ -57,13 +57,13 @@ pub use statsdir::{CacheView, CachedFile, MemoryView, OrderEntry};
 pub use tierctl::DrainStep;
 pub use types::*;
 
-use crate::adapt;
 use crate::cache::Cache;
 use crate::config::{Layout, MountConfig};
 use crate::data::writeback;
 use crate::data::{cached, migrate, path, prefetch};
 use crate::error::Result;
 use crate::layout::FileLayout;
+use crate::policy::adapt;
 use crate::policy::placement::Placer;
 use crate::tier::Tier;
 use std::ffi::{OsStr, OsString};

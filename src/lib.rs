@@ -4,13 +4,12 @@
 //!
 //! Layers, bottom up (`tools/check-layers.py` holds the table and CI enforces it; a module
 //! uses only its own layer and those below; docs/DESIGN.md draws it):
-//! - [`units`], [`error`], [`sys`]: sizes and rates, the core's errno-carrying error, libc
-//!   wrappers.
+//! - [`units`], [`error`], [`sys`]: sizes and rates, the core's errno-carrying error (and
+//!   [`error::failure`], the exit-code error of every command), libc wrappers.
 //! - [`config`]: the TOML file, validated into a plan; [`layout`]: where a file's bytes are
 //!   and how that is persisted; [`control`],
 //!   [`ledger`], [`reqstats`]: the control file's commands, the CPU ledger, per-request
-//!   counters; [`logging`]: the daemon's log; [`failure`]: the exit-code error of every
-//!   command.
+//!   counters; [`logging`]: the daemon's log.
 //! - [`tier`]: an open, locked tier folder and its counters ([`tier::lock`]: who holds it; [`tier::beneath`]: every backing
 //!   call, relative to a tier folder and never through a symlink in it); [`tierio`]: the
 //!   only way to a tier's bytes (admission by class, the engines, the accounting);
@@ -42,7 +41,6 @@ pub mod daemon;
 pub mod data;
 pub mod direct;
 pub mod error;
-pub mod failure;
 pub mod fuse;
 pub mod layout;
 pub mod ledger;

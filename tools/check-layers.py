@@ -22,11 +22,11 @@ SRC = os.path.join(ROOT, "src")
 # within a layer the files must still not form a cycle. Each entry is a module path prefix
 # (the longest matching prefix decides). Keep in step with docs/DESIGN.md.
 LAYERS = [
-    # 0: leaves: units, errors, libc wrappers
+    # 0: leaves: units, errors (the core's errno error; error::failure, a command's exit
+    # code), libc wrappers
     ["units", "error", "sys"],
-    # 1: configuration, on-disk and wire formats, logging and the exit codes of failures
-    ["config", "layout", "control", "ledger", "reqstats", "logging", "failure",
-     "fuse::abi"],
+    # 1: configuration, on-disk and wire formats, logging
+    ["config", "layout", "control", "ledger", "reqstats", "logging", "fuse::abi"],
     # 2: a tier folder (who holds it: tier::lock; every backing call: tier::beneath; what
     # the tiers hold at one name: tier::resolve), the only way to its bytes, its bandwidth
     ["tier", "tierio", "probe"],

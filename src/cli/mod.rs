@@ -16,7 +16,7 @@ pub use args::{print_completions, Cli, Cmd, VERSION};
 use crate::client::read_snapshot;
 use crate::config::MountConfig;
 use crate::daemon::{self, MountOptions};
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::probe::{self, ProbeOptions};
 use clap::Parser;
 use std::io::Write;

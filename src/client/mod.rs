@@ -20,7 +20,7 @@ pub mod monitor;
 pub mod plot;
 pub mod watch;
 
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::stats::Snapshot;
 use std::path::Path;
 

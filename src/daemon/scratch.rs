@@ -11,7 +11,7 @@
 use super::mountinfo::{daemon_of, mount_at, Daemon};
 use super::unmount::clear_dead_mount;
 use crate::config::MountConfig;
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::tier::scratch::Plan as ScratchPlan;
 use crate::vfs::TierFs;
 use std::path::Path;

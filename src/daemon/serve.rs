@@ -13,7 +13,7 @@ use super::scratch::sweep_stale_scratch;
 use super::shutdown::{self, install_signal_handlers};
 use super::tiers::open_tiers_degraded;
 use crate::config::{MountConfig, Transport};
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::tier::{LockRequest, Tier};
 use crate::vfs::TierFs;
 use std::path::Path;

@@ -9,7 +9,7 @@
 //! disk) is logged once and retried at the next interval; the mount goes on.
 
 use crate::config::MountConfig;
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::vfs::{TierFs, Virtual};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};

@@ -28,7 +28,7 @@ pub use self::issues::{Action, FileView, Issue};
 pub use crate::tier::resolve::LayoutRead;
 
 use crate::config::MountConfig;
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::tier::beneath::Beneath;
 use crate::tier::resolve::Class;
 use crate::tier::DATA_DIR;

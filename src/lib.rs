@@ -8,7 +8,7 @@
 //!   [`error::failure`], the exit-code error of every command), libc wrappers.
 //! - [`config`]: the TOML file, validated into a plan; [`layout`]: where a file's bytes are
 //!   and how that is persisted; [`control`],
-//!   [`ledger`], [`reqstats`]: the control file's commands, the CPU ledger, per-request
+//!   [`stats::ledger`], [`reqstats`]: the control file's commands, the CPU ledger, per-request
 //!   counters; [`logging`]: the daemon's log.
 //! - [`tier`]: an open, locked tier folder and its counters ([`tier::lock`]: who holds it; [`tier::beneath`]: every backing
 //!   call, relative to a tier folder and never through a symlink in it); [`tierio`]: the
@@ -43,7 +43,6 @@ pub mod direct;
 pub mod error;
 pub mod fuse;
 pub mod layout;
-pub mod ledger;
 pub mod logging;
 pub mod ondisk;
 pub mod policy;

@@ -11,7 +11,7 @@ use super::abi::{self, op, InHeader, OutHeader, Pod};
 use super::dispatch::{Dispatcher, Reply};
 use super::request::Request;
 use super::MAX_REQUEST;
-use crate::ledger::{Class, Meter};
+use crate::stats::ledger::{Class, Meter};
 use crate::tierio::AlignedBuf;
 use std::io;
 use std::os::fd::RawFd;

@@ -13,7 +13,7 @@ use super::reply::{
 };
 use super::request::{forget_items, Op, Request};
 use super::{MAX_BACKGROUND, MAX_REQUEST};
-use crate::ledger::Class;
+use crate::stats::ledger::Class;
 use crate::sys::SetTime;
 use crate::tierio::AlignedBuf;
 use crate::vfs::{Ctx, SetAttr, TierFs};

@@ -94,7 +94,7 @@ pub(crate) fn with_staging(
         engine: crate::tierio::choose(config.mount.engine),
         relayout: RelayoutCounters::default(),
         requests: Arc::default(),
-        ledger: crate::ledger::CpuLedger::default(),
+        ledger: crate::stats::ledger::CpuLedger::default(),
         shut: Mutex::new(None),
         scratch: config.mount.scratch,
         contain: Containment::default(),

@@ -110,7 +110,7 @@ impl TierFs {
     }
 
     /// The CPU ledger (the FUSE workers and the background threads charge it).
-    pub fn ledger(&self) -> &crate::ledger::CpuLedger {
+    pub fn ledger(&self) -> &crate::stats::ledger::CpuLedger {
         &self.ledger
     }
 

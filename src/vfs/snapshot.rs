@@ -113,7 +113,7 @@ pub fn snapshot(fs: &TierFs, detail: Detail) -> Snapshot {
 }
 
 fn cpu_stats(fs: &TierFs, tiers: &[TierStats]) -> CpuStats {
-    use crate::ledger::{process_cpu_ns, CLASSES};
+    use crate::stats::ledger::{process_cpu_ns, CLASSES};
     let total_s = process_cpu_ns() as f64 / 1e9;
     let mut classes = std::collections::BTreeMap::new();
     let (mut bytes, mut claimed) = (0u64, 0f64);

@@ -59,7 +59,7 @@ pub struct TierFs {
     /// What the kernel asked of us, counted by the FUSE layer (`stats.json`).
     pub(crate) requests: Arc<crate::reqstats::RequestStats>,
     /// The daemon's CPU per class of work and the bytes it moved (`stats.json` `cpu`).
-    pub(crate) ledger: crate::ledger::CpuLedger,
+    pub(crate) ledger: crate::stats::ledger::CpuLedger,
     /// What [`TierFs::shutdown`] could not put on the tiers, once it has run.
     pub(crate) shut: Mutex<Option<Vec<String>>>,
     /// `[mount] scratch`: the data is thrown away at unmount, so [`TierFs::shutdown`]

@@ -17,14 +17,14 @@
 //!   the mount-time scan and the offline tools alike.
 //! - [`policy`]: Eq. 1 shares, whole-file and stripe decisions ([`policy::placement`]); [`coord`]: tiers shared
 //!   between mounts; [`cache`]: the host-memory tier's books (no I/O); [`stats`]: the
-//!   snapshot's types, its renderings and the Prometheus metrics.
+//!   snapshot's types, its renderings and the Prometheus metrics ([`stats::prom`]: the
+//!   node_exporter output, written by `tierfs stat --prom` and the daemon alike).
 //! - [`vfs`]: the FUSE-free filesystem core, a façade over per-concern modules and their
 //!   shared state; [`data`]: an open file's state and its data path down to [`tierio`];
 //!   [`policy::adapt`]: share refresh, pausing and recovery probes.
 //! - [`ondisk`]: `tierfs fsck` and `tierfs export`; [`client`]: reading a mount's
 //!   `.tierfs/` files from outside and what the commands make of them (advice, recording,
-//!   the live view, figures); [`tune`]: advice measured by a sweep; [`prom`]: the
-//!   node_exporter output, written by `tierfs stat --prom` and the daemon alike.
+//!   the live view, figures); [`tune`]: advice measured by a sweep.
 //! - [`fuse`]: the kernel side: mounting, the FUSE protocol, its /dev/fuse and io_uring
 //!   transports and the one dispatcher into the core; [`daemon`]: mount, background,
 //!   unmount; [`cli`]: the commands, their clap definition in `cli::args`;
@@ -47,7 +47,6 @@ pub mod logging;
 pub mod ondisk;
 pub mod policy;
 pub mod probe;
-pub mod prom;
 pub mod relink;
 pub mod reqstats;
 pub mod stats;

@@ -49,7 +49,7 @@ LAYERS = [
     # 8: the façade and the filesystem's construction and shutdown
     ["vfs::lifecycle", "vfs"],
     # 9: what reads the core or its files from outside: the on-disk tools, monitors, advice
-    ["ondisk", "tune", "prom", "client"],
+    ["ondisk", "tune", "client"],
     # 10: the kernel side and the process (fuse::reply: the dispatcher's reply conversions;
     # cli::mount_helper: the binary as mount(8)'s helper)
     ["fuse", "fuse::reply", "direct", "daemon", "cli", "main", "lib", "testutil"],

@@ -196,13 +196,13 @@ fn run_stat(
             )));
         }
         labels.extend(label);
-        crate::prom::add_labels(&read("metrics")?, &labels)
+        crate::stats::prom::add_labels(&read("metrics")?, &labels)
             .map_err(|e| Failure::runtime(format!("{}: {e}", mountpoint.display())))?
     } else {
         crate::stats::tiers_table(&read_snapshot(mountpoint, stats_dir)?)
     };
     match out {
-        Some(p) => crate::prom::write_atomic(p, text.as_bytes())
+        Some(p) => crate::stats::prom::write_atomic(p, text.as_bytes())
             .map_err(|e| Failure::runtime(format!("{}: {e}", p.display()))),
         None => {
             print!("{text}");

@@ -4,8 +4,10 @@
 //! - Counters: [`ledger`], the CPU-seconds spent per class of work next to the bytes it
 //!   moved.
 //! - Formats: this file, the `/proc`-like files under the mount's stats folder (`.tierfs/`
-//!   by default); [`metrics`], the same as Prometheus text; [`app`] and [`control`], the
-//!   programs' view and the operator's state as the tables show them.
+//!   by default); [`metrics`], the same as Prometheus text; [`prom`], that text labelled
+//!   per mount and written for node_exporter's textfile collector (by `tierfs stat
+//!   --prom` and the daemon alike); [`app`] and [`control`], the programs' view and the
+//!   operator's state as the tables show them.
 //!
 //! Each file is rendered whole when it is opened, so one `cat` sees one consistent
 //! snapshot; later reads of the same handle see the same bytes. `stats.json` holds
@@ -20,6 +22,7 @@ pub mod app;
 pub mod control;
 pub mod ledger;
 pub mod metrics;
+pub mod prom;
 
 use crate::units::{fmt_bytes, fmt_rate};
 use serde::{Deserialize, Serialize};

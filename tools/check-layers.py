@@ -26,7 +26,7 @@ LAYERS = [
     # code), libc wrappers
     ["units", "error", "sys"],
     # 1: configuration, on-disk and wire formats, logging
-    ["config", "layout", "control", "reqstats", "logging", "fuse::abi"],
+    ["config", "layout", "control", "logging", "fuse::abi"],
     # 2: a tier folder (who holds it: tier::lock; every backing call: tier::beneath; what
     # the tiers hold at one name: tier::resolve), the only way to its bytes, its bandwidth
     ["tier", "tierio", "probe"],

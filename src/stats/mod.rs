@@ -2,7 +2,7 @@
 //! snapshot of them is shown in.
 //!
 //! - Counters: [`ledger`], the CPU-seconds spent per class of work next to the bytes it
-//!   moved.
+//!   moved; [`reqstats`], the requests the kernel sent, per FUSE opcode and transport.
 //! - Formats: this file, the `/proc`-like files under the mount's stats folder (`.tierfs/`
 //!   by default); [`metrics`], the same as Prometheus text; [`prom`], that text labelled
 //!   per mount and written for node_exporter's textfile collector (by `tierfs stat
@@ -23,6 +23,7 @@ pub mod control;
 pub mod ledger;
 pub mod metrics;
 pub mod prom;
+pub mod reqstats;
 
 use crate::units::{fmt_bytes, fmt_rate};
 use serde::{Deserialize, Serialize};

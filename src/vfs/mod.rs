@@ -105,7 +105,7 @@ impl TierFs {
     }
 
     /// The FUSE request counters (the FUSE layer counts, the stats files show).
-    pub fn requests(&self) -> &Arc<crate::reqstats::RequestStats> {
+    pub fn requests(&self) -> &Arc<crate::stats::reqstats::RequestStats> {
         &self.requests
     }
 

@@ -57,7 +57,7 @@ pub struct TierFs {
     /// Bytes moved by re-layouts (`stats.json`).
     pub(crate) relayout: RelayoutCounters,
     /// What the kernel asked of us, counted by the FUSE layer (`stats.json`).
-    pub(crate) requests: Arc<crate::reqstats::RequestStats>,
+    pub(crate) requests: Arc<crate::stats::reqstats::RequestStats>,
     /// The daemon's CPU per class of work and the bytes it moved (`stats.json` `cpu`).
     pub(crate) ledger: crate::stats::ledger::CpuLedger,
     /// What [`TierFs::shutdown`] could not put on the tiers, once it has run.

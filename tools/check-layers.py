@@ -30,10 +30,12 @@ LAYERS = [
     # 2: a tier folder (who holds it: tier::lock; every backing call: tier::beneath; what
     # the tiers hold at one name: tier::resolve), the only way to its bytes, its bandwidth
     ["tier", "tierio", "probe"],
-    # 3: decisions and bookkeeping with no I/O: placement, shared-tier coordination, the
-    # cache's books, the statistics snapshot's types and renderings, and the core's
-    # vocabulary (inode types, the tree, an open file's state); a moved file's re-linking
-    # journal
+    # 3: decisions and bookkeeping with no I/O on a tier: where bytes go (policy, but for
+    # policy::adapt, below), shared-tier coordination, the cache's books, the daemon's own
+    # counters and the formats that show them (stats: the CPU ledger, request counts, the
+    # snapshot's types and renderings, the metrics and their node_exporter file), and the
+    # core's vocabulary (inode types, the tree, an open file's state); a moved file's
+    # re-linking journal
     ["policy", "coord", "cache", "stats", "vfs::types", "vfs::tree", "data::file",
      "relink"],
     # 4: the core's shared state (the struct the façade wraps)
@@ -43,7 +45,8 @@ LAYERS = [
     # 6: the data path below a handle: layouts, cache, migrations, write-back, prefetch
     ["data"],
     # 7: the operations: namespace, open files, folders, reads and writes of a handle, the
-    # mount-time scan, the .tierfs/ files, adaptation
+    # mount-time scan, the .tierfs/ files; adaptation (policy::adapt: it reads the core's
+    # shared state, vfs::state)
     ["data::path", "vfs::files", "vfs::namespace", "vfs::links", "vfs::dirs", "vfs::scan",
      "vfs::held", "vfs::statsdir", "vfs::tierctl", "vfs::snapshot", "vfs::direct", "vfs::appio", "policy::adapt"],
     # 8: the façade and the filesystem's construction and shutdown

@@ -2,7 +2,7 @@
 //! whole file, building a stripe pattern, and splitting a 1 MiB request into stripe extents.
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use tierfs::layout::StripeMap;
-use tierfs::placement::{shares, stripe_pattern, Placer};
+use tierfs::policy::placement::{shares, stripe_pattern, Placer};
 
 fn bench(c: &mut Criterion) {
     let s = shares(&[3.2e9, 3.2e9, 3.2e9, 3.2e9, 1.1e9]);

@@ -1,39 +1,38 @@
 //! tierfs: one fast, bandwidth-aware tier over a node's NVMe drives and a parallel file
-
 //! system, for DeepSpeed ZeRO-Infinity's swap files.
 //!
 //! Layers, bottom up (`tools/check-layers.py` holds the table and CI enforces it; a module
 //! uses only its own layer and those below; docs/DESIGN.md draws it):
-//! - [`units`], [`error`], [`sys`]: sizes and rates, the core's errno-carrying error, libc
-//!   wrappers.
+//! - [`units`], [`error`], [`sys`]: sizes and rates, the core's errno-carrying error (and
+//!   [`error::failure`], the exit-code error of every command), libc wrappers.
 //! - [`config`]: the TOML file, validated into a plan; [`layout`]: where a file's bytes are
-//!   and how that is persisted; [`lock`]: who holds a tier folder; [`control`],
-//!   [`ledger`], [`reqstats`]: the control file's commands, the CPU ledger, per-request
-//!   counters; [`logging`]: the daemon's log; [`failure`]: the exit-code error of every
-//!   command.
-//! - [`tier`]: an open, locked tier folder and its counters; [`beneath`]: every backing
-//!   call, relative to a tier folder and never through a symlink in it; [`tierio`]: the
-//!   only way to a tier's bytes (admission by class, the engines, the accounting);
-//!   [`probe`]: measured tier bandwidth; [`resolve`]: what the tiers hold at one path, for
-//!   the mount-time scan and the offline tools alike.
-//! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`coord`]: tiers shared
-//!   between mounts; [`cache`]: the host-memory tier's books (no I/O); [`stats`]: the
-//!   snapshot's types, its renderings and the Prometheus metrics.
+//!   and how that is persisted; [`control`]: the control file's commands; [`logging`]: the
+//!   daemon's log.
+//! - [`tier`]: an open, locked tier folder and its counters, with who holds it
+//!   ([`tier::lock`]), every backing call, relative to the folder and never through a
+//!   symlink in it ([`tier::beneath`]), and what the tiers hold at one path, for the
+//!   mount-time scan and the offline tools alike ([`tier::resolve`]); [`tierio`]: the only
+//!   way to a tier's bytes (admission by class, the engines, the accounting); [`probe`]:
+//!   measured tier bandwidth.
+//! - [`policy`]: Eq. 1 shares, whole-file and stripe decisions ([`policy::placement`]);
+//!   [`coord`]: tiers shared between mounts; [`cache`]: the host-memory tier's books (no
+//!   I/O); [`stats`]: the daemon's own counters (the CPU ledger, per-request counts), the
+//!   snapshot's types, its renderings, the Prometheus metrics and the node_exporter output;
+//!   [`relink`]: a moved file's other names and the journal that carries their re-linking
+//!   across a crash.
 //! - [`vfs`]: the FUSE-free filesystem core, a façade over per-concern modules and their
 //!   shared state; [`data`]: an open file's state and its data path down to [`tierio`];
-//!   [`adapt`]: share refresh, pausing and recovery probes.
+//!   [`policy::adapt`]: share refresh, pausing and recovery probes.
 //! - [`ondisk`]: `tierfs fsck` and `tierfs export`; [`client`]: reading a mount's
 //!   `.tierfs/` files from outside and what the commands make of them (advice, recording,
-//!   the live view, figures); [`tune`]: advice measured by a sweep; [`prom`]: the
-//!   node_exporter output, written by `tierfs stat --prom` and the daemon alike.
+//!   the live view, figures); [`tune`]: advice measured by a sweep.
 //! - [`fuse`]: the kernel side: mounting, the FUSE protocol, its /dev/fuse and io_uring
 //!   transports and the one dispatcher into the core; [`daemon`]: mount, background,
-//!   unmount; [`cli`]: the commands, their clap definition in `cli::args`;
-//!   [`mount_helper`]: `mount -t fuse.tierfs` and fstab; [`cli::manpage`]: `tierfs man`.
+//!   unmount; [`cli`]: the commands, their clap definition in `cli::args`, the binary as
+//!   `mount -t fuse.tierfs` and in fstab ([`cli::mount_helper`]), `tierfs man`
+//!   ([`cli::manpage`]); [`direct`]: the direct path's socket server.
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod adapt;
-pub mod beneath;
 pub mod cache;
 pub mod cli;
 pub mod client;
@@ -44,20 +43,13 @@ pub mod daemon;
 pub mod data;
 pub mod direct;
 pub mod error;
-pub mod failure;
 pub mod fuse;
 pub mod layout;
-pub mod ledger;
-pub mod lock;
 pub mod logging;
-pub mod mount_helper;
 pub mod ondisk;
-pub mod placement;
+pub mod policy;
 pub mod probe;
-pub mod prom;
 pub mod relink;
-pub mod reqstats;
-pub mod resolve;
 pub mod stats;
 pub mod sys;
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //!
 //! The path-taking ones are for paths outside a tier's data (the export's destination, a
 //! tier folder's own setup); a tier's files, folders and pieces are reached only through
-//! [`crate::beneath`].
+//! [`crate::tier::beneath`].
 
 use std::ffi::{CString, OsStr};
 use std::io;

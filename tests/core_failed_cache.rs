@@ -118,7 +118,7 @@ fn a_cached_files_torn_move_writes_its_memory_back() {
         let fs = mount(d.path());
         let ino = dirty_file(&fs, &old, &new);
         let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
-        use tierfs::beneath::{fail_nth, faults_pending, Fault};
+        use tierfs::tier::beneath::{fail_nth, faults_pending, Fault};
         if linked {
             fs.link(ino, ROOT_INO, OsStr::new("g.swp")).unwrap();
             fail_nth(&roots[1], Fault::Rename, 1, libc::EACCES);
@@ -165,7 +165,7 @@ fn a_cached_files_torn_move_with_a_refused_keep_is_finished_from_its_copy() {
     let fs = mount(d.path());
     let ino = dirty_file(&fs, &old, &new);
     let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
-    use tierfs::beneath::{fail_nth, faults_pending, Fault};
+    use tierfs::tier::beneath::{fail_nth, faults_pending, Fault};
     fail_nth(&roots[0], Fault::Link, 1, libc::EPERM);
     fail_nth(&roots[1], Fault::Rename, 1, libc::EACCES);
     fs.placer().set_shares(vec![10.0 / 11.0, 1.0 / 11.0]);

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use tierfs::config::MountConfig;
 use tierfs::layout::FileLayout;
+use tierfs::tier::beneath;
 use tierfs::vfs::{Ctx, TierFs, ROOT_INO};
 
 const MIB: usize = 1 << 20;
@@ -769,7 +770,7 @@ fn a_move_cut_short_before_the_other_names_is_finished_by_fsck_or_the_mount() {
 }
 
 // Faults in the move of a file with several names, at each step of its error paths
-// (`tierfs::beneath::fail_nth` makes the Nth link or rename beneath one tier folder
+// (`beneath::fail_nth` makes the Nth link or rename beneath one tier folder
 // fail). After each, every name reads all of the old bytes or all of the new ones (never
 // a mix), or a clear EIO while the inode is failed; a remount (after `fsck --repair`, or
 // on its own) leaves one file with every name and nothing of the move behind.
@@ -913,7 +914,7 @@ fn assert_settled(d: &Path, old: &[u8], new: &[u8], want: &str, what: &str) {
 /// first rename): the tiers hold the file as it was, with no temporary or journal, the
 /// inode is served (the writes stay in the pending move), and the move is retried at
 /// unmount; after a crash instead, the next mount finds the old file whole.
-fn fault_before_the_switch(tier: usize, call: tierfs::beneath::Fault, nth: u32, errno: i32) {
+fn fault_before_the_switch(tier: usize, call: beneath::Fault, nth: u32, errno: i32) {
     for then in ["crash", "unmount"] {
         let d = tempfile::tempdir().unwrap();
         let (old, new) = (pattern(SIZE, 11), pattern(SIZE, 12));
@@ -921,10 +922,10 @@ fn fault_before_the_switch(tier: usize, call: tierfs::beneath::Fault, nth: u32, 
         let before = (layout(&fs), entries(d.path()));
         fs.placer().set_shares(vec![1.0, 0.0]);
         let root = fs.tiers()[tier].root.clone();
-        tierfs::beneath::fail_nth(&root, call, nth, errno);
+        beneath::fail_nth(&root, call, nth, errno);
         rewrite(&fs, ino, &new);
         assert_eq!(
-            tierfs::beneath::faults_pending(&root),
+            beneath::faults_pending(&root),
             0,
             "the fault was not reached"
         );
@@ -954,13 +955,13 @@ fn fault_before_the_switch(tier: usize, call: tierfs::beneath::Fault, nth: u32, 
 /// them, so one link was made and must go).
 #[test]
 fn a_link_failing_while_a_linked_files_move_is_staged_leaves_the_file_as_it_was() {
-    fault_before_the_switch(0, tierfs::beneath::Fault::Link, 2, libc::EMLINK);
+    fault_before_the_switch(0, beneath::Fault::Link, 2, libc::EMLINK);
 }
 
 /// The primary name's first rename fails: the staged links and the journal go.
 #[test]
 fn a_linked_files_move_failing_at_its_first_rename_leaves_the_file_as_it_was() {
-    fault_before_the_switch(0, tierfs::beneath::Fault::Rename, 1, libc::EACCES);
+    fault_before_the_switch(0, beneath::Fault::Rename, 1, libc::EACCES);
 }
 
 /// A rename fails while the other names are renamed over (`install`), after the first of
@@ -977,9 +978,9 @@ fn a_linked_files_move_failing_while_its_names_are_relinked_is_finished_later() 
         fs.placer().set_shares(vec![1.0, 0.0]);
         let root = fs.tiers()[0].root.clone();
         // 1: the primary's piece; 2, 3: the other names.
-        tierfs::beneath::fail_nth(&root, tierfs::beneath::Fault::Rename, 3, libc::EACCES);
+        beneath::fail_nth(&root, beneath::Fault::Rename, 3, libc::EACCES);
         rewrite(&fs, ino, &new);
-        assert_eq!(tierfs::beneath::faults_pending(&root), 0, "not reached");
+        assert_eq!(beneath::faults_pending(&root), 0, "not reached");
         assert!(fs.is_failed(ino), "{by}: the inode is served");
         for n in NAMES {
             assert_eq!(read_by_name(&fs, n), Err(libc::EIO), "{by}: {n}");
@@ -1041,9 +1042,9 @@ fn a_linked_files_move_torn_between_its_own_pieces_fails_it_and_is_settled_later
         let (fs, ino) = setup_linked(d.path(), &old);
         let root = fs.tiers()[1].root.clone();
         let before = ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp"));
-        tierfs::beneath::fail_nth(&root, tierfs::beneath::Fault::Rename, 1, errno);
+        beneath::fail_nth(&root, beneath::Fault::Rename, 1, errno);
         rewrite(&fs, ino, &new);
-        assert_eq!(tierfs::beneath::faults_pending(&root), 0, "not reached");
+        assert_eq!(beneath::faults_pending(&root), 0, "not reached");
         let after = ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp"));
         assert!(
             after[0] != before[0] && after[1] == before[1],
@@ -1091,9 +1092,9 @@ fn a_linked_files_move_failing_to_remove_the_old_entries_is_finished_later() {
         let (fs, ino) = setup_linked(d.path(), &old);
         fs.placer().set_shares(vec![1.0, 0.0]);
         let root = fs.tiers()[1].root.clone();
-        tierfs::beneath::fail_nth(&root, tierfs::beneath::Fault::Unlink, 1, libc::EACCES);
+        beneath::fail_nth(&root, beneath::Fault::Unlink, 1, libc::EACCES);
         rewrite(&fs, ino, &new);
-        assert_eq!(tierfs::beneath::faults_pending(&root), 0, "not reached");
+        assert_eq!(beneath::faults_pending(&root), 0, "not reached");
         assert!(fs.is_failed(ino), "{by}: the inode is served");
         for n in NAMES {
             assert_eq!(read_by_name(&fs, n), Err(libc::EIO), "{by}: {n}");
@@ -1193,13 +1194,9 @@ fn a_files_move_failing_between_its_own_pieces_puts_the_old_ones_back() {
             ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp")),
         );
         let root = fs.tiers()[1].root.clone();
-        tierfs::beneath::fail_nth(&root, tierfs::beneath::Fault::Rename, 1, errno);
+        beneath::fail_nth(&root, beneath::Fault::Rename, 1, errno);
         rewrite(&fs, ino, &new);
-        assert_eq!(
-            tierfs::beneath::faults_pending(&root),
-            0,
-            "{what}: not reached"
-        );
+        assert_eq!(beneath::faults_pending(&root), 0, "{what}: not reached");
         assert!(!fs.is_failed(ino), "{what}: the inode failed");
         assert_eq!(one_name_reads(&fs, &old, &new, &what), "new", "{what}");
         if errno == libc::EACCES {
@@ -1294,11 +1291,11 @@ fn root_names(fs: &TierFs) -> Vec<String> {
 /// the tiers as a crash between the renames does. Returns the tiers' roots.
 fn rewrite_torn(fs: &TierFs, ino: u64, new: &[u8], what: &str) -> [std::path::PathBuf; 2] {
     let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
-    tierfs::beneath::fail_nth(&roots[0], tierfs::beneath::Fault::Rename, 2, libc::EIO);
-    tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EACCES);
+    beneath::fail_nth(&roots[0], beneath::Fault::Rename, 2, libc::EIO);
+    beneath::fail_nth(&roots[1], beneath::Fault::Rename, 1, libc::EACCES);
     rewrite(fs, ino, new);
     for r in &roots {
-        assert_eq!(tierfs::beneath::faults_pending(r), 0, "{what}: not reached");
+        assert_eq!(beneath::faults_pending(r), 0, "{what}: not reached");
     }
     roots
 }
@@ -1396,7 +1393,7 @@ fn a_files_move_cut_short_between_its_own_pieces_is_finished_by_the_next_mount()
 /// name (the file split in two halves across two names at the next mount).
 #[test]
 fn a_rename_that_answers_an_error_but_took_effect_is_taken_as_done() {
-    use tierfs::beneath::{fail_nth, faults_pending, Fault};
+    use beneath::{fail_nth, faults_pending, Fault};
     let d = tempfile::tempdir().unwrap();
     let (old, new) = (pattern(SIZE, 41), pattern(SIZE, 42));
     let (fs, ino) = setup(d.path(), &old);
@@ -1455,13 +1452,9 @@ fn a_files_spread_failing_at_its_old_tier_removes_the_new_piece() {
         assert_eq!(before[0], None, "{then}: setup");
         fs.placer().set_shares(vec![0.5, 0.5]);
         let root = fs.tiers()[1].root.clone();
-        tierfs::beneath::fail_nth(&root, tierfs::beneath::Fault::Rename, 1, libc::EACCES);
+        beneath::fail_nth(&root, beneath::Fault::Rename, 1, libc::EACCES);
         rewrite(&fs, ino, &new);
-        assert_eq!(
-            tierfs::beneath::faults_pending(&root),
-            0,
-            "{then}: not reached"
-        );
+        assert_eq!(beneath::faults_pending(&root), 0, "{then}: not reached");
         assert!(!fs.is_failed(ino), "{then}: the inode failed");
         assert_eq!(one_name_reads(&fs, &old, &new, then), "new", "{then}");
         let now = ["a", "b"].map(|t| ino_on(d.path(), t, "f.swp"));
@@ -1504,18 +1497,14 @@ fn a_tier_refusing_links_still_moves_a_file_and_a_torn_move_then_fails_it() {
         let (fs, ino) = setup(d.path(), &old);
         let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
         // The first tier's first link: the one that would keep its old piece.
-        tierfs::beneath::fail_nth(&roots[0], tierfs::beneath::Fault::Link, 1, libc::EPERM);
+        beneath::fail_nth(&roots[0], beneath::Fault::Link, 1, libc::EPERM);
         if torn {
-            tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EACCES);
+            beneath::fail_nth(&roots[1], beneath::Fault::Rename, 1, libc::EACCES);
         }
         let before = layout(&fs);
         rewrite(&fs, ino, &new);
         for r in &roots {
-            assert_eq!(
-                tierfs::beneath::faults_pending(r),
-                0,
-                "torn {torn}: not reached"
-            );
+            assert_eq!(beneath::faults_pending(r), 0, "torn {torn}: not reached");
         }
         if torn {
             assert!(fs.is_failed(ino), "torn: the inode is served");
@@ -1578,9 +1567,9 @@ fn a_torn_move_the_next_mount_cannot_settle_is_held_until_one_can() {
         "no temporary on the second tier: {pending:?}"
     );
     // The next mount's finishing renames the second tier's temporary in: that fails.
-    tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EIO);
+    beneath::fail_nth(&roots[1], beneath::Fault::Rename, 1, libc::EIO);
     let (fs, ino) = remount(d.path());
-    assert_eq!(tierfs::beneath::faults_pending(&roots[1]), 0, "not reached");
+    assert_eq!(beneath::faults_pending(&roots[1]), 0, "not reached");
     assert!(fs.is_failed(ino), "the torn file is served");
     assert_eq!(one_name_reads(&fs, &old, &new, "held"), "EIO");
     assert_eq!(root_names(&fs), ["f.swp"], "the held file is not listed");
@@ -1603,13 +1592,9 @@ fn a_torn_move_the_next_mount_cannot_settle_is_held_until_one_can() {
     let (rep, text) = fsck(d.path(), false);
     assert_eq!(rep.problems(), 1, "not the journal alone:\n{text}");
     assert!(text.contains("cut short"), "{text}");
-    tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EIO);
+    beneath::fail_nth(&roots[1], beneath::Fault::Rename, 1, libc::EIO);
     let (rep, text) = fsck(d.path(), true);
-    assert_eq!(
-        tierfs::beneath::faults_pending(&roots[1]),
-        0,
-        "fsck: not reached"
-    );
+    assert_eq!(beneath::faults_pending(&roots[1]), 0, "fsck: not reached");
     assert_eq!(rep.repaired(), 0, "fsck repaired something:\n{text}");
     assert_eq!(["a", "b"].map(|t| ino_on(d.path(), t, "f.swp")), torn);
     assert_eq!(temporaries(d.path()), kept, "fsck removed the keep");
@@ -1806,10 +1791,10 @@ fn a_move_onto_one_tier_syncs_its_rename_before_removing_the_old_pieces() {
     // other tiers go (a power cut keeping the removals and losing the rename loses the file).
     fs.placer().set_shares(vec![1.0, 0.0, 0.0]);
     let a = fs.tiers()[0].root.clone();
-    tierfs::beneath::fail_nth(&a, tierfs::beneath::Fault::SyncDir, 1, libc::EIO);
+    beneath::fail_nth(&a, beneath::Fault::SyncDir, 1, libc::EIO);
     rewrite(&fs, ino, &new);
     assert_eq!(
-        tierfs::beneath::faults_pending(&a),
+        beneath::faults_pending(&a),
         0,
         "the move removed the old pieces without syncing its rename"
     );
@@ -1863,13 +1848,9 @@ fn renames_not_synced_leave_the_old_piece(linked: bool) {
     // two renames, so the move keeps the old entries under a journal.
     fs.placer().set_shares(vec![0.5, 0.5, 0.0]);
     let a = fs.tiers()[0].root.clone();
-    tierfs::beneath::fail_nth(&a, tierfs::beneath::Fault::SyncDir, 1, libc::EIO);
+    beneath::fail_nth(&a, beneath::Fault::SyncDir, 1, libc::EIO);
     rewrite(&fs, ino, &new);
-    assert_eq!(
-        tierfs::beneath::faults_pending(&a),
-        0,
-        "no folder sync failed"
-    );
+    assert_eq!(beneath::faults_pending(&a), 0, "no folder sync failed");
     assert!(
         fs.is_failed(ino),
         "the journal stays, the file is not failed"
@@ -2038,12 +2019,12 @@ fn a_put_backs_renames_are_synced_before_its_journal_goes() {
     let (old, new) = (pattern(SIZE, 39), pattern(SIZE, 40));
     let (fs, ino) = setup(d.path(), &old);
     let roots = [0, 1].map(|t| fs.tiers()[t].root.clone());
-    tierfs::beneath::fail_nth(&roots[1], tierfs::beneath::Fault::Rename, 1, libc::EACCES);
-    tierfs::beneath::fail_nth(&roots[0], tierfs::beneath::Fault::SyncDir, 1, libc::EIO);
+    beneath::fail_nth(&roots[1], beneath::Fault::Rename, 1, libc::EACCES);
+    beneath::fail_nth(&roots[0], beneath::Fault::SyncDir, 1, libc::EIO);
     rewrite(&fs, ino, &new);
     for r in &roots {
         assert_eq!(
-            tierfs::beneath::faults_pending(r),
+            beneath::faults_pending(r),
             0,
             "the put-back's folder was not synced"
         );

@@ -121,7 +121,8 @@ fn degraded_mount_without_a_missing_tier() {
 
     // Files striped over both tiers, sized so that their last stripe is on the fast tier
     // (so the size stays exact while the slow one is gone).
-    let pattern_ = tierfs::placement::stripe_pattern(&[2.0 / 3.0, 1.0 / 3.0], &[true, true]);
+    let pattern_ =
+        tierfs::policy::placement::stripe_pattern(&[2.0 / 3.0, 1.0 / 3.0], &[true, true]);
     let last_fast = (0..pattern_.len())
         .rev()
         .find(|i| pattern_[*i] == 0)

@@ -37,7 +37,7 @@ fn tierfs(args: &[&str]) -> Output {
 }
 
 fn alive(pid: u32) -> bool {
-    tierfs::lock::start_time(pid).is_some()
+    tierfs::tier::lock::start_time(pid).is_some()
 }
 
 /// Waits up to 30 s for a process that is not our child to be gone.

@@ -845,7 +845,8 @@ fn remount_keeps_everything_stripe() {
 fn bug_stripe_write_to_a_non_first_tier_piece_leaves_mtime() {
     require!(fuse());
     let s = Setup::two("stripe");
-    let pattern_ = tierfs::placement::stripe_pattern(&[2.0 / 3.0, 1.0 / 3.0], &[true, true]);
+    let pattern_ =
+        tierfs::policy::placement::stripe_pattern(&[2.0 / 3.0, 1.0 / 3.0], &[true, true]);
     let slow = pattern_.iter().position(|t| *t != pattern_[0]).unwrap();
     let m = s.mount();
     let size = (slow + 2) * MIB;
@@ -1042,7 +1043,7 @@ fn deep_path(root: &Path, total: usize) -> (std::path::PathBuf, String) {
 /// reaches it relative to the tier folder, in steps. Created, written, read, renamed,
 /// stat'ed, xattr'd, kept through a remount and unlinked, both layouts.
 fn path_max_minus_one(layout: &str) {
-    use tierfs::beneath::Beneath;
+    use tierfs::tier::beneath::Beneath;
     require!(fuse());
     let s = Setup::two(layout);
     let m = s.mount();

@@ -22,18 +22,21 @@ SRC = os.path.join(ROOT, "src")
 # within a layer the files must still not form a cycle. Each entry is a module path prefix
 # (the longest matching prefix decides). Keep in step with docs/DESIGN.md.
 LAYERS = [
-    # 0: leaves: units, errors, libc wrappers
+    # 0: leaves: units, errors (the core's errno error; error::failure, a command's exit
+    # code), libc wrappers
     ["units", "error", "sys"],
-    # 1: configuration, on-disk and wire formats, logging and the exit codes of failures
-    ["config", "layout", "lock", "control", "ledger", "reqstats", "logging", "failure",
-     "fuse::abi"],
-    # 2: a tier folder and the only way to it; what a tier folder holds for one name
-    ["beneath", "tierio", "tier", "probe", "resolve"],
-    # 3: decisions and bookkeeping with no I/O: placement, shared-tier coordination, the
-    # cache's books, the statistics snapshot's types and renderings, and the core's
-    # vocabulary (inode types, the tree, an open file's state); a moved file's re-linking
-    # journal
-    ["placement", "coord", "cache", "stats", "vfs::types", "vfs::tree", "data::file",
+    # 1: configuration, on-disk and wire formats, logging
+    ["config", "layout", "control", "logging", "fuse::abi"],
+    # 2: a tier folder (who holds it: tier::lock; every backing call: tier::beneath; what
+    # the tiers hold at one name: tier::resolve), the only way to its bytes, its bandwidth
+    ["tier", "tierio", "probe"],
+    # 3: decisions and bookkeeping with no I/O on a tier: where bytes go (policy, but for
+    # policy::adapt, below), shared-tier coordination, the cache's books, the daemon's own
+    # counters and the formats that show them (stats: the CPU ledger, request counts, the
+    # snapshot's types and renderings, the metrics and their node_exporter file), and the
+    # core's vocabulary (inode types, the tree, an open file's state); a moved file's
+    # re-linking journal
+    ["policy", "coord", "cache", "stats", "vfs::types", "vfs::tree", "data::file",
      "relink"],
     # 4: the core's shared state (the struct the façade wraps)
     ["vfs::state", "vfs::contain"],
@@ -42,15 +45,17 @@ LAYERS = [
     # 6: the data path below a handle: layouts, cache, migrations, write-back, prefetch
     ["data"],
     # 7: the operations: namespace, open files, folders, reads and writes of a handle, the
-    # mount-time scan, the .tierfs/ files, adaptation
+    # mount-time scan, the .tierfs/ files; adaptation (policy::adapt: it reads the core's
+    # shared state, vfs::state)
     ["data::path", "vfs::files", "vfs::namespace", "vfs::links", "vfs::dirs", "vfs::scan",
-     "vfs::held", "vfs::statsdir", "vfs::tierctl", "vfs::snapshot", "vfs::direct", "vfs::appio", "adapt"],
+     "vfs::held", "vfs::statsdir", "vfs::tierctl", "vfs::snapshot", "vfs::direct", "vfs::appio", "policy::adapt"],
     # 8: the façade and the filesystem's construction and shutdown
     ["vfs::lifecycle", "vfs"],
     # 9: what reads the core or its files from outside: the on-disk tools, monitors, advice
-    ["ondisk", "tune", "prom", "client"],
-    # 10: the kernel side and the process (fuse::reply: the dispatcher's reply conversions)
-    ["fuse", "fuse::reply", "direct", "daemon", "mount_helper", "cli", "main", "lib", "testutil"],
+    ["ondisk", "tune", "client"],
+    # 10: the kernel side and the process (fuse::reply: the dispatcher's reply conversions;
+    # cli::mount_helper: the binary as mount(8)'s helper)
+    ["fuse", "fuse::reply", "direct", "daemon", "cli", "main", "lib", "testutil"],
 ]
 
 # Limits from issue #16.

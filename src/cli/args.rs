@@ -164,7 +164,7 @@ pub enum Cmd {
         prom: bool,
         /// With --prom: one more label on every sample, NAME=VALUE (repeatable), e.g.
         /// --label job=$SLURM_JOB_ID.
-        #[arg(long, value_name = "NAME=VALUE", requires = "prom", value_parser = crate::prom::parse_label)]
+        #[arg(long, value_name = "NAME=VALUE", requires = "prom", value_parser = crate::stats::prom::parse_label)]
         label: Vec<(String, String)>,
         /// Write to FILE instead of stdout: a temporary file renamed over FILE, mode 0644
         /// (for node_exporter's textfile collector).

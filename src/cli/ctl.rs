@@ -7,7 +7,7 @@
 //! reply goes to stdout; a refusal to stderr, with exit status 2 for a command the daemon
 //! could not parse (EINVAL) and 1 for any other refusal, as for every tierfs command.
 
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;

@@ -7,8 +7,8 @@
 //! fstab), the environment, files and exit status. `tierfs man --dir DIR` also writes tierfs-COMMAND(1) for each command, with its
 //! options and examples.
 
+use crate::cli::mount_helper::{Treatment, OPTIONS};
 use crate::config::{short_name, OPTION_KEYS};
-use crate::mount_helper::{Treatment, OPTIONS};
 use clap_mangen::roff::{bold, italic, roman, Roff};
 use clap_mangen::Man;
 use std::io::Write;
@@ -308,7 +308,7 @@ pub fn write_all(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mount_helper::{FS_TYPE, HELPER_NAME};
+    use crate::cli::mount_helper::{FS_TYPE, HELPER_NAME};
 
     /// roff escapes '-' as '\-'; tests read the text as a reader of the page would.
     fn plain(b: &[u8]) -> String {

@@ -1,11 +1,14 @@
 //! The command line: parse with clap, validate, call the library, map failures to exit
 //! codes (0 ok, 2 bad usage or config, 1 runtime failure). What the commands and their
 //! arguments are is in [`args`], apart, so the manual pages can be made from it without
-//! depending on what the commands do.
+//! depending on what the commands do; [`manpage`] makes them. [`mount_helper`] is the
+//! same binary called by mount(8) (`mount -t fuse.tierfs`, fstab): another way into the
+//! commands, which turns mount's options into a `tierfs mount`, so it lives with them.
 
 pub mod args;
 pub mod ctl;
 pub mod manpage;
+pub mod mount_helper;
 pub mod tune;
 
 pub use args::{print_completions, Cli, Cmd, VERSION};
@@ -13,7 +16,7 @@ pub use args::{print_completions, Cli, Cmd, VERSION};
 use crate::client::read_snapshot;
 use crate::config::MountConfig;
 use crate::daemon::{self, MountOptions};
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::probe::{self, ProbeOptions};
 use clap::Parser;
 use std::io::Write;
@@ -31,8 +34,8 @@ pub fn main() -> i32 {
             .collect()
     };
     let commands: Vec<&str> = commands.iter().map(String::as_str).collect();
-    if crate::mount_helper::is_helper_call(&args, &commands) {
-        return crate::mount_helper::run(&args);
+    if mount_helper::is_helper_call(&args, &commands) {
+        return mount_helper::run(&args);
     }
     let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
@@ -156,9 +159,9 @@ fn mount_with_options(
 ) -> Result<(), Failure> {
     let items: Vec<String> = options
         .iter()
-        .flat_map(|o| crate::mount_helper::split_options(o))
+        .flat_map(|o| mount_helper::split_options(o))
         .collect();
-    for n in crate::mount_helper::apply(&mut m, &items, false)? {
+    for n in mount_helper::apply(&mut m, &items, false)? {
         eprintln!("tierfs: note: {n}");
     }
     if let Some(t) = textfile {
@@ -168,7 +171,7 @@ fn mount_with_options(
             .expect("metrics.textfile is a config key");
         m.overrides.push(ov);
     }
-    crate::mount_helper::check_source(&m)?;
+    mount_helper::check_source(&m)?;
     daemon::mount(&m)
 }
 
@@ -193,13 +196,13 @@ fn run_stat(
             )));
         }
         labels.extend(label);
-        crate::prom::add_labels(&read("metrics")?, &labels)
+        crate::stats::prom::add_labels(&read("metrics")?, &labels)
             .map_err(|e| Failure::runtime(format!("{}: {e}", mountpoint.display())))?
     } else {
         crate::stats::tiers_table(&read_snapshot(mountpoint, stats_dir)?)
     };
     match out {
-        Some(p) => crate::prom::write_atomic(p, text.as_bytes())
+        Some(p) => crate::stats::prom::write_atomic(p, text.as_bytes())
             .map_err(|e| Failure::runtime(format!("{}: {e}", p.display()))),
         None => {
             print!("{text}");

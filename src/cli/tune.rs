@@ -1,6 +1,6 @@
 //! `tierfs tune`: its arguments and output. The sweep itself is [`crate::tune`].
 
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::tune::{self, report, Grid, Plan};
 use std::io::Write;
 use std::path::PathBuf;

@@ -273,7 +273,7 @@ fn summary_note(
 ) -> String {
     let total_bw: f64 = tiers
         .iter()
-        .map(|t| crate::placement::effective_bandwidth(t.read_bps, t.write_bps))
+        .map(|t| crate::policy::placement::effective_bandwidth(t.read_bps, t.write_bps))
         .sum();
     format!(
         "mount {}: {} tier(s) taking data ({}), about {} together; layout {}; \

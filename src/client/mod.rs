@@ -12,7 +12,7 @@
 //! - [`watch`]: `tierfs stat --watch`'s live screen;
 //! - [`plot`]: `tierfs plot`'s figures of a recording.
 //!
-//! `crate::prom` stays at the root: the daemon's metrics textfile writes through it too.
+//! `crate::stats::prom` stays at the root: the daemon's metrics textfile writes through it too.
 
 pub mod dsconfig;
 pub mod dsmemory;
@@ -20,7 +20,7 @@ pub mod monitor;
 pub mod plot;
 pub mod watch;
 
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::stats::Snapshot;
 use std::path::Path;
 

@@ -1,6 +1,6 @@
 //! `[metrics]`: metrics the daemon writes out itself. `textfile` names a file for
 //! node_exporter's textfile collector, which the daemon rewrites every `textfile_interval`
-//! seconds with the mount's `.tierfs/metrics` (`crate::prom`): no timer job, and it works
+//! seconds with the mount's `.tierfs/metrics` (`crate::stats::prom`): no timer job, and it works
 //! where the collector cannot read a user's mount.
 
 use std::path::PathBuf;

@@ -40,7 +40,7 @@ pub struct PlacementConfig {
     pub adapt: bool,
     /// With `adapt`: a tier that would get less than this share of the work next to the
     /// fastest tier alone gets none until it measures 1.5 times that
-    /// ([`crate::placement::shares_with_pause`]). 0 never pauses. Default 0.10.
+    /// ([`crate::policy::placement::shares_with_pause`]). 0 never pauses. Default 0.10.
     pub min_share: f64,
 }
 
@@ -77,7 +77,7 @@ pub const MAX_STRIPE_UNIT: u64 = 1 << 30;
 pub const STRIPE_ALIGN: u64 = 4096;
 /// `placement.min_share` when the file does not say: with `adapt`, a tier that would get
 /// less than this next to the fastest tier alone is paused
-/// ([`crate::placement::shares_with_pause`]).
+/// ([`crate::policy::placement::shares_with_pause`]).
 pub const DEFAULT_MIN_SHARE: f64 = 0.10;
 
 impl Default for PlacementConfig {

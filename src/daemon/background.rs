@@ -10,7 +10,7 @@
 use super::fresh::Before;
 use super::options::MountOptions;
 use crate::config::MountConfig;
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;

@@ -27,7 +27,7 @@ mod textfile;
 mod tiers;
 mod unmount;
 
-pub use crate::failure::Failure;
+pub use crate::error::failure::Failure;
 pub use background::default_log_path;
 pub use lost::{lost_report_path, LOST_REPORT};
 pub use mountinfo::{

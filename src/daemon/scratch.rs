@@ -11,7 +11,7 @@
 use super::mountinfo::{daemon_of, mount_at, Daemon};
 use super::unmount::clear_dead_mount;
 use crate::config::MountConfig;
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::tier::scratch::Plan as ScratchPlan;
 use crate::vfs::TierFs;
 use std::path::Path;
@@ -134,7 +134,7 @@ pub fn sweep_stale_scratch(
     missing: &[(usize, String)],
     say: &mut dyn FnMut(&str),
 ) {
-    use crate::lock::{Holder, TakenOver, TierLock};
+    use crate::tier::lock::{Holder, TakenOver, TierLock};
     use std::os::unix::fs::MetadataExt;
     let euid = crate::sys::euid();
     let mut parents: Vec<&Path> = config
@@ -160,7 +160,7 @@ pub fn sweep_stale_scratch(
                 _ => continue,
             }
             let meta = dir.join(crate::tier::META_DIR);
-            let Some(h) = crate::lock::holder_of(&meta) else {
+            let Some(h) = crate::tier::lock::holder_of(&meta) else {
                 continue;
             };
             if !h.scratch || h.host.is_empty() || !h.is_this_host() || h.is_alive() {

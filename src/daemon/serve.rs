@@ -13,7 +13,7 @@ use super::scratch::sweep_stale_scratch;
 use super::shutdown::{self, install_signal_handlers};
 use super::tiers::open_tiers_degraded;
 use crate::config::{MountConfig, Transport};
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::tier::{LockRequest, Tier};
 use crate::vfs::TierFs;
 use std::path::Path;
@@ -322,7 +322,7 @@ fn undo(f: Failure, config: &MountConfig, before: &Before) -> Failure {
 
 /// The mount's source in /proc/self/mountinfo: the config file, as an fstab line names it,
 /// so `mount -a` sees the line is mounted; without one, "tierfs", the source such a line
-/// gives ([`crate::mount_helper::NO_CONFIG`]). A path that mount options cannot carry (a
+/// gives ([`crate::cli::mount_helper::NO_CONFIG`]). A path that mount options cannot carry (a
 /// comma, white space) is shown as plain "tierfs" too.
 fn mount_source(config: Option<&Path>) -> String {
     let Some(config) = config else {

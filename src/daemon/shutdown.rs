@@ -13,7 +13,7 @@ use super::lost::write_lost_report;
 use super::scratch::remove_scratch;
 use super::unmount::unmount_path;
 use crate::config::MountConfig;
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::vfs::TierFs;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

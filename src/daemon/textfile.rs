@@ -3,13 +3,13 @@
 //! more at unmount, so no cron job or loop beside the job has to copy them out.
 //!
 //! Each write goes through a temporary file in the same folder and a rename
-//! ([`crate::prom::write_atomic`]), so the collector never reads half a file. The daemon
+//! ([`crate::stats::prom::write_atomic`]), so the collector never reads half a file. The daemon
 //! runs as the mount's user, so that user must be able to write the folder: checked before
 //! mounting ([`check`]), with the fix. A write that fails later (the folder removed, a full
 //! disk) is logged once and retried at the next interval; the mount goes on.
 
 use crate::config::MountConfig;
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::vfs::{TierFs, Virtual};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -52,7 +52,7 @@ pub(super) fn check(config: &MountConfig, mountpoint: &Path) -> Result<(), Failu
     }
     // A real write and rename, as the daemon will make them: access(2) says nothing of a
     // read-only file system or an ACL.
-    let probe = crate::prom::temp_path(file).map_err(|e| fail(e.to_string()))?;
+    let probe = crate::stats::prom::temp_path(file).map_err(|e| fail(e.to_string()))?;
     let tried = std::fs::write(&probe, b"").and_then(|()| std::fs::remove_file(&probe));
     tried.map_err(|e| {
         fail(format!(
@@ -84,8 +84,9 @@ struct Job {
 impl Job {
     fn write(&self) -> Result<(), String> {
         let metrics = crate::vfs::snapshot::render(&self.fs, Virtual::Metrics, false);
-        let text = crate::prom::labelled(&String::from_utf8_lossy(&metrics), &self.mountpoint)?;
-        crate::prom::write_atomic(&self.file, text.as_bytes()).map_err(|e| e.to_string())
+        let text =
+            crate::stats::prom::labelled(&String::from_utf8_lossy(&metrics), &self.mountpoint)?;
+        crate::stats::prom::write_atomic(&self.file, text.as_bytes()).map_err(|e| e.to_string())
     }
 }
 

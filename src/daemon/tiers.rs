@@ -2,7 +2,7 @@
 //! probed, or taken from the job's shared ledger, and its admission queue sized.
 
 use crate::config::{MountConfig, SharedConfig, TierConfig};
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::probe::{self, ProbeOptions};
 use crate::tier::{BandwidthSource, LockRequest, Tier};
 

@@ -3,7 +3,7 @@
 
 use super::lost::{lost_report_path, read_lost_report};
 use super::mountinfo::{daemon_of, mount_at, resolve_outer, Daemon};
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};

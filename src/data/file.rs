@@ -3,7 +3,7 @@
 //! this state alone, so reads and writes never touch the tree.
 
 use crate::layout::FileLayout;
-use crate::placement::Charge;
+use crate::policy::placement::Charge;
 use crate::tierio::Piece;
 use parking_lot::{Mutex, RwLock};
 

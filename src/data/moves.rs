@@ -16,7 +16,7 @@ use crate::data::keep;
 use crate::data::linked;
 use crate::error::{Error, Result};
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
-use crate::placement::{self, Charge};
+use crate::policy::placement::{self, Charge};
 use crate::sys::{self, SetTime};
 use crate::tierio::{AlignedBuf, Piece};
 use crate::tierio::{Class, Op};
@@ -300,10 +300,11 @@ pub(crate) fn copy_range(
     off: u64,
     len: u64,
 ) -> Result<std::result::Result<(), TierFail>> {
-    fs.ledger.moved(crate::ledger::Class::Migration, len);
-    fs.ledger.charge(crate::ledger::Class::Migration, || {
-        copy_range_blocks(fs, node, st, m, off, len)
-    })
+    fs.ledger.moved(crate::stats::ledger::Class::Migration, len);
+    fs.ledger
+        .charge(crate::stats::ledger::Class::Migration, || {
+            copy_range_blocks(fs, node, st, m, off, len)
+        })
 }
 
 pub(crate) fn copy_range_blocks(

@@ -92,7 +92,7 @@ pub(crate) fn prefetch_loop(fs: &TierFs) {
 }
 
 pub(crate) fn prefetch(fs: &TierFs, ino: u64, asked: bool) -> Result<()> {
-    fs.ledger.charge(crate::ledger::Class::Prefetch, || {
+    fs.ledger.charge(crate::stats::ledger::Class::Prefetch, || {
         prefetch_file(fs, ino, asked)
     })
 }
@@ -209,7 +209,7 @@ pub(crate) fn prefetch_file(fs: &TierFs, ino: u64, asked: bool) -> Result<()> {
     if n > 0 {
         c.counters.prefetch_files.fetch_add(1, Ordering::Relaxed);
         c.counters.prefetch_bytes.fetch_add(n, Ordering::Relaxed);
-        fs.ledger.moved(crate::ledger::Class::Prefetch, n);
+        fs.ledger.moved(crate::stats::ledger::Class::Prefetch, n);
     }
     match err.into_inner() {
         Some(e) => Err(e),
@@ -245,9 +245,10 @@ pub(crate) fn memory_watch_loop(fs: &TierFs) {
                 );
             }
             low = true;
-            fs.ledger.charge(crate::ledger::Class::WriteBack, || {
-                writeback::shrink_cache(fs, next)
-            });
+            fs.ledger
+                .charge(crate::stats::ledger::Class::WriteBack, || {
+                    writeback::shrink_cache(fs, next)
+                });
         } else if next > cur {
             c.set_budget(next);
             if next == c.cfg.size && low {

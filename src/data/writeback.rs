@@ -27,16 +27,18 @@ pub(crate) fn write_back(
         .cache
         .as_ref()
         .map_or(0, |c| c.counters.writeback_bytes.load(Ordering::Relaxed));
-    let r = fs.ledger.charge(crate::ledger::Class::WriteBack, || {
-        write_back_batches(fs, node, e, ino)
-    });
+    let r = fs
+        .ledger
+        .charge(crate::stats::ledger::Class::WriteBack, || {
+            write_back_batches(fs, node, e, ino)
+        });
     let after = fs
         .cache
         .as_ref()
         .map_or(0, |c| c.counters.writeback_bytes.load(Ordering::Relaxed));
     // Other threads' write-backs may land in between: close enough for a ratio.
     fs.ledger.moved(
-        crate::ledger::Class::WriteBack,
+        crate::stats::ledger::Class::WriteBack,
         after.saturating_sub(before),
     );
     r

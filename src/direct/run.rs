@@ -6,7 +6,7 @@
 //! The command replaces this process (exec), so its exit status, signals and job control
 //! are its own.
 
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;

@@ -392,10 +392,10 @@ mod tests {
 
     #[test]
     fn every_opcode_is_named_by_the_request_counters() {
-        // The names live with the counters (`crate::reqstats`), the numbers here.
+        // The names live with the counters (`crate::stats::reqstats`), the numbers here.
         macro_rules! named {
             ($($op:ident),*) => {{
-                $(assert_eq!(crate::reqstats::op_name(op::$op), stringify!($op));)*
+                $(assert_eq!(crate::stats::reqstats::op_name(op::$op), stringify!($op));)*
                 [$(op::$op),*].len()
             }};
         }
@@ -451,12 +451,12 @@ mod tests {
             TMPFILE,
             STATX
         );
-        let unnamed = (0..crate::reqstats::OPCODES as u32 + 8)
-            .filter(|&o| crate::reqstats::op_name(o) == "UNKNOWN")
+        let unnamed = (0..crate::stats::reqstats::OPCODES as u32 + 8)
+            .filter(|&o| crate::stats::reqstats::op_name(o) == "UNKNOWN")
             .count();
         assert_eq!(
             n + unnamed,
-            crate::reqstats::OPCODES + 8,
+            crate::stats::reqstats::OPCODES + 8,
             "a name without an opcode"
         );
     }

@@ -13,8 +13,8 @@ use super::reply::{
 };
 use super::request::{forget_items, Op, Request};
 use super::{MAX_BACKGROUND, MAX_REQUEST};
-use crate::ledger::Class;
-use crate::reqstats::op_name;
+use crate::stats::ledger::Class;
+use crate::stats::reqstats::op_name;
 use crate::sys::SetTime;
 use crate::tierio::AlignedBuf;
 use crate::vfs::{Ctx, SetAttr, TierFs};

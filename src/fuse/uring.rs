@@ -17,8 +17,8 @@
 use super::abi::{self, op, InHeader, OutHeader, Pod, UringCmdReq, UringEntInOut};
 use super::dispatch::{Dispatcher, Reply};
 use super::request::Request;
-use crate::ledger::{Class, Meter};
-use crate::reqstats::op_name;
+use crate::stats::ledger::{Class, Meter};
+use crate::stats::reqstats::op_name;
 use crate::tierio::AlignedBuf;
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::io;

@@ -2,18 +2,18 @@
 //! would show it (striped files reassembled, conflict copies under the names a mount gives
 //! them), reading only, so it works while mounted. A file with several names (hard links)
 //! is copied once and linked under its other names; a partial name an interrupted link
-//! left is not exported, as the mount removes it ([`crate::resolve::plan_links`]). A
+//! left is not exported, as the mount removes it ([`crate::tier::resolve::plan_links`]). A
 //! pending re-link journal stops it (its move is settled by a mount or `fsck --repair`);
 //! one set aside as never to be replayed does not, but the file it names is reported as
 //! possibly mixed from before and after its move.
 
 use super::issues::{resolve, Action, FileView, Item};
 use super::{list, tier_dirs, EntKind, Failure, TierDir};
-use crate::beneath::Beneath;
 use crate::config::MountConfig;
 use crate::layout::{conflict_path, FileLayout};
-use crate::resolve::{backing_ids, plan_links, BackingId};
 use crate::sys::{self, SetTime};
+use crate::tier::beneath::Beneath;
+use crate::tier::resolve::{backing_ids, plan_links, BackingId};
 use std::collections::BTreeSet;
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, Metadata, OpenOptions};

@@ -7,8 +7,8 @@ use super::issues::{resolve, same_bytes, Action, FileView, Issue, Item};
 use super::{list, tier_dirs, EntKind, Failure, TierDir};
 use crate::config::MountConfig;
 use crate::layout::{conflict_path, FileLayout, Part, LAYOUT_XATTR};
-use crate::resolve::{backing_ids, plan_links, read_layout, BackingId, LayoutRead};
 use crate::sys::{self, SetTime};
+use crate::tier::resolve::{backing_ids, plan_links, read_layout, BackingId, LayoutRead};
 use crate::tier::{DATA_DIR, META_DIR};
 use crate::vfs::TMP_PREFIX;
 use std::collections::BTreeMap;
@@ -51,9 +51,9 @@ impl FsckReport {
 
 /// Holds every tier's lock for the length of a check, so no daemon mounts the tiers
 /// meanwhile; fails when a daemon holds one.
-pub struct TierLocks(#[allow(dead_code)] Vec<crate::lock::TierLock>);
+pub struct TierLocks(#[allow(dead_code)] Vec<crate::tier::lock::TierLock>);
 
-/// Takes the lock a daemon takes in `Tier::open` ([`crate::lock`]), on every tier that has
+/// Takes the lock a daemon takes in `Tier::open` ([`crate::tier::lock`]), on every tier that has
 /// been mounted before. A stale lock of this host (its daemon was killed) is taken over, as a
 /// mount would; another host's is refused.
 pub fn lock_tiers(tiers: &[TierDir]) -> Result<TierLocks, Failure> {
@@ -79,10 +79,10 @@ pub fn lock_tiers(tiers: &[TierDir]) -> Result<TierLocks, Failure> {
                 )));
             }
         }
-        let me = crate::lock::Holder::me("fsck", None, false);
-        match crate::lock::TierLock::acquire(&t.root, &meta, me, false) {
+        let me = crate::tier::lock::Holder::me("fsck", None, false);
+        match crate::tier::lock::TierLock::acquire(&t.root, &meta, me, false) {
             Ok((lock, _)) => locks.push(lock),
-            Err(crate::lock::LockError::Held { holder, .. }) => {
+            Err(crate::tier::lock::LockError::Held { holder, .. }) => {
                 return Err(Failure::runtime(format!(
                     "tier '{}' ({}) is in use by a tierfs daemon ({}); fsck checks the tiers \
                      offline: unmount first (`tierfs unmount MOUNTPOINT`), or use `tierfs \
@@ -462,7 +462,7 @@ struct Linked {
     size: u64,
 }
 
-/// Hard links, by the rule the mount's scan applies ([`crate::resolve::plan_links`]):
+/// Hard links, by the rule the mount's scan applies ([`crate::tier::resolve::plan_links`]):
 /// names of one file are no problem (the report counts the file once); a partial name is
 /// removed, its `CreatePiece` issues (taken out of `deferred`) moot; names sharing only
 /// some backing inodes are listed for a person to settle. Names in `rejoined` are left to

@@ -1,10 +1,10 @@
 //! The problems `fsck` lists: each name of a folder resolved with the mount's rules
-//! ([`crate::resolve`]) into what the mount shows (an [`Item`]) and one [`Issue`] for each
+//! ([`crate::tier::resolve`]) into what the mount shows (an [`Item`]) and one [`Issue`] for each
 //! thing the mount would change or could not settle, with the repair that does it.
 
 use super::{EntKind, TierDir};
 use crate::layout::{conflict_path, FileLayout, LAYOUT_XATTR};
-use crate::resolve::{
+use crate::tier::resolve::{
     files_equal, plan_file, plan_name, read_pieces, Aside, FilePlan, Step, Stray, Winner,
 };
 use std::path::{Path, PathBuf};

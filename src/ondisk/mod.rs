@@ -3,7 +3,7 @@
 //! `tierfs export` copies the whole tree out into an ordinary folder, reassembling striped
 //! files, so no one's data depends on the daemon.
 //!
-//! Both resolve what they find with the rules a mount's scan uses, [`crate::resolve`]: every
+//! Both resolve what they find with the rules a mount's scan uses, [`crate::tier::resolve`]: every
 //! folder is mirrored on every tier, a file's pieces sit at its own path on the tiers of its
 //! layout, symlinks and special files live on the first tier, and `.tierfs-tmp-*` names
 //! are leftovers of an interrupted move. So what `export` writes is what a mount would
@@ -25,12 +25,12 @@ mod journals;
 pub use self::export::{export, run_export, ExportReport};
 pub use self::fsck::{fsck, lock_tiers, run_fsck, FsckReport, TierLocks};
 pub use self::issues::{Action, FileView, Issue};
-pub use crate::resolve::LayoutRead;
+pub use crate::tier::resolve::LayoutRead;
 
-use crate::beneath::Beneath;
 use crate::config::MountConfig;
-use crate::failure::Failure;
-use crate::resolve::Class;
+use crate::error::failure::Failure;
+use crate::tier::beneath::Beneath;
+use crate::tier::resolve::Class;
 use crate::tier::DATA_DIR;
 use crate::vfs::TMP_PREFIX;
 use std::collections::BTreeMap;
@@ -50,7 +50,7 @@ pub struct TierDir {
 
 impl TierDir {
     /// Calls on this tier's paths, relative to its folder and never through a symlink in
-    /// it, at any depth (as the daemon's, see [`crate::beneath`]).
+    /// it, at any depth (as the daemon's, see [`crate::tier::beneath`]).
     pub fn fs(&self) -> Beneath<'_> {
         Beneath::new(&self.root)
     }
@@ -212,8 +212,8 @@ mod tests {
     use super::{export, fsck, lock_tiers, tier_dirs, FsckReport, TierDir};
     use crate::config::MountConfig;
     use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
-    use crate::resolve::{read_layout, LayoutRead};
     use crate::sys::{self, SetTime};
+    use crate::tier::resolve::{read_layout, LayoutRead};
     use crate::tier::{DATA_DIR, META_DIR};
     use crate::vfs::TMP_PREFIX;
     use std::ffi::OsStr;

@@ -1,12 +1,29 @@
-//! The `/proc`-like files under the mount's stats folder (`.tierfs/` by default).
+//! The daemon's statistics: the counters it keeps of its own work, and every format a
+//! snapshot of them is shown in.
+//!
+//! - Counters: [`ledger`], the CPU-seconds spent per class of work next to the bytes it
+//!   moved; [`reqstats`], the requests the kernel sent, per FUSE opcode and transport.
+//! - Formats: this file, the `/proc`-like files under the mount's stats folder (`.tierfs/`
+//!   by default); [`metrics`], the same as Prometheus text; [`prom`], that text labelled
+//!   per mount and written for node_exporter's textfile collector (by `tierfs stat
+//!   --prom` and the daemon alike); [`app`] and [`control`], the programs' view and the
+//!   operator's state as the tables show them.
 //!
 //! Each file is rendered whole when it is opened, so one `cat` sees one consistent
 //! snapshot; later reads of the same handle see the same bytes. `stats.json` holds
 //! everything the text files show, for tools (`tierfs stat` reads it).
+//!
+//! Why the counters live here, with their formats, and not with the code that bumps them
+//! (the data path, the FUSE workers): that way neither side knows the other, and nothing
+//! in this folder reaches the core; it stands on the tiers' own counters and nothing
+//! higher.
 
 pub mod app;
 pub mod control;
+pub mod ledger;
 pub mod metrics;
+pub mod prom;
+pub mod reqstats;
 
 use crate::units::{fmt_bytes, fmt_rate};
 use serde::{Deserialize, Serialize};
@@ -253,7 +270,7 @@ pub struct Snapshot {
     pub cpu: CpuStats,
 }
 
-/// The daemon's CPU ledger in `stats.json` ([`crate::ledger`]).
+/// The daemon's CPU ledger in `stats.json` ([`ledger`]).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct CpuStats {
     /// The whole daemon's CPU (user + system) since it started, in seconds.

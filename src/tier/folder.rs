@@ -3,7 +3,7 @@
 
 use super::{LockRequest, DATA_DIR, META_DIR};
 use crate::error::{Error, Result};
-use crate::lock::{Holder, TakenOver, TierLock};
+use crate::tier::lock::{Holder, TakenOver, TierLock};
 use std::path::{Path, PathBuf};
 
 /// Takes the lock of the tier folder `root` as `req` says; a stale scratch daemon's data
@@ -55,7 +55,7 @@ pub(super) fn take_lock(
         Err(e) => Err(Error::tier(
             name,
             "lock",
-            meta.join(crate::lock::RECORD),
+            meta.join(crate::tier::lock::RECORD),
             std::io::Error::new(e.kind(), e.to_string()),
         )),
     }
@@ -198,7 +198,7 @@ impl Capabilities {
 pub fn discard_contents(root: &Path) -> std::io::Result<()> {
     remove_if_there(&root.join(DATA_DIR))?;
     let meta = root.join(META_DIR);
-    let keep = [crate::lock::RECORD, crate::lock::NODE_LOCK];
+    let keep = [crate::tier::lock::RECORD, crate::tier::lock::NODE_LOCK];
     match std::fs::read_dir(&meta) {
         Ok(rd) => {
             for e in rd {
@@ -222,7 +222,7 @@ pub fn discard_contents(root: &Path) -> std::io::Result<()> {
 /// meanwhile is left alone.
 pub fn remove_folder(root: &Path, created: bool) -> std::result::Result<(), String> {
     let meta = root.join(META_DIR);
-    if let Some(h) = crate::lock::holder_of(&meta) {
+    if let Some(h) = crate::tier::lock::holder_of(&meta) {
         return Err(format!(
             "kept {}: it was locked again meanwhile ({})",
             root.display(),

@@ -4,19 +4,40 @@
 //! piece at the file's own path, and `.tierfs-meta/`, our private state (the lock file, the
 //! format marker, the probe cache). Keeping user data under `data/` means no user name can
 //! collide with our own files.
+//!
+//! The parts, one concept a file:
+//! - `folder.rs`: a folder taken at mount and given up; [`identity`]: which tierfs it
+//!   belongs to; [`scratch`]: what a scratch mount may take and remove;
+//! - [`lock`]: who holds it, the record and the node lock that keep a second daemon, or
+//!   `fsck`, off a folder in use;
+//! - [`beneath`]: every backing call on its paths, relative to the folder and never through
+//!   a symlink in it;
+//! - [`resolve`]: what the tiers hold at one path, the one set of rules that the mount-time
+//!   scan, `fsck` and `export` act on;
+//! - `estimate.rs`: its bandwidth as the daemon sees it; `union.rs`: busy periods programs
+//!   reported; [`admin`]: what an operator set for it; [`app`]: what programs moved through it.
+//!
+//! `lock`, `beneath` and `resolve` sat at the root of `src/`. They live here because each is
+//! about the tier folders and nothing above them (they import only `sys`, `config` and
+//! `layout`): a daemon, `fsck` and `export` reach a tier only through them. In `ondisk/`,
+//! beside the offline tools, they would close a cycle: `ondisk` uses `tier` and `vfs`, and
+//! both use them.
 
 use crate::error::{Error, Result};
 use crate::sys;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::lock::TierLock;
+use lock::TierLock;
 
 pub mod admin;
 pub mod app;
+pub mod beneath;
 mod estimate;
 mod folder;
 pub mod identity;
+pub mod lock;
+pub mod resolve;
 pub mod scratch;
 mod union;
 pub(crate) use estimate::epoch_ns_of;
@@ -28,7 +49,7 @@ pub use estimate::{
 };
 pub use folder::{discard_contents, empty_limbo, remove_folder};
 
-/// How a daemon takes a tier's lock ([`crate::lock`]).
+/// How a daemon takes a tier's lock ([`lock`]).
 #[derive(Debug, Clone, Default)]
 pub struct LockRequest {
     /// Recorded in the lock, so another mount can say where the tier is mounted.
@@ -181,7 +202,7 @@ pub struct Tier {
     probe_fresh: std::sync::atomic::AtomicBool,
     pub probes: AtomicU64,
     /// With `adapt`: too slow next to the fastest tier to be given work
-    /// ([`crate::placement::shares_with_pause`]); only recovery probes reach it.
+    /// ([`crate::policy::placement::shares_with_pause`]); only recovery probes reach it.
     paused: std::sync::atomic::AtomicBool,
     /// What an operator set through `.tierfs/control`: paused, draining, a weight.
     pub admin: admin::TierAdmin,
@@ -523,8 +544,8 @@ impl Tier {
     /// Backing calls on paths of this tier ([`Tier::path`], [`Tier::limbo_path`]), made
     /// relative to its folder and never through a symlink in it (one planted in the tier
     /// folder by hand gives ELOOP).
-    pub fn fs(&self) -> crate::beneath::Beneath<'_> {
-        crate::beneath::Beneath::new(&self.root)
+    pub fn fs(&self) -> beneath::Beneath<'_> {
+        beneath::Beneath::new(&self.root)
     }
 
     /// The backing path of a relative path in this tier.

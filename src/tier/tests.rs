@@ -2,7 +2,7 @@
 //! what it folds in, and the room a capacity limit leaves.
 
 use super::*;
-use crate::lock::Holder;
+use crate::tier::lock::Holder;
 
 #[test]
 fn second_open_of_a_tier_is_refused() {
@@ -29,7 +29,7 @@ fn scratch_removal_keeps_what_tierfs_did_not_make() {
     std::fs::write(t.data.join("zero_stage_3/rank0/x.swp"), b"x").unwrap();
     discard_contents(&root).unwrap();
     assert!(!t.data.exists());
-    assert!(root.join(META_DIR).join(crate::lock::RECORD).exists());
+    assert!(root.join(META_DIR).join(crate::tier::lock::RECORD).exists());
     // Still locked: part two refuses.
     assert!(remove_folder(&root, true)
         .unwrap_err()
@@ -73,7 +73,7 @@ fn a_stale_scratch_lock_takes_its_data_with_it() {
         h.pid = c.id();
         c.wait().unwrap();
         std::fs::write(d.path().join(DATA_DIR).join("old.swp"), b"old").unwrap();
-        std::fs::write(meta.join(crate::lock::RECORD), h.to_text()).unwrap();
+        std::fs::write(meta.join(crate::tier::lock::RECORD), h.to_text()).unwrap();
     };
     stale();
     let kept = Tier::open_for(0, "t", d.path(), None, &LockRequest::default()).unwrap();

@@ -16,7 +16,7 @@
 //! | [`Class::Probe`] | recovery probes of idle tiers ([`recovery`]) |
 //!
 //! The compiler holds everyone to it: a [`Piece`]'s reads and writes are visible only in
-//! this module. The CPU ledger ([`crate::ledger`]) stays with the work that spends it: a
+//! this module. The CPU ledger ([`crate::stats::ledger`]) stays with the work that spends it: a
 //! class of work there (a migration) includes CPU and bytes that never reach a tier.
 
 mod account;

@@ -135,7 +135,7 @@ impl Piece {
     }
 
     /// [`Piece::open`] of a `path` inside the tier folder `root`, following no symlink below
-    /// `root` (a symlink planted in a tier gives ELOOP; see [`crate::beneath`]).
+    /// `root` (a symlink planted in a tier gives ELOOP; see [`crate::tier::beneath`]).
     pub fn open_in(root: &Path, path: &Path, direct: bool) -> io::Result<Piece> {
         Self::open_with(Some(root), path, None, direct)
     }
@@ -159,7 +159,7 @@ impl Piece {
                 0
             };
             match root {
-                Some(r) => crate::beneath::Beneath::new(r).open(
+                Some(r) => crate::tier::beneath::Beneath::new(r).open(
                     path,
                     acc | cr | extra,
                     create.unwrap_or(0),

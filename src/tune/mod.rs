@@ -25,7 +25,7 @@ pub mod aio;
 pub mod point;
 pub mod report;
 
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use crate::units::fmt_size_exact;
 use std::path::Path;
 use std::sync::atomic::Ordering;

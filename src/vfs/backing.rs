@@ -84,7 +84,7 @@ pub(crate) fn account_resize(fs: &TierFs, layout: &FileLayout, old: u64, new: u6
 /// paths: changing it (rename, unlink, chmod, ...) answers EIO, so the piece on the
 /// missing tier never goes out of step with the others.
 ///
-/// The paths are for the tier's [`crate::beneath`] calls, never for a path-taking call of
+/// The paths are for the tier's [`crate::tier::beneath`] calls, never for a path-taking call of
 /// its own: those reach nothing through a symlink in a tier, and any depth.
 pub(crate) fn backing_paths(fs: &TierFs, tree: &Tree, ino: u64) -> Result<Vec<(usize, PathBuf)>> {
     let node = tree.get(ino)?;

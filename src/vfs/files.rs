@@ -6,7 +6,7 @@ use crate::data::file::{FileNode, FileState};
 use crate::data::{cached, migrate};
 use crate::error::{Error, Result};
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
-use crate::placement::{self, Charge};
+use crate::policy::placement::{self, Charge};
 use crate::sys::{self, SetTime};
 use crate::tierio::Piece;
 use crate::vfs::state::TierFs;

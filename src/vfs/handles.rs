@@ -113,9 +113,9 @@ pub(crate) fn kernel_first(fs: &TierFs, tier: usize) -> bool {
 }
 
 /// Bytes of the slower tiers' files that staging memory holds, as placement counts them
-/// for whole files ([`crate::placement::shares_with_held`]): only where the fastest tier's
+/// for whole files ([`crate::policy::placement::shares_with_held`]): only where the fastest tier's
 /// files go to the kernel and the others' are staged, and only memory the cache has
-/// admitted for such files (ranked, not spare), at most [`crate::placement::HELD_FRACTION`]
+/// admitted for such files (ranked, not spare), at most [`crate::policy::placement::HELD_FRACTION`]
 /// of the budget. Counting the budget instead (what the cache *could* hold) put three of
 /// four fresh 1 GiB fio files on the slow tier with nothing staged, and a first big file
 /// there too (issue 38): a file the cache does not hold is placed by Eq. 1. Without kernel
@@ -131,7 +131,7 @@ pub(crate) fn held_for_placement(fs: &TierFs) -> u64 {
             let Some(fast) = fastest_tier(fs) else {
                 return 0;
             };
-            let cap = (c.budget() as f64 * crate::placement::HELD_FRACTION) as u64;
+            let cap = (c.budget() as f64 * crate::policy::placement::HELD_FRACTION) as u64;
             let slower = |n: &FileNode| n.counted() && n.primary.load(Ordering::Relaxed) != fast;
             c.admitted_for(slower).min(cap)
         }

@@ -14,7 +14,7 @@
 use crate::data::file::FileNode;
 use crate::layout::FileLayout;
 use crate::relink::Held;
-use crate::resolve::{plan_file, read_pieces, Step};
+use crate::tier::resolve::{plan_file, read_pieces, Step};
 use crate::vfs::state::TierFs;
 use crate::vfs::tree::{NodeData, Tree};
 use crate::vfs::types::Kind;

@@ -5,14 +5,15 @@
 use crate::config::MountConfig;
 use crate::data::{cached, migrate, writeback};
 use crate::error::{Error, Result};
-use crate::placement::Placer;
+use crate::policy::adapt;
+use crate::policy::placement::{self, Placer};
+use crate::sys;
 use crate::tier::Tier;
 use crate::vfs::state::RelayoutCounters;
 use crate::vfs::state::{Containment, TierFs};
 use crate::vfs::tree::{Node, NodeData, Tree};
 use crate::vfs::types::*;
 use crate::vfs::{contain, namespace, scan};
-use crate::{adapt, placement, sys};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
@@ -93,7 +94,7 @@ pub(crate) fn with_staging(
         engine: crate::tierio::choose(config.mount.engine),
         relayout: RelayoutCounters::default(),
         requests: Arc::default(),
-        ledger: crate::ledger::CpuLedger::default(),
+        ledger: crate::stats::ledger::CpuLedger::default(),
         shut: Mutex::new(None),
         scratch: config.mount.scratch,
         contain: Containment::default(),

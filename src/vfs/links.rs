@@ -4,7 +4,7 @@
 //! striped file's name has a link of each of its pieces, each on the piece's tier, so any
 //! name reaches the same bytes, mode, owner, times and xattrs, and the tiers alone say
 //! which names are one file (the mount-time scan groups them by backing inode, see
-//! [`crate::resolve::plan_links`]). The tree keeps one node per file with a primary name
+//! [`crate::tier::resolve::plan_links`]). The tree keeps one node per file with a primary name
 //! and the others ([`crate::vfs::tree::Node::links`]).
 //!
 //! A name is added or removed one tier at a time, in tier order; a failure undoes the

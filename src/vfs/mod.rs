@@ -18,7 +18,7 @@
 //! - [`snapshot`]: the counters gathered for the `.tierfs/` files; [`appio`]: each read and
 //!   write counted for the programs' view of it;
 //! - below them, [`crate::data`] (an open file's state and the data path) and
-//!   [`crate::tierio`]-level tier access; beside them, [`crate::adapt`] (shares and probes).
+//!   [`crate::tierio`]-level tier access; beside them, [`crate::policy::adapt`] (shares and probes).
 //!
 //! State and its persistence:
 //! - The tree lives in memory, rebuilt at mount by walking every tier's `data/`
@@ -59,14 +59,14 @@ pub use statsdir::{CacheView, CachedFile, MemoryView, OrderEntry};
 pub use tierctl::DrainStep;
 pub use types::*;
 
-use crate::adapt;
 use crate::cache::Cache;
 use crate::config::{Layout, MountConfig};
 use crate::data::writeback;
 use crate::data::{cached, migrate, path, prefetch};
 use crate::error::Result;
 use crate::layout::FileLayout;
-use crate::placement::Placer;
+use crate::policy::adapt;
+use crate::policy::placement::Placer;
 use crate::tier::Tier;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -107,12 +107,12 @@ impl TierFs {
     }
 
     /// The FUSE request counters (the FUSE layer counts, the stats files show).
-    pub fn requests(&self) -> &Arc<crate::reqstats::RequestStats> {
+    pub fn requests(&self) -> &Arc<crate::stats::reqstats::RequestStats> {
         &self.requests
     }
 
     /// The CPU ledger (the FUSE workers and the background threads charge it).
-    pub fn ledger(&self) -> &crate::ledger::CpuLedger {
+    pub fn ledger(&self) -> &crate::stats::ledger::CpuLedger {
         &self.ledger
     }
 

@@ -1,7 +1,7 @@
 //! The mount-time scan: rebuilding the tree from what the tiers hold.
 //!
 //! The tiers are the only persistent copy of the namespace. Each name is resolved with the
-//! rules `tierfs fsck` and `tierfs export` use too ([`crate::resolve`]), and the scan
+//! rules `tierfs fsck` and `tierfs export` use too ([`crate::tier::resolve`]), and the scan
 //! carries the plan out at once: a folder on any tier is a folder (mirrored where missing);
 //! a file's pieces are recognised by their layout xattr; a duplicate left by an interrupted
 //! move is resolved (an identical older copy removed, a different one renamed
@@ -15,7 +15,7 @@
 use crate::data::file::FileNode;
 use crate::error::{Error, Result};
 use crate::layout::{FileLayout, Part, StripeMap, LAYOUT_XATTR};
-use crate::resolve::{
+use crate::tier::resolve::{
     backing_ids, files_equal, plan_file, plan_links, plan_name, read_pieces, BackingId, Class,
     FilePlan, Step, Winner,
 };
@@ -289,7 +289,7 @@ pub(crate) fn settle_stripes(
 
 /// Names that are one file with several names (hard links) become one node, and the
 /// partial names an interrupted link or unlink left are removed, by the rule of
-/// [`crate::resolve::plan_links`]. The first name in path order is the primary one.
+/// [`crate::tier::resolve::plan_links`]. The first name in path order is the primary one.
 pub(crate) fn settle_links(
     fs: &TierFs,
     tree: &mut Tree,
@@ -538,7 +538,7 @@ pub(crate) fn set_aside(fs: &TierFs, tier: usize, rel: &Path, why: &str) {
 }
 
 /// Works out the layout and size of a file whose pieces were found on `on` tiers
-/// ([`crate::resolve::plan_file`]) and carries the plan out; for a striped file also
+/// ([`crate::tier::resolve::plan_file`]) and carries the plan out; for a striped file also
 /// returns its id and the pieces missing on tiers of this mount (which
 /// [`TierFs::settle_stripes`] looks for elsewhere before it recreates them). A piece that
 /// cannot be read makes it an error (why), and nothing is changed: planned on a guess, the

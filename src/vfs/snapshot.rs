@@ -91,7 +91,7 @@ pub fn snapshot(fs: &TierFs, detail: Detail) -> Snapshot {
                 requests: r
                     .nonzero()
                     .into_iter()
-                    .map(|(op, n)| (crate::reqstats::op_name(op).to_string(), n))
+                    .map(|(op, n)| (crate::stats::reqstats::op_name(op).to_string(), n))
                     .collect(),
             }
         },
@@ -135,7 +135,7 @@ fn file_count(fs: &TierFs) -> u64 {
 }
 
 fn cpu_stats(fs: &TierFs, tiers: &[TierStats]) -> CpuStats {
-    use crate::ledger::{process_cpu_ns, CLASSES};
+    use crate::stats::ledger::{process_cpu_ns, CLASSES};
     let total_s = process_cpu_ns() as f64 / 1e9;
     let mut classes = std::collections::BTreeMap::new();
     let (mut bytes, mut claimed) = (0u64, 0f64);

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use crate::config::Layout;
-use crate::placement::Placer;
+use crate::policy::placement::Placer;
 use crate::tier::Tier;
 
 use crate::vfs::tree::Tree;
@@ -57,9 +57,9 @@ pub struct TierFs {
     /// Bytes moved by re-layouts (`stats.json`).
     pub(crate) relayout: RelayoutCounters,
     /// What the kernel asked of us, counted by the FUSE layer (`stats.json`).
-    pub(crate) requests: Arc<crate::reqstats::RequestStats>,
+    pub(crate) requests: Arc<crate::stats::reqstats::RequestStats>,
     /// The daemon's CPU per class of work and the bytes it moved (`stats.json` `cpu`).
-    pub(crate) ledger: crate::ledger::CpuLedger,
+    pub(crate) ledger: crate::stats::ledger::CpuLedger,
     /// What [`TierFs::shutdown`] could not put on the tiers, once it has run.
     pub(crate) shut: Mutex<Option<Vec<String>>>,
     /// `[mount] scratch`: the data is thrown away at unmount, so [`TierFs::shutdown`]

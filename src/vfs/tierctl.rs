@@ -212,7 +212,7 @@ pub(crate) fn apply(fs: &TierFs, cmd: &TierCommand, tier: Option<usize>) -> Stri
         TierCommand::Status => unreachable!("status names no tier"),
     };
     log::info!("control: {reply}");
-    crate::adapt::recompute_shares(fs);
+    crate::policy::adapt::recompute_shares(fs);
     let share = fs.placer.shares()[i];
     format!(
         "ok {reply} (its share of new data now {:.1}%)\n",

@@ -2,7 +2,7 @@
 //! ledger, pausing tiers too slow to use, and probing failed tiers to take them back.
 
 use crate::coord::Plan;
-use crate::placement::{self};
+use crate::policy::placement::{self};
 use crate::tier::Tier;
 use crate::vfs::state::TierFs;
 use std::sync::atomic::Ordering;

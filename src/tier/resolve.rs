@@ -39,8 +39,8 @@
 //! export by copying). [`read_piece`], [`files_equal`] and [`backing_ids`] are the reads
 //! the plans need.
 
-use crate::beneath::Beneath;
 use crate::layout::{decode_id, FileLayout, StripeMap, LAYOUT_XATTR};
+use crate::tier::beneath::Beneath;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read};

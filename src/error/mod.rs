@@ -4,6 +4,14 @@
 //! [`Error::errno`]. Backing-store failures keep the tier and path they happened on, so the
 //! daemon log says where a request failed while the caller gets the tier's own errno (never a
 //! short write, never zeros instead of data).
+//!
+//! Beside it, [`failure`]: the error a *command* ends with (a message and the process exit
+//! code), which every command, the offline tools and the daemon's background child share.
+//! The two are the crate's two errors, kept apart because they answer different callers
+//! (a kernel request wants an errno, a process an exit code), and kept together here, at
+//! the bottom layer, because nearly everything above returns one or the other.
+
+pub mod failure;
 
 use std::io;
 use std::path::PathBuf;

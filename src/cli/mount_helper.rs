@@ -25,7 +25,7 @@
 
 use crate::config::{Override, OPTION_KEYS};
 use crate::daemon::MountOptions;
-use crate::failure::Failure;
+use crate::error::failure::Failure;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 

@@ -46,6 +46,7 @@ pub mod direct;
 pub mod error;
 pub mod failure;
 pub mod fuse;
+pub mod inodes;
 pub mod layout;
 pub mod ledger;
 pub mod lock;

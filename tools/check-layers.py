@@ -30,11 +30,10 @@ LAYERS = [
     # 2: a tier folder and the only way to it; what a tier folder holds for one name
     ["beneath", "tierio", "tier", "probe", "resolve"],
     # 3: decisions and bookkeeping with no I/O: placement, shared-tier coordination, the
-    # cache's books, the statistics snapshot's types and renderings, and the core's
-    # vocabulary (inode types, the tree, an open file's state); a moved file's re-linking
-    # journal
-    ["placement", "coord", "cache", "stats", "vfs::types", "vfs::tree", "data::file",
-     "relink"],
+    # cache's books, the statistics snapshot's types and renderings, and the inode table
+    # (inode types, the tree, an open file's state, its pieces' paths, failed inodes); a
+    # moved file's re-linking journal
+    ["placement", "coord", "cache", "stats", "inodes", "relink"],
     # 4: the core's shared state (the struct the façade wraps)
     ["vfs::state", "vfs::contain"],
     # 5: what every operation needs: backing paths and pieces, attributes, handles

@@ -9,13 +9,13 @@
 
 use crate::cache::entry::Entry;
 use crate::cache::{self, Cache, Slot, BLOCK};
-use crate::data::file::{FileNode, FileState};
 use crate::error::{Error, Result};
+use crate::inodes::file::{FileNode, FileState};
+use crate::inodes::pieces;
 use crate::layout::FileLayout;
 use crate::sys::{self, SetTime};
 use crate::tierio::AlignedBuf;
 use crate::tierio::Class;
-use crate::vfs::backing;
 use crate::vfs::state::TierFs;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -35,7 +35,7 @@ pub(crate) const WRITEBACK_BATCH: usize = 8;
 /// How long [`TierFs::shrink_cache`] works at getting under a lowered budget.
 pub(crate) const SHRINK_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
 
-pub(crate) fn cache(fs: &TierFs) -> Option<&Arc<Cache>> {
+pub(crate) fn cache(fs: &TierFs) -> Option<&Arc<Cache<FileNode>>> {
     fs.cache.as_ref()
 }
 
@@ -93,7 +93,7 @@ pub(crate) fn cache_on_open(
 fn spare_gradient(fs: &TierFs, st: &FileState, name: &OsStr) -> bool {
     crate::vfs::handles::passthrough_enabled(fs)
         && crate::cache::is_gradient(name.as_bytes())
-        && crate::vfs::types::is_deepspeed_swap(name)
+        && crate::inodes::types::is_deepspeed_swap(name)
         && matches!(st.layout, crate::layout::FileLayout::Whole { tier }
             if crate::vfs::handles::kernel_first(fs, tier) && fs.tiers[tier].small_direct_io)
 }
@@ -102,7 +102,7 @@ fn spare_gradient(fs: &TierFs, st: &FileState, name: &OsStr) -> bool {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn admit(
     fs: &TierFs,
-    c: &Cache,
+    c: &Cache<FileNode>,
     ino: u64,
     parent: u64,
     name: &[u8],
@@ -126,12 +126,12 @@ pub(crate) fn admit(
     }
     // Its pieces have every byte, and so its times.
     *node.mtime.lock() = None;
-    st.cache = Some(c.insert(ino, parent, name, node, need, spare));
+    st.cache = Some(c.insert(ino, parent, name, node, node.size(), need, spare));
     true
 }
 
 /// Takes `need` bytes of the budget, evicting clean files ranked above `rank` if it must.
-pub(crate) fn make_room(fs: &TierFs, c: &Cache, need: u64, rank: u64, me: u64) -> bool {
+pub(crate) fn make_room(fs: &TierFs, c: &Cache<FileNode>, need: u64, rank: u64, me: u64) -> bool {
     for _ in 0..3 {
         if c.try_reserve(need) {
             return true;
@@ -148,7 +148,12 @@ pub(crate) fn make_room(fs: &TierFs, c: &Cache, need: u64, rank: u64, me: u64) -
 
 /// Drops a clean cached file to free its memory. Never waits for its lock (the caller
 /// may hold another file's): a busy file is skipped.
-pub(crate) fn evict(fs: &TierFs, c: &Cache, node: &Arc<FileNode>, e: &Arc<Entry>) -> bool {
+pub(crate) fn evict(
+    fs: &TierFs,
+    c: &Cache<FileNode>,
+    node: &Arc<FileNode>,
+    e: &Arc<Entry>,
+) -> bool {
     let Some(mut st) = node.state.try_write() else {
         return false;
     };
@@ -472,7 +477,7 @@ pub(crate) fn cached_write(
         // then sees every byte it holds (it writes up to the size it reads then).
         let old = node.size.fetch_max(pos + n as u64, Ordering::AcqRel);
         if pos + n as u64 > old && node.counted() {
-            backing::account_resize(fs, &st.layout, old, pos + n as u64);
+            pieces::account_resize(&fs.tiers, &st.layout, old, pos + n as u64);
         }
         done += n;
     }
@@ -490,7 +495,7 @@ pub(crate) fn cached_write(
 /// is left; those of an inode failed by a panic are never written ([`Error::Failed`]).
 pub(crate) fn write_back_locked(
     fs: &TierFs,
-    c: &Cache,
+    c: &Cache<FileNode>,
     node: &FileNode,
     st: &FileState,
     e: &Entry,
@@ -502,12 +507,12 @@ pub(crate) fn write_back_locked(
     // After a panic the inode's state is not trusted (its layout and open pieces may be
     // out of step): its data on the tiers stays as it is, and the unmount reports its
     // bytes in memory lost. A torn move's inode is written back (`contain::writes_back`).
-    if !crate::vfs::contain::writes_back(fs, e.ino) {
+    if !fs.contain.writes_back(e.ino) {
         return Err(Error::Failed { ino: e.ino });
     }
     let mut budget = batches.unwrap_or(usize::MAX);
     for t in st.layout.tiers() {
-        backing::open_piece(fs, st, t, "write back")?;
+        pieces::open_piece(&fs.tiers, st, t, "write back")?;
     }
     let slots = e.all_slots();
     let mut b = 0usize;
@@ -585,7 +590,7 @@ pub(crate) fn write_back_locked(
             let cur = p.file().metadata().map(|m| m.len()).unwrap_or(want);
             if cur < want {
                 p.file().set_len(want).map_err(|err| {
-                    backing::tier_err(fs, t, "extend", Path::new("(cached file)"), err)
+                    pieces::tier_err(&fs.tiers, t, "extend", Path::new("(cached file)"), err)
                 })?;
             }
         }

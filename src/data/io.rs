@@ -3,12 +3,13 @@
 //! with a tier's error mapped to the file. The lowest part of the data path: it knows
 //! pieces and layouts, not handles, the cache or migrations.
 
-use crate::data::file::FileState;
 use crate::error::{Error, Result};
+use crate::inodes::file::FileState;
+use crate::inodes::pieces;
 use crate::layout::FileLayout;
 use crate::tierio::{Class, Op, Piece};
+use crate::vfs::state;
 use crate::vfs::state::TierFs;
-use crate::vfs::{backing, state};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -35,7 +36,7 @@ pub(crate) fn read_layout(
 ) -> Result<()> {
     match layout {
         FileLayout::Whole { tier } => {
-            let piece = backing::piece_in(fs, pieces, *tier, "read")?;
+            let piece = pieces::piece_in(&fs.tiers, pieces, *tier, "read")?;
             let got = piece_read_as(fs, *tier, piece, buf, off, class)?;
             if holes {
                 buf[got..].fill(0);
@@ -85,7 +86,7 @@ pub(crate) fn read_extents_in(
         rest = tail;
         tiers.push(ex.tier);
         ops.push(Op::Read {
-            piece: backing::piece_in(fs, pieces, ex.tier, "read")?,
+            piece: pieces::piece_in(&fs.tiers, pieces, ex.tier, "read")?,
             buf: dst,
             off: ex.local,
         });
@@ -125,7 +126,7 @@ pub(crate) fn write_extents(
     let mut tiers = Vec::with_capacity(exts.len());
     let mut ops = Vec::with_capacity(exts.len());
     for ex in &exts {
-        let piece = backing::open_piece(fs, st, ex.tier, "write").map_err(|_| {
+        let piece = pieces::open_piece(&fs.tiers, st, ex.tier, "write").map_err(|_| {
             (
                 ex.tier,
                 std::io::Error::other("the tier is missing (mounted degraded without it)"),

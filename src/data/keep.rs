@@ -7,12 +7,12 @@
 //! [`after_renames`] makes the renames durable and lets the keeps go. The journal's rule
 //! at mount and in `fsck` is [`crate::relink`]'s.
 
-use crate::data::file::{Journaled, Migration};
 use crate::error::Result;
+use crate::inodes::file::{Journaled, Migration};
+use crate::inodes::pieces;
+use crate::inodes::types::TMP_PREFIX;
 use crate::layout::FileLayout;
-use crate::vfs::backing;
 use crate::vfs::state::TierFs;
-use crate::vfs::types::TMP_PREFIX;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -112,7 +112,7 @@ pub(crate) fn keep_old(
             }
             Err(e) => {
                 drop_kept(fs, &kept);
-                return Err(backing::tier_err(fs, t, "link", &entry, e));
+                return Err(pieces::tier_err(&fs.tiers, t, "link", &entry, e));
             }
         }
     }
@@ -151,7 +151,13 @@ fn write_keep_journal(
         pending.push((t, crate::data::linked::from_root(fs, t, &tmp(t))));
         let piece = m.pieces[t].as_ref().expect("made by begin_move");
         let meta = piece.file().metadata().map_err(|e| {
-            backing::tier_err(fs, t, "fstat", Path::new("(the move's new piece)"), e)
+            pieces::tier_err(
+                &fs.tiers,
+                t,
+                "fstat",
+                Path::new("(the move's new piece)"),
+                e,
+            )
         })?;
         new.push((t, meta.ino()));
     }
@@ -161,7 +167,7 @@ fn write_keep_journal(
         match fs.tiers[t].fs().stat(&p) {
             Ok(meta) => olds.push((t, meta.ino())),
             Err(_) if !new_tiers.contains(&t) => {}
-            Err(e) => return Err(backing::tier_err(fs, t, "stat", &p, e)),
+            Err(e) => return Err(pieces::tier_err(&fs.tiers, t, "stat", &p, e)),
         }
     }
     // The tiers the move leaves whose old entries the journal names: should it stay, they
@@ -187,7 +193,7 @@ fn write_keep_journal(
     let stamp = format!("{ino}-{:016x}", crate::layout::new_file_id());
     crate::relink::write(&meta, &stamp, &journal)
         .map(|p| (p, named))
-        .map_err(|e| backing::tier_err(fs, t, "write a re-link journal in", &meta, e))
+        .map_err(|e| pieces::tier_err(&fs.tiers, t, "write a re-link journal in", &meta, e))
 }
 
 /// Removes [`keep_old`]'s links (after the last rename, or when none was made).
@@ -224,9 +230,8 @@ pub(crate) fn put_back(
     if let (true, Some((j, _))) = (refused, &keeps.journal) {
         // Put back, the other tiers would hold old pieces beside this one's new piece and
         // their own new pieces maybe nameless: a mix neither finished nor undone.
-        crate::vfs::contain::mark_journaled(fs, ino);
-        crate::vfs::contain::mark_failed(
-            fs,
+        fs.contain.mark_journaled(ino);
+        fs.contain.mark_failed(
             ino,
             &format!(
                 "its move stopped between its own pieces after renaming a tier that keeps no \
@@ -303,12 +308,12 @@ pub(crate) fn put_back(
                 ))
             );
             if j.is_some() {
-                crate::vfs::contain::mark_journaled(fs, ino);
+                fs.contain.mark_journaled(ino);
             }
             if j.is_some() && !refused {
-                crate::vfs::contain::mark_torn(fs, ino, &why)
+                fs.contain.mark_torn(ino, &why)
             } else {
-                crate::vfs::contain::mark_failed(fs, ino, &why)
+                fs.contain.mark_failed(ino, &why)
             }
         }
     }
@@ -387,8 +392,7 @@ pub(crate) fn after_renames(
 /// matching neither old nor new pieces, and the mount would then hold the name (EIO) for
 /// good. Its state is sound: a torn inode's cached blocks are still written back.
 pub(crate) fn journal_stays(fs: &TierFs, ino: u64, j: &Path, why: &str) {
-    crate::vfs::contain::mark_torn(
-        fs,
+    fs.contain.mark_torn(
         ino,
         &format!(
             "its move's journal {} stays for the next mount ({why}), which settles it",

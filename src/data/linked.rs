@@ -5,13 +5,13 @@
 //! ([`install`]). The rule and the journal's format, which the mount's scan and `fsck`
 //! share, are [`crate::relink`]'s.
 
-use crate::data::file::Journaled;
 use crate::error::Result;
+use crate::inodes::file::Journaled;
+use crate::inodes::pieces;
+use crate::inodes::tree::Tree;
 use crate::layout::FileLayout;
 use crate::relink::{self, Journal};
-use crate::vfs::backing;
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::Tree;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -57,13 +57,13 @@ pub(crate) fn stage(
             let b = fs.tiers[t].fs();
             let i = b
                 .stat(&piece)
-                .map_err(|e| backing::tier_err(fs, t, "stat", &piece, e))?
+                .map_err(|e| pieces::tier_err(&fs.tiers, t, "stat", &piece, e))?
                 .ino();
             new_inos.push((t, i));
             for name in &names {
                 let to = fs.tiers[t].path(name);
                 let tmp = relink::link_as_temp(b, &piece, &to)
-                    .map_err(|e| backing::tier_err(fs, t, "link", &to, e))?;
+                    .map_err(|e| pieces::tier_err(&fs.tiers, t, "link", &to, e))?;
                 links.push((t, tmp, to));
             }
         }
@@ -73,7 +73,7 @@ pub(crate) fn stage(
             let i = fs.tiers[t]
                 .fs()
                 .stat(&p)
-                .map_err(|e| backing::tier_err(fs, t, "stat", &p, e))?
+                .map_err(|e| pieces::tier_err(&fs.tiers, t, "stat", &p, e))?
                 .ino();
             old_inos.push((t, i));
         }
@@ -91,7 +91,7 @@ pub(crate) fn stage(
         let meta = fs.tiers[t].root.join(crate::tier::META_DIR);
         let stamp = format!("{ino}-{:016x}", crate::layout::new_file_id());
         let path = relink::write(&meta, &stamp, &journal)
-            .map_err(|e| backing::tier_err(fs, t, "write a re-link journal in", &meta, e))?;
+            .map_err(|e| pieces::tier_err(&fs.tiers, t, "write a re-link journal in", &meta, e))?;
         Ok((journal, path))
     });
     match written {
@@ -129,7 +129,7 @@ pub(crate) fn abandon(fs: &TierFs, s: Staged) {
 /// mount, whose scan undoes the move by the journal: the other names, which no step had
 /// touched yet, give the primary its old pieces back ([`crate::relink`]).
 pub(crate) fn torn(fs: &TierFs, ino: u64, s: Staged) {
-    crate::vfs::contain::mark_journaled(fs, ino);
+    fs.contain.mark_journaled(ino);
     let why = format!(
         "its move stopped between its own pieces; the journal {} is settled at the next \
          mount",
@@ -216,5 +216,5 @@ fn drop_links(fs: &TierFs, links: &[(usize, PathBuf, PathBuf)]) {
 /// and the inode fails until the next mount settles its journal (`why` says which step).
 fn drop_links_and_fail(fs: &TierFs, ino: u64, links: &[(usize, PathBuf, PathBuf)], why: &str) {
     drop_links(fs, links);
-    crate::vfs::contain::mark_torn(fs, ino, why);
+    fs.contain.mark_torn(ino, why);
 }

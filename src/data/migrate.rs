@@ -21,16 +21,16 @@
 //!   migration began unless they were fsynced (fsync commits first).
 
 use crate::data::moves::{self, TierFail, MIGRATION_BLOCK, MIGRATION_LOCKS, MIGRATION_SUFFIX};
+use crate::inodes::pieces;
 
-use crate::data::file::{FileNode, FileState, Migration};
+use crate::inodes::file::{FileNode, FileState, Migration};
 
 use crate::error::{Error, Result};
 
+use crate::inodes::tree::Tree;
+use crate::inodes::types::*;
 use crate::tierio::Class;
-use crate::vfs::backing;
 use crate::vfs::state::{RelayoutCounters, TierFs};
-use crate::vfs::tree::Tree;
-use crate::vfs::types::*;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -56,7 +56,7 @@ pub(crate) fn relocate(
     // tiers have it for the next mount to settle from its journal: moved again, the first
     // move's new pieces would count as old and the journal would no longer match. Every
     // caller is covered here: a write-back's or re-layout's rescue, a cached file's move.
-    if crate::vfs::contain::is_failed(fs, ino) {
+    if fs.contain.is_failed(ino) {
         return Err(Error::Failed { ino });
     }
     if !relocate_once(fs, ino, node, bad, need, false)? {
@@ -98,13 +98,13 @@ fn before_move(
     node: &Arc<FileNode>,
     st: &mut FileState,
 ) -> Result<()> {
-    if crate::vfs::contain::is_failed(fs, ino) {
+    if fs.contain.is_failed(ino) {
         return Err(Error::Failed { ino });
     }
     if st.migration.as_ref().is_some_and(is_eager) {
         let r = commit_locked(fs, tree, ino, node, st);
         // Failed by the switch, torn or whole with its journal left (`keep::journal_stays`).
-        if crate::vfs::contain::is_failed(fs, ino) {
+        if fs.contain.is_failed(ino) {
             return Err(r.err().unwrap_or(Error::Failed { ino }));
         }
         if let Err(e) = r {
@@ -233,10 +233,10 @@ fn drop_cached_move(fs: &TierFs, ino: u64, st: &FileState, m: Migration) {
     // next mount must undo the move, not finish it from a copy older than those. Unless
     // they are not written back (a tier that refused its keep, a panic): finishing from
     // the copy is then all that keeps the bytes memory held at the move.
-    let failed = crate::vfs::contain::is_failed(fs, ino);
-    let keep = failed && !crate::vfs::contain::writes_back(fs, ino);
+    let failed = fs.contain.is_failed(ino);
+    let keep = failed && !fs.contain.writes_back(ino);
     moves::drop_temporaries(fs, ino, m, keep);
-    if !crate::vfs::contain::writes_back(fs, ino) {
+    if !fs.contain.writes_back(ino) {
         log::error!(
             "inode {ino} failed in its move, whose copy is dropped or undone: its {} dirty \
              blocks in memory are never written back (reported LOST at unmount)",
@@ -268,8 +268,8 @@ fn copy_all(
 ) -> Result<()> {
     match moves::copy_range(fs, node, st, m, 0, size)? {
         Ok(()) => Ok(()),
-        Err((t, e)) => Err(backing::tier_err(
-            fs,
+        Err((t, e)) => Err(pieces::tier_err(
+            &fs.tiers,
             t,
             "write",
             &moves::tmp_of(fs, t, ino, m),
@@ -285,7 +285,7 @@ pub(crate) fn start_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> Re
     let tree = fs.tree.read();
     let mut st = node.state.write();
     // A failed inode is not moved (a held name's placeholder, say, has no real layout).
-    let failed = crate::vfs::contain::is_failed(fs, ino);
+    let failed = fs.contain.is_failed(ino);
     if failed || st.migration.is_some() || !moves::layout_drifted(fs, &st.layout) {
         return Ok(());
     }
@@ -434,7 +434,7 @@ pub(crate) fn commit_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> R
             ref tier,
             ref source,
             ..
-        }) if is_rescuable(source) && !crate::vfs::contain::is_failed(fs, ino) => {
+        }) if is_rescuable(source) && !fs.contain.is_failed(ino) => {
             let bad = fs.tiers.iter().position(|t| &t.name == tier);
             log::warn!(
                 "tier '{tier}' refused the re-layout of inode {ino} ({source}); moving the file off it"
@@ -495,8 +495,8 @@ fn copy_blocks(
                 copied += len;
             }
             Ok(Err((t, e))) => {
-                r = Err(backing::tier_err(
-                    fs,
+                r = Err(pieces::tier_err(
+                    &fs.tiers,
                     t,
                     "write",
                     &moves::tmp_of(fs, t, ino, m),

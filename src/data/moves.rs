@@ -10,20 +10,20 @@
 
 use crate::config::Layout;
 use crate::data::cached;
-use crate::data::file::{FileNode, FileState, Migration};
 use crate::data::io;
 use crate::data::keep;
 use crate::data::linked;
 use crate::error::{Error, Result};
+use crate::inodes::file::{FileNode, FileState, Migration};
+use crate::inodes::pieces;
+use crate::inodes::tree::Tree;
+use crate::inodes::types::*;
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
 use crate::placement::{self, Charge};
 use crate::sys::{self, SetTime};
 use crate::tierio::{AlignedBuf, Piece};
 use crate::tierio::{Class, Op};
-use crate::vfs::backing;
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::Tree;
-use crate::vfs::types::*;
 use parking_lot::Mutex;
 use std::ffi::OsStr;
 use std::fs::{self};
@@ -119,7 +119,7 @@ pub(crate) fn plan_layout(
                 .collect();
             let pattern = placement::stripe_pattern(&fs.placer.shares(), &eligible);
             match pattern.len() {
-                0 => return Err(backing::no_room(fs, want)),
+                0 => return Err(pieces::no_room(&fs.tiers, want)),
                 1 => (
                     FileLayout::Whole {
                         tier: pattern[0] as usize,
@@ -143,7 +143,7 @@ pub(crate) fn plan_layout(
                     &eligible,
                     crate::vfs::handles::held_for_placement(fs),
                 )
-                .ok_or_else(|| backing::no_room(fs, want))?;
+                .ok_or_else(|| pieces::no_room(&fs.tiers, want))?;
             (FileLayout::Whole { tier: c.tier }, Some(c))
         }
     })
@@ -186,10 +186,12 @@ pub(crate) fn begin_move(
     static MOVES: AtomicU64 = AtomicU64::new(0);
     let tag = MOVES.fetch_add(1, Ordering::Relaxed);
     let made = (|| -> Result<Vec<Option<Arc<Piece>>>> {
-        let meta = backing::open_piece(fs, st, primary, "move")?
+        let meta = pieces::open_piece(&fs.tiers, st, primary, "move")?
             .file()
             .metadata()
-            .map_err(|e| backing::tier_err(fs, primary, "fstat", Path::new("(open file)"), e))?;
+            .map_err(|e| {
+                pieces::tier_err(&fs.tiers, primary, "fstat", Path::new("(open file)"), e)
+            })?;
         let mut pieces: Vec<Option<Arc<Piece>>> = vec![None; fs.tiers.len()];
         for t in layout.tiers() {
             let p = tmp_path(fs, t, ino, suffix, tag);
@@ -206,7 +208,7 @@ pub(crate) fn begin_move(
                             let _ = fs.tiers[u].fs().unlink(&tmp_path(fs, u, ino, suffix, tag));
                         }
                     }
-                    return Err(backing::tier_err(fs, t, "create", &p, e));
+                    return Err(pieces::tier_err(&fs.tiers, t, "create", &p, e));
                 }
             }
         }
@@ -238,7 +240,7 @@ pub(crate) fn begin_move(
 /// failed inode's stay: a move torn between its own renames is finished from them by the
 /// next mount (its journal names them), and that mount empties limbo of the others.
 pub(crate) fn drop_move(fs: &TierFs, ino: u64, m: Migration) {
-    let keep = crate::vfs::contain::is_failed(fs, ino);
+    let keep = fs.contain.is_failed(ino);
     drop_temporaries(fs, ino, m, keep);
 }
 
@@ -357,10 +359,10 @@ pub(crate) fn switch_to(
     let size = node.size();
     let primary = st.layout.primary();
     // Mode and owner as they are now (a chmod may have come since the move began).
-    let meta = backing::open_piece(fs, st, primary, "move")?
+    let meta = pieces::open_piece(&fs.tiers, st, primary, "move")?
         .file()
         .metadata()
-        .map_err(|e| backing::tier_err(fs, primary, "fstat", Path::new("(open file)"), e))?;
+        .map_err(|e| pieces::tier_err(&fs.tiers, primary, "fstat", Path::new("(open file)"), e))?;
     let old_primary = final_path(primary);
     let pfs = fs.tiers[primary].fs();
     let user_xattrs: Vec<(Vec<u8>, Vec<u8>)> = pfs
@@ -409,7 +411,7 @@ pub(crate) fn switch_to(
                 Some(s) => linked::torn(fs, ino, s),
                 None => keep::put_back(fs, ino, kept, i, &final_path, &tmp),
             }
-            return Err(backing::tier_err(fs, t, "rename", &to, e));
+            return Err(pieces::tier_err(&fs.tiers, t, "rename", &to, e));
         }
     }
     let journaled = match staged {
@@ -480,14 +482,14 @@ pub(crate) fn prepare_pieces(
         piece
             .file()
             .set_len(layout.piece_len(t, size))
-            .map_err(|e| backing::tier_err(fs, t, "truncate", &p, e))?;
+            .map_err(|e| pieces::tier_err(&fs.tiers, t, "truncate", &p, e))?;
         let _ = piece
             .file()
             .set_permissions(fs::Permissions::from_mode(meta.mode() & 0o7777));
         let tfs = fs.tiers[t].fs();
         if let Err(e) = tfs.setxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0) {
             if matches!(layout, FileLayout::Stripe(_)) {
-                return Err(backing::tier_err(fs, t, "set layout xattr on", &p, e));
+                return Err(pieces::tier_err(&fs.tiers, t, "set layout xattr on", &p, e));
             }
         }
         let _ = tfs.chown(&p, Some(meta.uid()), Some(meta.gid()));
@@ -501,7 +503,7 @@ pub(crate) fn prepare_pieces(
         piece
             .file()
             .sync_all()
-            .map_err(|e| backing::tier_err(fs, t, "fsync", &p, e))?;
+            .map_err(|e| pieces::tier_err(&fs.tiers, t, "fsync", &p, e))?;
     }
     Ok(())
 }
@@ -547,8 +549,8 @@ pub(crate) fn retire_old(
         for t in &new_tiers {
             fs.tiers[*t].counters.files.fetch_add(1, Ordering::Relaxed);
         }
-        backing::account_resize(fs, old, size, 0);
-        backing::account_resize(fs, layout, 0, size);
+        pieces::account_resize(&fs.tiers, old, size, 0);
+        pieces::account_resize(&fs.tiers, layout, 0, size);
     }
 }
 

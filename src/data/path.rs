@@ -3,16 +3,17 @@
 
 use crate::cache::BLOCK;
 use crate::data::cached::{self, WriteSrc};
-use crate::data::file::{FileNode, FileState};
 use crate::data::migrate;
 use crate::error::{Error, Result};
+use crate::inodes::file::{FileNode, FileState};
+use crate::inodes::pieces;
+use crate::inodes::types::Handle;
+use crate::inodes::types::*;
 use crate::layout::FileLayout;
 use crate::tierio::AlignedBuf;
 use crate::tierio::Class;
 use crate::vfs::state::TierFs;
-use crate::vfs::types::Handle;
-use crate::vfs::types::*;
-use crate::vfs::{backing, files, handles, statsdir};
+use crate::vfs::{files, handles, statsdir};
 use std::cell::RefCell;
 
 use crate::data::io;
@@ -137,7 +138,7 @@ fn cached_wrote(fs: &TierFs, node: &FileNode, st: &FileState, end: u64) {
     *node.mtime.lock() = Some(SystemTime::now());
     let old = node.size.fetch_max(end, Ordering::AcqRel);
     if end > old && node.counted() {
-        backing::account_resize(fs, &st.layout, old, end);
+        pieces::account_resize(&fs.tiers, &st.layout, old, end);
     }
     node.dirty.store(true, Ordering::Relaxed);
 }
@@ -199,7 +200,7 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
             match (&st.migration, &st.layout) {
                 (Some(m), _) => migrate::migration_write(fs, &node, &st, m, off, data)?,
                 (None, FileLayout::Whole { tier }) => {
-                    let piece = backing::open_piece(fs, &st, *tier, "write")?;
+                    let piece = pieces::open_piece(&fs.tiers, &st, *tier, "write")?;
                     io::piece_write(fs, *tier, piece, data, off).map_err(|e| (*tier, e))
                 }
                 (None, FileLayout::Stripe(_)) => {
@@ -214,7 +215,7 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
                 }
                 let old = node.size.fetch_max(end, Ordering::AcqRel);
                 if end > old && node.counted() {
-                    backing::account_resize(fs, &st.layout, old, end);
+                    pieces::account_resize(&fs.tiers, &st.layout, old, end);
                 }
                 node.dirty.store(true, Ordering::Relaxed);
                 return Ok(data.len() as u32);

@@ -4,15 +4,16 @@
 use crate::cache::entry::Entry;
 use crate::cache::{BLOCK, SPARE_RANK};
 use crate::data::cached;
-use crate::data::file::FileNode;
 use crate::error::{Error, Result};
+use crate::inodes::file::FileNode;
+use crate::inodes::pieces;
+use crate::inodes::tree::NodeData;
+use crate::inodes::types::*;
 use crate::layout::FileLayout;
 use crate::tierio::Class;
 use crate::tierio::Piece;
+use crate::vfs::handles;
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::NodeData;
-use crate::vfs::types::*;
-use crate::vfs::{backing, handles};
 use parking_lot::Mutex;
 use std::os::unix::ffi::OsStrExt;
 
@@ -40,7 +41,7 @@ pub(crate) fn writeback_loop(fs: &TierFs) {
             .filter(|(n, e)| {
                 e.dirty_blocks() > 0
                     && !n.gone.load(Ordering::Relaxed)
-                    && crate::vfs::contain::writes_back(fs, e.ino)
+                    && fs.contain.writes_back(e.ino)
             })
             .filter_map(|(n, e)| {
                 let rank = c.rank_of_entry(&e);
@@ -136,9 +137,9 @@ pub(crate) fn prefetch_file(fs: &TierFs, ino: u64, asked: bool) -> Result<()> {
             };
             if st.opens == 0 {
                 for t in st.layout.tiers() {
-                    let p = backing::piece_path(fs, &tree, ino, t)?;
+                    let p = pieces::piece_path(&fs.tiers, &tree, ino, t)?;
                     let piece = Piece::open_in(&fs.tiers[t].root, &p, fs.tiers[t].direct_io)
-                        .map_err(|e| backing::tier_err(fs, t, "open", &p, e))?;
+                        .map_err(|e| pieces::tier_err(&fs.tiers, t, "open", &p, e))?;
                     st.pieces[t] = Some(Arc::new(piece));
                 }
             }

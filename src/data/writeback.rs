@@ -2,15 +2,15 @@
 //! `flush`, unmount), and down to a lowered memory budget. A write-back that finds its
 //! tier full moves the file off it ([`crate::data::migrate::relocate`]) and retries.
 
-use crate::data::file::FileNode;
 use crate::data::{cached, migrate};
+use crate::inodes::file::FileNode;
 use crate::sys;
 
 use crate::cache::entry::Entry;
 use crate::data::cached::SHRINK_WITHIN;
 use crate::error::{Error, Result};
+use crate::inodes::types::*;
 use crate::vfs::state::TierFs;
-use crate::vfs::types::*;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -133,7 +133,7 @@ pub(crate) fn shrink_cache(fs: &TierFs, target: u64) {
                     // An inode failed by a panic is never written back, so never evicted.
                     if !write_back
                         || node.gone.load(Ordering::Relaxed)
-                        || !crate::vfs::contain::writes_back(fs, e.ino)
+                        || !fs.contain.writes_back(e.ino)
                     {
                         continue;
                     }

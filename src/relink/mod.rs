@@ -65,7 +65,7 @@ mod files;
 pub use files::{list, list_set_aside, read, remove_torn_writes, set_aside, write, Listed};
 
 use crate::beneath::Beneath;
-use crate::vfs::types::TMP_PREFIX;
+use crate::inodes::types::TMP_PREFIX;
 use files::sync_folder;
 use std::ffi::OsString;
 use std::io;

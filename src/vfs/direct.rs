@@ -18,12 +18,12 @@
 //!   use ([`pieces_in_use`]) and does not move them.
 
 use crate::config::Direct;
-use crate::data::file::{FileNode, FileState};
 use crate::error::{Error, Result};
+use crate::inodes::file::{FileNode, FileState};
+use crate::inodes::types::{is_deepspeed_swap, Handle};
 use crate::layout::FileLayout;
 use crate::tier::admin::AdminState;
 use crate::vfs::state::TierFs;
-use crate::vfs::types::{is_deepspeed_swap, Handle};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use tierfs_wire::{NoReason, Shape, TierIo};
@@ -175,7 +175,7 @@ fn leasable(
     if passthrough {
         return Err(no(NoReason::Policy, "in kernel passthrough already"));
     }
-    if crate::vfs::contain::is_failed(fs, ino) {
+    if fs.contain.is_failed(ino) {
         return Err(no(NoReason::Busy, "the file failed (EIO)"));
     }
     let swap = {

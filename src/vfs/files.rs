@@ -2,17 +2,18 @@
 //! placement charge, and size changes (truncate, fallocate) and fsync.
 
 use crate::config::Layout;
-use crate::data::file::{FileNode, FileState};
 use crate::data::{cached, migrate};
 use crate::error::{Error, Result};
+use crate::inodes::file::{FileNode, FileState};
+use crate::inodes::pieces;
+use crate::inodes::tree::{NodeData, Tree};
+use crate::inodes::types::Handle;
+use crate::inodes::types::*;
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
 use crate::placement::{self, Charge};
 use crate::sys::{self, SetTime};
 use crate::tierio::Piece;
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::{NodeData, Tree};
-use crate::vfs::types::Handle;
-use crate::vfs::types::*;
 use crate::vfs::{attr, backing, handles};
 use std::ffi::OsStr;
 
@@ -34,13 +35,13 @@ pub(crate) fn choose_layout(fs: &TierFs, parent: u64) -> Result<(FileLayout, Opt
             let c = fs
                 .placer
                 .choose(parent, &eligible, handles::held_for_placement(fs))
-                .ok_or_else(|| backing::no_room(fs, 1 << 20))?;
+                .ok_or_else(|| pieces::no_room(&fs.tiers, 1 << 20))?;
             Ok((FileLayout::Whole { tier: c.tier }, Some(c)))
         }
         Layout::Stripe => {
             let pattern = placement::stripe_pattern(&fs.placer.shares(), &eligible);
             if pattern.is_empty() {
-                return Err(backing::no_room(fs, 1 << 20));
+                return Err(pieces::no_room(&fs.tiers, 1 << 20));
             }
             if pattern.len() == 1 {
                 return Ok((
@@ -168,7 +169,7 @@ pub(crate) fn create(
             let c = fs
                 .placer
                 .choose(parent, &eligible, handles::held_for_placement(fs))
-                .ok_or_else(|| backing::no_room(fs, 1 << 20))?;
+                .ok_or_else(|| pieces::no_room(&fs.tiers, 1 << 20))?;
             layout = FileLayout::Whole { tier: c.tier };
             charge = Some(c);
             create_pieces(fs, &rel, &layout, mode & 0o7777, ctx)?
@@ -502,7 +503,7 @@ pub(crate) fn truncate(
     let st = st;
     let set = |t: usize, len: u64| -> Result<()> {
         if fs.tiers[t].missing {
-            return Err(backing::missing_err(fs, t, "truncate"));
+            return Err(pieces::missing_err(&fs.tiers, t, "truncate"));
         }
         if let Some(p) = &st.pieces[t] {
             return p
@@ -528,7 +529,7 @@ pub(crate) fn truncate(
     }
     f.size.store(size, Ordering::Release);
     if f.counted() {
-        backing::account_resize(fs, &st.layout, old, size);
+        pieces::account_resize(&fs.tiers, &st.layout, old, size);
     }
     f.dirty.store(true, Ordering::Relaxed);
     Ok(())
@@ -617,7 +618,7 @@ pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> 
             .collect(),
     };
     for (t, a, l) in ranges {
-        let p = backing::open_piece(fs, &st, t, "fallocate")?;
+        let p = pieces::open_piece(&fs.tiers, &st, t, "fallocate")?;
         sys::fallocate(std::os::fd::AsFd::as_fd(p.file()), mode, a, l)
             .map_err(|e| backing::tier_err(fs, t, "fallocate", Path::new("(open file)"), e))?;
     }
@@ -638,7 +639,7 @@ pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> 
                 }
             }
             if node.counted() {
-                backing::account_resize(fs, &st.layout, old, end);
+                pieces::account_resize(&fs.tiers, &st.layout, old, end);
             }
         }
     }

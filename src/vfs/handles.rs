@@ -1,13 +1,13 @@
 //! Open handles and the kernel passthrough policy: which opens the kernel may serve
 //! straight from a tier, and the handle table the adapter's file handles index.
 
-use crate::data::file::{FileNode, FileState};
 use crate::error::{Error, Result};
+use crate::inodes::file::{FileNode, FileState};
+use crate::inodes::pieces;
+use crate::inodes::types::*;
 use crate::layout::FileLayout;
 use crate::tierio::Piece;
-use crate::vfs::backing;
 use crate::vfs::state::TierFs;
-use crate::vfs::types::*;
 use std::ffi::OsStr;
 
 use std::sync::atomic::Ordering;
@@ -209,7 +209,7 @@ pub(crate) fn sync_size_from_pieces(fs: &TierFs, node: &FileNode, st: &FileState
     let old = node.size.swap(now, Ordering::AcqRel);
     if old != now {
         if node.counted() {
-            backing::account_resize(fs, &st.layout, old, now);
+            pieces::account_resize(&fs.tiers, &st.layout, old, now);
         }
         node.dirty.store(true, Ordering::Relaxed);
     }

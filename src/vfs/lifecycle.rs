@@ -5,13 +5,14 @@
 use crate::config::MountConfig;
 use crate::data::{cached, migrate, writeback};
 use crate::error::{Error, Result};
+use crate::inodes::contain::Containment;
+use crate::inodes::tree::{Node, NodeData, Tree};
+use crate::inodes::types::*;
 use crate::placement::Placer;
 use crate::tier::Tier;
 use crate::vfs::state::RelayoutCounters;
-use crate::vfs::state::{Containment, TierFs};
-use crate::vfs::tree::{Node, NodeData, Tree};
-use crate::vfs::types::*;
-use crate::vfs::{contain, namespace, scan};
+use crate::vfs::state::TierFs;
+use crate::vfs::{namespace, scan};
 use crate::{adapt, placement, sys};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
@@ -135,7 +136,7 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
         lost.push(match e {
             // Not written back (`cached::write_back_locked`); a cached file's move the
             // failure cut short left nothing pending either: its copy was dropped.
-            Error::Failed { .. } if contain::is_journaled(fs, ino) => format!(
+            Error::Failed { .. } if fs.contain.is_journaled(ino) => format!(
                 "{what}: failed in a move (see the log) while {dirty} bytes written to it were \
                  only in memory, not written over its pieces: the move's copy holds those \
                  written before it, which the next mount puts in place by the move's \
@@ -156,14 +157,14 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
     cached::stop_cache(fs);
     let tree = fs.tree.read();
     for (ino, n) in &tree.nodes {
-        if contain::is_failed(fs, *ino) {
+        if fs.contain.is_failed(*ino) {
             // Its state is not trusted: the next mount rebuilds it from the tiers as they
             // are. A move torn between its own renames with a journal
             // (`contain::mark_journaled`) is finished there from its temporaries, which
             // the journal names: its writes are kept. Others' pending writes are lost.
             if let NodeData::File(f) = &n.data {
                 let st = f.state.read();
-                let finishable = contain::is_journaled(fs, *ino)
+                let finishable = fs.contain.is_journaled(*ino)
                     && st
                         .migration
                         .as_ref()
@@ -187,7 +188,7 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
                 }
                 // A torn move's inode had its cached blocks written back through its
                 // pieces (`contain::writes_back`): they must reach the disk as any other's.
-                if contain::writes_back(fs, *ino) {
+                if fs.contain.writes_back(*ino) {
                     for p in st.pieces.iter().flatten() {
                         let _ = p.file().sync_data();
                     }

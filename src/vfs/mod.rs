@@ -4,7 +4,6 @@
 //!
 //! [`TierFs`] is the façade: its one `impl` (this file) is the public API, and each method
 //! hands the work to the module that owns the concern:
-//! - [`types`]: inode numbers, attributes, open flags; [`tree`]: the inode tree (pure);
 //! - [`namespace`]: lookup, create, unlink, rename, setattr; [`attr`]: getattr;
 //! - [`links`]: hard links (a node with several names);
 //! - [`files`]: open, create, close, truncate, fallocate, fsync; [`dirs`]: folder handles;
@@ -15,7 +14,8 @@
 //! - [`state`]: the shared state; [`lifecycle`]: its construction and shutdown;
 //! - [`snapshot`]: the counters gathered for the `.tierfs/` files; [`appio`]: each read and
 //!   write counted for the programs' view of it;
-//! - below them, [`crate::data`] (an open file's state and the data path) and
+//! - below them, [`crate::data`] (the data path below a handle), [`crate::inodes`] (inode
+//!   numbers, attributes, handles, the inode tree, an open file's state, failed inodes) and
 //!   [`crate::tierio`]-level tier access; beside them, [`crate::adapt`] (shares and probes).
 //!
 //! State and its persistence:
@@ -47,15 +47,13 @@ pub mod snapshot;
 pub mod state;
 pub mod statsdir;
 pub mod tierctl;
-pub mod tree;
-pub mod types;
 
-pub use crate::data::file::FileNode;
+pub use crate::inodes::file::FileNode;
+pub use crate::inodes::types::*;
 pub use crate::vfs::state::RelayoutCounters;
 pub use state::TierFs;
 pub use statsdir::{CacheView, CachedFile, MemoryView, OrderEntry};
 pub use tierctl::DrainStep;
-pub use types::*;
 
 use crate::adapt;
 use crate::cache::Cache;
@@ -437,7 +435,7 @@ impl TierFs {
         lifecycle::shutdown(self)
     }
 
-    pub fn cache(&self) -> Option<&Arc<Cache>> {
+    pub fn cache(&self) -> Option<&Arc<Cache<FileNode>>> {
         cached::cache(self)
     }
 
@@ -535,13 +533,13 @@ impl TierFs {
 
     /// Whether `ino` answers EIO until the next mount.
     pub fn is_failed(&self, ino: u64) -> bool {
-        contain::is_failed(self, ino)
+        self.contain.is_failed(ino)
     }
 
     /// Marks `ino` failed (logged with `why`): every request on it answers EIO until the
     /// next mount.
     pub fn mark_failed(&self, ino: u64, why: &str) {
-        contain::mark_failed(self, ino, why)
+        self.contain.mark_failed(ino, why)
     }
 
     /// Requests whose handler panicked since mount.

@@ -3,6 +3,7 @@
 //! [`crate::stats::Snapshot`], and the bytes of each virtual file. The snapshot's types and
 //! their text renderings live in [`crate::stats`], which knows nothing of the core.
 
+use crate::inodes::types::Virtual;
 use crate::layout::FileLayout;
 use crate::stats::{
     escape_path, files_table, per_gb, tiers_table, CacheStats, ClassCpu, CpuStats, FileStats,
@@ -10,7 +11,6 @@ use crate::stats::{
 };
 use crate::tier::Tier;
 use crate::vfs::state::TierFs;
-use crate::vfs::types::Virtual;
 use std::sync::atomic::Ordering;
 
 /// How much a snapshot holds.

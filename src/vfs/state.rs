@@ -2,14 +2,13 @@
 //! threads share, and the one way from it to the tiers' bytes ([`io`]). Building it and
 //! shutting it down are [`crate::vfs::lifecycle`]'s.
 
-use std::collections::HashSet;
-
 use crate::config::Layout;
 use crate::placement::Placer;
 use crate::tier::Tier;
 
-use crate::vfs::tree::Tree;
-use crate::vfs::types::Handle;
+use crate::inodes::contain::Containment;
+use crate::inodes::tree::Tree;
+use crate::inodes::types::Handle;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -45,7 +44,7 @@ pub struct TierFs {
     /// Conflict copies renamed aside by the running scan: (new relative path, tier).
     pub(crate) aside: Mutex<Vec<(PathBuf, usize)>>,
     /// `[cache]`: the host-memory tier.
-    pub(crate) cache: Option<Arc<crate::cache::Cache>>,
+    pub(crate) cache: Option<Arc<crate::cache::Cache<crate::inodes::file::FileNode>>>,
     /// Where the cache's size comes from, or why there is none (`.tierfs/cache`).
     pub(crate) staging_from: String,
     /// How batches of backing requests are issued (`[mount] engine`).
@@ -78,24 +77,6 @@ pub(crate) fn io(fs: &TierFs) -> crate::tierio::Io<'_> {
 
 pub(crate) fn set_engine(fs: &mut TierFs, engine: Box<dyn crate::tierio::Engine>) {
     fs.engine = engine;
-}
-
-/// The failed inodes and the panic counter of a mount.
-#[derive(Debug, Default)]
-pub(crate) struct Containment {
-    pub(crate) failed: RwLock<HashSet<u64>>,
-    /// Failed inodes whose state in memory is sound (a move torn on the tiers, not a
-    /// panic): their cached blocks are still written back, through the old pieces their
-    /// handles hold, which the next mount keeps or puts back by the move's journal.
-    pub(crate) torn: RwLock<HashSet<u64>>,
-    /// Failed inodes whose move tore with a journal naming its temporaries: the next
-    /// mount finishes it from them (`relink`), so a pending migration's writes are kept.
-    pub(crate) journaled: RwLock<HashSet<u64>>,
-    /// Set with the first failed inode: the common case (none) costs one load per request.
-    pub(crate) any_failed: AtomicBool,
-    pub(crate) panics: AtomicU64,
-    /// Debug builds: the inode whose next request panics (`debug-panic`), 0 for none.
-    pub(crate) armed: AtomicU64,
 }
 
 /// Bytes moved by re-layouts since mount (`stats.json`, `relayout`).

@@ -5,12 +5,12 @@ use crate::cache::{Cache, Totals, BLOCK};
 use crate::control::{Command, TierCommand};
 use crate::data::cached;
 use crate::error::{Error, Result};
+use crate::inodes::tree::{NodeData, Tree};
+use crate::inodes::types::*;
 use crate::layout::FileLayout;
 use crate::vfs::contain;
 use crate::vfs::state::TierFs;
 use crate::vfs::tierctl;
-use crate::vfs::tree::{NodeData, Tree};
-use crate::vfs::types::*;
 
 use crate::data::writeback;
 use std::path::{Path, PathBuf};
@@ -393,7 +393,7 @@ fn path_of(tree: &Tree, ino: u64) -> String {
 }
 
 /// The files the cache holds, by path, and the memory their blocks really take.
-fn resident_files(c: &Cache, tree: &Tree) -> (Vec<CachedFile>, u64) {
+fn resident_files(c: &Cache<crate::inodes::file::FileNode>, tree: &Tree) -> (Vec<CachedFile>, u64) {
     let mut allocated = 0;
     let mut files: Vec<CachedFile> = c
         .residents()

@@ -19,16 +19,16 @@
 //! when no file is left on it the tier is `drained`: it takes no new data until resumed.
 
 use crate::control::TierCommand;
-use crate::data::file::FileNode;
 use crate::data::migrate;
 use crate::error::{Error, Result};
+use crate::inodes::file::FileNode;
+use crate::inodes::tree::NodeData;
 use crate::tier::admin::AdminState;
 use crate::tier::Tier;
 use crate::tierio::Piece;
 use crate::units::fmt_bytes;
 use crate::vfs::backing;
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::NodeData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 

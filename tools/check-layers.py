@@ -34,15 +34,17 @@ LAYERS = [
     # (inode types, the tree, an open file's state, its pieces' paths, failed inodes); a
     # moved file's re-linking journal
     ["placement", "coord", "cache", "stats", "inodes", "relink"],
-    # 4: the core's shared state (the struct the façade wraps)
-    ["vfs::state", "vfs::contain"],
-    # 5: what every operation needs: backing paths and pieces, attributes, handles
-    ["vfs::backing", "vfs::attr", "vfs::handles"],
-    # 6: the data path below a handle: layouts, cache, migrations, write-back, prefetch
+    # 4: the data path below a handle: an open file's bytes through its layout, the cache,
+    # migrations, write-back, prefetch, and which opens the kernel serves itself; handed
+    # what it works on (`data::Parts`), it calls nothing above it
     ["data"],
+    # 5: the core's shared state (the struct the façade wraps) and a request's panic caught
+    ["vfs::state", "vfs::contain"],
+    # 6: what every operation needs: backing paths, attributes, handles
+    ["vfs::backing", "vfs::attr", "vfs::handles"],
     # 7: the operations: namespace, open files, folders, reads and writes of a handle, the
     # mount-time scan, the .tierfs/ files, adaptation
-    ["data::path", "vfs::files", "vfs::namespace", "vfs::links", "vfs::dirs", "vfs::scan",
+    ["vfs::readwrite", "vfs::files", "vfs::namespace", "vfs::links", "vfs::dirs", "vfs::scan",
      "vfs::held", "vfs::statsdir", "vfs::tierctl", "vfs::snapshot", "vfs::direct", "vfs::appio", "adapt"],
     # 8: the façade and the filesystem's construction and shutdown
     ["vfs::lifecycle", "vfs"],

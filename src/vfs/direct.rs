@@ -18,6 +18,7 @@
 //!   use ([`pieces_in_use`]) and does not move them.
 
 use crate::config::Direct;
+use crate::data::passthrough;
 use crate::error::{Error, Result};
 use crate::inodes::file::{FileNode, FileState};
 use crate::inodes::types::{is_deepspeed_swap, Handle};
@@ -294,7 +295,7 @@ pub(crate) fn end_lease(fs: &TierFs, ino: u64, node: &FileNode, write: bool) {
     }
     if write {
         st.direct_writers = st.direct_writers.saturating_sub(1);
-        crate::vfs::handles::sync_size_from_pieces(fs, node, &st);
+        passthrough::sync_size_from_pieces(&fs.tiers, node, &st);
     }
     log::debug!("direct path: a lease of inode {ino} ended");
 }

@@ -2,7 +2,7 @@
 //! placement charge, and size changes (truncate, fallocate) and fsync.
 
 use crate::config::Layout;
-use crate::data::{cached, migrate};
+use crate::data::{cached, migrate, passthrough};
 use crate::error::{Error, Result};
 use crate::inodes::file::{FileNode, FileState};
 use crate::inodes::pieces;
@@ -190,12 +190,12 @@ pub(crate) fn create(
     let pt = {
         let mut st = node.state.write();
         st.pieces = pieces;
-        let admit = !handles::leave_to_kernel(fs, &st, name, 0, flags);
-        cached::cache_on_open(fs, ino, parent, name, &node, &mut st, false, admit);
-        let pt = handles::passthrough_piece(fs, &st, name, 0, flags);
+        let admit = !passthrough::leave_to_kernel(&fs.parts(), &st, name, 0, flags);
+        cached::cache_on_open(&fs.parts(), ino, parent, name, &node, &mut st, false, admit);
+        let pt = passthrough::passthrough_piece(&fs.parts(), &st, name, 0, flags);
         st.open_keeps_cache(pt.is_some(), flags & libc::O_ACCMODE != libc::O_RDONLY);
         if pt.is_some() {
-            handles::note_pt_open(fs, &mut st);
+            passthrough::note_pt_open(&fs.tiers, &mut st);
         }
         pt
     };
@@ -296,17 +296,18 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, 
         // keeps one mode per inode, and FUSE sends a reader's RELEASE asynchronously,
         // so DeepSpeed's write open of a file it just read can arrive while that
         // read handle is still open; in passthrough it would pin the old layout).
-        let relayout = !st.bypassed() && moves::layout_drifted(fs, &st.layout);
-        let admit = relayout || !handles::leave_to_kernel(fs, &st, &name, f.size(), flags);
-        cached::cache_on_open(fs, ino, parent, &name, &f, &mut st, !write, admit);
+        let relayout = !st.bypassed() && moves::layout_drifted(&fs.parts(), &st.layout);
+        let admit =
+            relayout || !passthrough::leave_to_kernel(&fs.parts(), &st, &name, f.size(), flags);
+        cached::cache_on_open(&fs.parts(), ino, parent, &name, &f, &mut st, !write, admit);
         let pt = if relayout {
             None
         } else {
-            handles::passthrough_piece(fs, &st, &name, f.size(), flags)
+            passthrough::passthrough_piece(&fs.parts(), &st, &name, f.size(), flags)
         };
         let keep_cache = st.open_keeps_cache(pt.is_some(), write);
         if pt.is_some() {
-            handles::note_pt_open(fs, &mut st);
+            passthrough::note_pt_open(&fs.tiers, &mut st);
         }
         // A program writes the pieces past the daemon: the kernel may keep no pages of it
         // for this open (the daemon's reads of the pieces see those writes, its pages not).
@@ -320,7 +321,7 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, 
     // migration: rewritten blocks go to the new layout, the rest is copied when the
     // last writer closes). A failed move leaves the file as it was.
     if write && relayout {
-        if let Err(e) = migrate::start_migration(fs, ino, &f) {
+        if let Err(e) = migrate::start_migration(&fs.parts(), ino, &f) {
             log::warn!("re-laying out inode {ino} failed (it stays as it is): {e}");
         }
     }
@@ -367,7 +368,7 @@ pub(crate) fn flush(fs: &TierFs, fh: u64) -> Result<()> {
         // The program closes its descriptor: the size it wrote is the file's before
         // close(2) returns (a stat right after must see it).
         let st = node.state.read();
-        handles::sync_size_from_pieces(fs, &node, &st);
+        passthrough::sync_size_from_pieces(&fs.tiers, &node, &st);
         drop(st);
         settle_charge(fs, &node);
         return Ok(());
@@ -380,7 +381,7 @@ pub(crate) fn flush(fs: &TierFs, fh: u64) -> Result<()> {
     {
         let st = node.state.read();
         if let FileLayout::Whole { .. } = st.layout {
-            handles::sync_size_from_pieces(fs, &node, &st);
+            passthrough::sync_size_from_pieces(&fs.tiers, &node, &st);
         }
         drop(st);
         settle_charge(fs, &node);
@@ -408,7 +409,7 @@ pub(crate) fn release(fs: &TierFs, fh: u64) -> Result<()> {
         };
         if last_writer && !node.gone.load(Ordering::Relaxed) {
             // The rewrite is over: copy what it left and switch to the new layout.
-            if let Err(e) = migrate::commit_migration(fs, ino, &node) {
+            if let Err(e) = migrate::commit_migration(&fs.parts(), ino, &node) {
                 log::error!(
                     "re-layout of inode {ino} could not finish (it keeps its old layout and the moved blocks): {e}"
                 );
@@ -425,13 +426,13 @@ pub(crate) fn release(fs: &TierFs, fh: u64) -> Result<()> {
                     .counters
                     .pt_open
                     .fetch_sub(1, Ordering::Relaxed);
-                handles::sync_size_from_pieces(fs, &node, &st);
+                passthrough::sync_size_from_pieces(&fs.tiers, &node, &st);
             }
         }
         st.opens = st.opens.saturating_sub(1);
         if st.opens == 0 && node.gone.load(Ordering::Relaxed) {
             // Unlinked mid-migration: nobody will read it again.
-            migrate::discard_migration(fs, ino, &mut st);
+            migrate::discard_migration(&fs.parts(), ino, &mut st);
         }
         if st.opens == 0 && st.cache.is_none() && st.migration.is_none() {
             for p in st.pieces.iter_mut() {
@@ -497,9 +498,9 @@ pub(crate) fn truncate(
 ) -> Result<()> {
     let mut st = f.state.write();
     // The cache holds whole files as they were: write back and drop, then resize.
-    cached::uncache_locked(fs, f, &mut st)?;
+    cached::uncache_locked(&fs.parts(), f, &mut st)?;
     // A migration tracks blocks of the size it began with: finish it first.
-    migrate::commit_migration_locked(fs, tree, ino, f, &mut st)?;
+    migrate::commit_migration_locked(&fs.parts(), tree, ino, f, &mut st)?;
     let st = st;
     let set = |t: usize, len: u64| -> Result<()> {
         if fs.tiers[t].missing {
@@ -540,11 +541,11 @@ pub(crate) fn fsync(fs: &TierFs, fh: u64, datasync: bool) -> Result<()> {
         Handle::File { node, ino, .. } => {
             let e = node.state.read().cache.clone();
             if let Some(e) = e {
-                writeback::write_back(fs, &node, &e, ino)?;
+                writeback::write_back(&fs.parts(), &node, &e, ino)?;
             }
             // A migration's new bytes are in limbo temporaries until it switches over.
             if node.state.read().migration.is_some() && !node.gone.load(Ordering::Relaxed) {
-                migrate::commit_migration(fs, ino, &node)?;
+                migrate::commit_migration(&fs.parts(), ino, &node)?;
             }
             node
         }
@@ -573,7 +574,7 @@ pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> 
             ..
         } => {
             if node.state.read().migration.is_some() {
-                migrate::commit_migration(fs, ino, &node)?;
+                migrate::commit_migration(&fs.parts(), ino, &node)?;
             }
             (node, ino)
         }
@@ -592,7 +593,7 @@ pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> 
         .ok_or(Error::Invalid("range overflow"))?;
     if node.state.read().cache.is_some() {
         let mut st = node.state.write();
-        cached::uncache_locked(fs, &node, &mut st)?;
+        cached::uncache_locked(&fs.parts(), &node, &mut st)?;
     }
     let st = loop {
         let st = node.state.read();
@@ -602,7 +603,7 @@ pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> 
         // A move installed since the check above (an eager move waiting for its switch):
         // the hole must go into the pieces the file keeps.
         drop(st);
-        migrate::commit_migration(fs, ino, &node)?;
+        migrate::commit_migration(&fs.parts(), ino, &node)?;
     };
     // Each tier's stripes of a logical range are contiguous in its piece.
     let ranges: Vec<(usize, u64, u64)> = match &st.layout {
@@ -659,8 +660,8 @@ pub(crate) fn drop_if_gone(fs: &TierFs, tree: &mut Tree, ino: u64) {
         if f.state.read().opens > 0 {
             return;
         }
-        migrate::discard_migration(fs, ino, &mut f.state.write());
-        cached::cache_forget(fs, f);
+        migrate::discard_migration(&fs.parts(), ino, &mut f.state.write());
+        cached::cache_forget(&fs.parts(), f);
     }
     if n.limbo {
         if let Ok(paths) = backing::backing_paths(fs, tree, ino) {

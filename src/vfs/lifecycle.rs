@@ -3,6 +3,7 @@
 //! the tiers.
 
 use crate::config::MountConfig;
+use crate::data::RelayoutCounters;
 use crate::data::{cached, migrate, writeback};
 use crate::error::{Error, Result};
 use crate::inodes::contain::Containment;
@@ -10,7 +11,6 @@ use crate::inodes::tree::{Node, NodeData, Tree};
 use crate::inodes::types::*;
 use crate::placement::Placer;
 use crate::tier::Tier;
-use crate::vfs::state::RelayoutCounters;
 use crate::vfs::state::TierFs;
 use crate::vfs::{namespace, scan};
 use crate::{adapt, placement, sys};
@@ -126,12 +126,12 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
     if fs.scratch {
         // The daemon removes the tier folders next: writing dirty blocks back, finishing
         // re-layouts or syncing pieces would only delay that.
-        cached::stop_cache(fs);
+        cached::stop_cache(&fs.parts());
         *shut = Some(Vec::new());
         return Vec::new();
     }
     let mut lost = Vec::new();
-    for (ino, dirty, e) in writeback::write_back_all(fs) {
+    for (ino, dirty, e) in writeback::write_back_all(&fs.parts()) {
         let what = namespace::describe(fs, ino);
         lost.push(match e {
             // Not written back (`cached::write_back_locked`); a cached file's move the
@@ -154,7 +154,7 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
             ),
         });
     }
-    cached::stop_cache(fs);
+    cached::stop_cache(&fs.parts());
     let tree = fs.tree.read();
     for (ino, n) in &tree.nodes {
         if fs.contain.is_failed(*ino) {
@@ -199,7 +199,9 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
         if let NodeData::File(f) = &n.data {
             let mut st = f.state.write();
             if st.migration.is_some() && !f.gone.load(Ordering::Relaxed) {
-                if let Err(e) = migrate::commit_migration_locked(fs, &tree, *ino, f, &mut st) {
+                if let Err(e) =
+                    migrate::commit_migration_locked(&fs.parts(), &tree, *ino, f, &mut st)
+                {
                     lost.push(format!(
                         "{}: the writes since it was opened were being moved to a new \
                          layout, which could not finish: {e}",
@@ -218,4 +220,36 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
     }
     *shut = Some(lost.clone());
     lost
+}
+
+/// Starts the cache's writer, prefetcher and (with a memory limit) pressure-watch threads,
+/// each with its own reference to the filesystem; nothing without a cache.
+pub(crate) fn start_cache_threads(
+    fs: &Arc<TierFs>,
+) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
+    let mut out = Vec::new();
+    if fs.cache.is_none() {
+        return Ok(out);
+    }
+    let f = fs.clone();
+    out.push(
+        std::thread::Builder::new()
+            .name("tierfs-writeback".into())
+            .spawn(move || f.writeback_loop())?,
+    );
+    let f = fs.clone();
+    out.push(
+        std::thread::Builder::new()
+            .name("tierfs-prefetch".into())
+            .spawn(move || f.prefetch_loop())?,
+    );
+    if fs.cache.as_ref().is_some_and(|c| c.watch.is_some()) {
+        let f = fs.clone();
+        out.push(
+            std::thread::Builder::new()
+                .name("tierfs-memwatch".into())
+                .spawn(move || f.memory_watch_loop())?,
+        );
+    }
+    Ok(out)
 }

@@ -54,7 +54,7 @@ pub(crate) fn link(fs: &TierFs, ino: u64, newparent: u64, newname: &OsStr) -> Re
         // the file keeps (a move's commit would re-link it too, but a crash before then
         // would leave the name on pieces no journal names).
         if st.migration.is_some() {
-            migrate::commit_migration_locked(fs, &tree, ino, &f, &mut st)?;
+            migrate::commit_migration_locked(&fs.parts(), &tree, ino, &f, &mut st)?;
         }
     }
     add_name(fs, &mut tree, ino, newparent, newname)?;

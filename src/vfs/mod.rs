@@ -7,6 +7,7 @@
 //! - [`namespace`]: lookup, create, unlink, rename, setattr; [`attr`]: getattr;
 //! - [`links`]: hard links (a node with several names);
 //! - [`files`]: open, create, close, truncate, fallocate, fsync; [`dirs`]: folder handles;
+//! - [`readwrite`]: a read or write of a handle, handed to the data path;
 //! - [`handles`]: the handle table and the kernel passthrough policy;
 //! - [`backing`]: tier paths, limbo, xattrs, statfs; [`scan`]: the tree rebuilt at mount;
 //! - [`statsdir`]: the `.tierfs/` files and control; [`tierctl`]: the operator's commands on
@@ -42,15 +43,16 @@ pub mod held;
 pub mod lifecycle;
 pub mod links;
 pub mod namespace;
+pub mod readwrite;
 pub mod scan;
 pub mod snapshot;
 pub mod state;
 pub mod statsdir;
 pub mod tierctl;
 
+pub use crate::data::RelayoutCounters;
 pub use crate::inodes::file::FileNode;
 pub use crate::inodes::types::*;
-pub use crate::vfs::state::RelayoutCounters;
 pub use state::TierFs;
 pub use statsdir::{CacheView, CachedFile, MemoryView, OrderEntry};
 pub use tierctl::DrainStep;
@@ -59,7 +61,7 @@ use crate::adapt;
 use crate::cache::Cache;
 use crate::config::{Layout, MountConfig};
 use crate::data::writeback;
-use crate::data::{cached, migrate, path, prefetch};
+use crate::data::{cached, prefetch};
 use crate::error::Result;
 use crate::layout::FileLayout;
 use crate::placement::Placer;
@@ -316,7 +318,7 @@ impl TierFs {
     ) -> Result<R> {
         let req = appio::Request::start(self, fh);
         // Counted before the reply goes: the program may close the file once it has it.
-        path::read_with(self, fh, off, size, |d| {
+        readwrite::read_with(self, fh, off, size, |d| {
             req.done(self, off, Some(d.len() as u64), false);
             reply(d)
         })
@@ -334,7 +336,7 @@ impl TierFs {
         reply: impl FnOnce(&[u8]) -> R,
     ) -> Result<R> {
         let req = appio::Request::start(self, fh);
-        path::read_to(self, fh, off, buf, |d| {
+        readwrite::read_to(self, fh, off, buf, |d| {
             req.done(self, off, Some(d.len() as u64), false);
             reply(d)
         })
@@ -345,7 +347,7 @@ impl TierFs {
     /// with no bounce copy: the FUSE transports pass their reply buffers here.
     pub fn read_into(&self, fh: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
         let req = appio::Request::start(self, fh);
-        let r = path::read_into(self, fh, off, buf);
+        let r = readwrite::read_into(self, fh, off, buf);
         req.done(self, off, r.as_ref().ok().map(|n| *n as u64), false);
         r
     }
@@ -359,7 +361,7 @@ impl TierFs {
     /// Writes all of `data` at `off`, or fails with the tier's errno: never a short write.
     pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
         let req = appio::Request::start(self, fh);
-        let r = path::write(self, fh, off, data);
+        let r = readwrite::write(self, fh, off, data);
         req.done(self, off, r.as_ref().ok().map(|n| *n as u64), true);
         r
     }
@@ -370,7 +372,7 @@ impl TierFs {
     /// in `buf` (no copy); any other write copies as [`Self::write`] does.
     pub fn write_buf(&self, fh: u64, off: u64, buf: &mut crate::tierio::AlignedBuf) -> Result<u32> {
         let req = appio::Request::start(self, fh);
-        let r = path::write_buf(self, fh, off, buf);
+        let r = readwrite::write_buf(self, fh, off, buf);
         req.done(self, off, r.as_ref().ok().map(|n| *n as u64), true);
         r
     }
@@ -436,29 +438,29 @@ impl TierFs {
     }
 
     pub fn cache(&self) -> Option<&Arc<Cache<FileNode>>> {
-        cached::cache(self)
+        self.cache.as_ref()
     }
 
     /// The background writer: dirty files older than `writeback_delay` (gradient files only
     /// under memory pressure), the files asked for, or everything on `flush`.
     pub fn writeback_loop(&self) {
-        prefetch::writeback_loop(self)
+        prefetch::writeback_loop(&self.parts())
     }
 
     /// Writes every dirty cached file back (control `flush`); the first error.
     pub fn flush_cache(&self) -> Result<()> {
-        writeback::flush_cache(self)
+        writeback::flush_cache(&self.parts())
     }
 
     /// The prefetcher: loads predicted files into the cache, behind demand I/O.
     pub fn prefetch_loop(&self) {
-        prefetch::prefetch_loop(self)
+        prefetch::prefetch_loop(&self.parts())
     }
 
     /// Loads one file into the cache (admitting it if the policy lets it in). `asked`: a
     /// `prefetch` command, wanted now whatever the order says.
     pub fn prefetch(&self, ino: u64, asked: bool) -> Result<()> {
-        prefetch::prefetch(self, ino, asked)
+        prefetch::prefetch(&self.parts(), ino, asked)
     }
 
     /// Lowers (or raises) the cache's budget to `target` bytes and, when it holds more,
@@ -467,18 +469,18 @@ impl TierFs {
     /// up after [`crate::data::cached::SHRINK_WITHIN`] (files busy all that time, or write-back failing); the
     /// watch's next poll tries again.
     pub fn shrink_cache(&self, target: u64) {
-        writeback::shrink_cache(self, target)
+        writeback::shrink_cache(&self.parts(), target)
     }
 
     /// The pressure watch ([`crate::cache::memory`]): every poll, the budget follows the
     /// memory the job leaves free, and the cache gets under a lowered one at once.
     pub fn memory_watch_loop(&self) {
-        prefetch::memory_watch_loop(self)
+        prefetch::memory_watch_loop(&self.parts())
     }
 
     /// Stops the cache's threads' loops (they finish what they hold).
     pub fn stop_cache(&self) {
-        cached::stop_cache(self)
+        cached::stop_cache(&self.parts())
     }
 
     /// Runs a `.tierfs/control` write: every line is checked first, so a bad one changes
@@ -505,11 +507,11 @@ impl TierFs {
     pub fn start_cache_threads(
         fs: &Arc<TierFs>,
     ) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
-        prefetch::start_cache_threads(fs)
+        lifecycle::start_cache_threads(fs)
     }
 
     pub fn relayout_counters(&self) -> &RelayoutCounters {
-        migrate::relayout_counters(self)
+        &self.relayout
     }
 
     /// Runs the handler of one request on inode `ino` (for requests on a handle, the inode

@@ -1,8 +1,10 @@
 //! The filesystem's state: every part the namespace, the data path and the background
-//! threads share, and the one way from it to the tiers' bytes ([`io`]). Building it and
+//! threads share, the one way from it to the tiers' bytes ([`io`]), and the parts of it
+//! the data path is handed ([`TierFs::parts`]). Building it and
 //! shutting it down are [`crate::vfs::lifecycle`]'s.
 
 use crate::config::Layout;
+use crate::data::{Parts, RelayoutCounters};
 use crate::placement::Placer;
 use crate::tier::Tier;
 
@@ -75,24 +77,29 @@ pub(crate) fn io(fs: &TierFs) -> crate::tierio::Io<'_> {
     crate::tierio::Io::new(&*fs.engine, &fs.tiers, &fs.queues)
 }
 
-pub(crate) fn set_engine(fs: &mut TierFs, engine: Box<dyn crate::tierio::Engine>) {
-    fs.engine = engine;
+impl TierFs {
+    /// What the data path is handed ([`Parts`]): the one place it is made from this state.
+    pub(crate) fn parts(&self) -> Parts<'_> {
+        Parts {
+            tiers: &self.tiers,
+            io: io(self),
+            cache: &self.cache,
+            placer: &self.placer,
+            tree: &self.tree,
+            contain: &self.contain,
+            relayout: &self.relayout,
+            ledger: &self.ledger,
+            passthrough: &self.passthrough,
+            passthrough_mode: self.passthrough_mode,
+            layout: self.layout,
+            stripe_unit: self.stripe_unit,
+            adapt: self.adapt,
+            min_share: self.min_share,
+            scratch: self.scratch,
+        }
+    }
 }
 
-/// Bytes moved by re-layouts since mount (`stats.json`, `relayout`).
-#[derive(Debug, Default)]
-pub struct RelayoutCounters {
-    /// Lazy moves begun, switched over, and dropped (file unlinked, or taken over by an
-    /// eager move).
-    pub migrations_started: AtomicU64,
-    pub migrations_committed: AtomicU64,
-    pub migrations_dropped: AtomicU64,
-    /// Old bytes a lazy move copied (partial first writes of a block, and the blocks never
-    /// rewritten, at commit) ...
-    pub migration_copied_bytes: AtomicU64,
-    /// ... and old bytes it did not have to copy, because a write replaced the whole block.
-    pub migration_rewritten_bytes: AtomicU64,
-    /// Eager moves (full or failed tier, cached files) and the bytes they copied.
-    pub eager_moves: AtomicU64,
-    pub eager_copied_bytes: AtomicU64,
+pub(crate) fn set_engine(fs: &mut TierFs, engine: Box<dyn crate::tierio::Engine>) {
+    fs.engine = engine;
 }

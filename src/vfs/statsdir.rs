@@ -281,18 +281,18 @@ fn hint(fs: &TierFs, cmd: &Command, target: Option<u64>) -> Result<()> {
             };
             if matches!(cmd, Command::Drop { .. }) {
                 let mut st = node.state.write();
-                cached::uncache_locked(fs, &node, &mut st)?;
+                cached::uncache_locked(&fs.parts(), &node, &mut st)?;
             } else {
                 // Not in the `if let`: its temporaries live through the block, and
                 // write-back takes the file's lock again, which deadlocked behind a
                 // writer queued for it (an open) between the two.
                 let e = node.state.read().cache.clone();
                 if let Some(e) = e {
-                    writeback::write_back(fs, &node, &e, ino)?;
+                    writeback::write_back(&fs.parts(), &node, &e, ino)?;
                 }
             }
         }
-        Command::Flush { path: None } => writeback::flush_cache(fs)?,
+        Command::Flush { path: None } => writeback::flush_cache(&fs.parts())?,
         Command::DebugPanic { .. } | Command::Tier(_) => {}
     }
     Ok(())

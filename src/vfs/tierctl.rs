@@ -312,7 +312,7 @@ pub fn drain_step(
             // The bytes of it on this tier: all of a whole file, its stripes' of a striped one.
             let bytes = node.layout().piece_len(t.index, node.size());
             let r = hold(fs, ino, &node).and_then(|()| {
-                let r = migrate::relocate(fs, ino, &node, Some(t.index), 0);
+                let r = migrate::relocate(&fs.parts(), ino, &node, Some(t.index), 0);
                 if let_go(&node) {
                     forget_if_gone(ino);
                 }

@@ -18,10 +18,12 @@
 //!   the mount-time scan and the offline tools alike.
 //! - [`placement`]: Eq. 1 shares, whole-file and stripe decisions; [`coord`]: tiers shared
 //!   between mounts; [`cache`]: the host-memory tier's books (no I/O); [`stats`]: the
-//!   snapshot's types, its renderings and the Prometheus metrics.
+//!   snapshot's types, its renderings and the Prometheus metrics; [`inodes`]: the inode
+//!   table (the tree, an open file's state, handles, failed inodes).
+//! - [`data`]: an open file's data path below a handle, down to [`tierio`], handed the
+//!   parts of the mount it works on (never the whole file system).
 //! - [`vfs`]: the FUSE-free filesystem core, a façade over per-concern modules and their
-//!   shared state; [`data`]: an open file's state and its data path down to [`tierio`];
-//!   [`adapt`]: share refresh, pausing and recovery probes.
+//!   shared state; [`adapt`]: share refresh, pausing and recovery probes.
 //! - [`ondisk`]: `tierfs fsck` and `tierfs export`; [`client`]: reading a mount's
 //!   `.tierfs/` files from outside and what the commands make of them (advice, recording,
 //!   the live view, figures); [`tune`]: advice measured by a sweep; [`prom`]: the

@@ -6,7 +6,7 @@
 //! with several names also in [`linked`]); and which opens the kernel serves itself
 //! ([`passthrough`]). Nothing here takes the tree lock to copy data.
 //!
-//! Every function here is handed what it works on, [`Parts`] or a part of it (the tiers'
+//! Every function here is handed what it works on, `Parts` or a part of it (the tiers'
 //! [`crate::tierio::Io`] for [`io`]), never the whole file system: what a function may
 //! touch is in its signature, and nothing here reaches back up into the operations
 //! (`vfs`).

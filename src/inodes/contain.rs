@@ -3,10 +3,10 @@
 //!
 //! An inode fails after a panic in one of its requests (its state in memory is not
 //! trusted: `crate::vfs::contain` catches the panic) or when a move of it stops torn on
-//! the tiers ([`Containment::mark_torn`]: its state in memory is sound, so its cached
-//! blocks are still written back, [`Containment::writes_back`]). Every request on a failed
+//! the tiers (`Containment::mark_torn`: its state in memory is sound, so its cached
+//! blocks are still written back, `Containment::writes_back`). Every request on a failed
 //! inode answers EIO until the next mount, which rebuilds it from the tiers and settles a
-//! torn move by its journal ([`Containment::mark_journaled`]).
+//! torn move by its journal (`Containment::mark_journaled`).
 
 use parking_lot::RwLock;
 use std::collections::HashSet;
@@ -45,9 +45,9 @@ impl Containment {
         }
     }
 
-    /// [`Containment::mark_failed`] for a move torn on the tiers: the inode's state in
+    /// `Containment::mark_failed` for a move torn on the tiers: the inode's state in
     /// memory is sound, so its cached blocks are still written back
-    /// ([`Containment::writes_back`]).
+    /// (`Containment::writes_back`).
     pub(crate) fn mark_torn(&self, ino: u64, why: &str) {
         // One failed already (a panic while the move ran) stays untrusted.
         if !self.is_failed(ino) {
@@ -58,7 +58,7 @@ impl Containment {
 
     /// Notes that `ino`'s move tore with a journal naming its new pieces' temporaries,
     /// which the next mount renames in: its pending writes are not lost
-    /// ([`Containment::is_journaled`]).
+    /// (`Containment::is_journaled`).
     pub(crate) fn mark_journaled(&self, ino: u64) {
         self.journaled.write().insert(ino);
     }

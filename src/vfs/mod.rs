@@ -8,7 +8,7 @@
 //! - [`links`]: hard links (a node with several names);
 //! - [`files`]: open, create, close, truncate, fallocate, fsync; [`dirs`]: folder handles;
 //! - [`readwrite`]: a read or write of a handle, handed to the data path;
-//! - [`handles`]: the handle table and the kernel passthrough policy;
+//! - [`handles`]: the handle table and the switch that turns kernel passthrough off;
 //! - [`backing`]: tier paths, limbo, xattrs, statfs; [`scan`]: the tree rebuilt at mount;
 //! - [`statsdir`]: the `.tierfs/` files and control; [`tierctl`]: the operator's commands on
 //!   tiers (pause, resume, drain, weight) and the drain; [`contain`]: panics kept to one request;

@@ -1,6 +1,6 @@
 //! The filesystem's state: every part the namespace, the data path and the background
 //! threads share, the one way from it to the tiers' bytes ([`io`]), and the parts of it
-//! the data path is handed ([`TierFs::parts`]). Building it and
+//! the data path is handed (`TierFs::parts`). Building it and
 //! shutting it down are [`crate::vfs::lifecycle`]'s.
 
 use crate::config::Layout;

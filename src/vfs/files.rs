@@ -190,9 +190,10 @@ pub(crate) fn create(
     let pt = {
         let mut st = node.state.write();
         st.pieces = pieces;
-        let admit = !passthrough::leave_to_kernel(&fs.parts(), &st, name, 0, flags);
-        cached::cache_on_open(&fs.parts(), ino, parent, name, &node, &mut st, false, admit);
-        let pt = passthrough::passthrough_piece(&fs.parts(), &st, name, 0, flags);
+        let parts = fs.parts();
+        let admit = !passthrough::leave_to_kernel(&parts, &st, name, 0, flags);
+        cached::cache_on_open(&parts, ino, parent, name, &node, &mut st, false, admit);
+        let pt = passthrough::passthrough_piece(&parts, &st, name, 0, flags);
         st.open_keeps_cache(pt.is_some(), flags & libc::O_ACCMODE != libc::O_RDONLY);
         if pt.is_some() {
             passthrough::note_pt_open(&fs.tiers, &mut st);
@@ -296,14 +297,14 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, 
         // keeps one mode per inode, and FUSE sends a reader's RELEASE asynchronously,
         // so DeepSpeed's write open of a file it just read can arrive while that
         // read handle is still open; in passthrough it would pin the old layout).
-        let relayout = !st.bypassed() && moves::layout_drifted(&fs.parts(), &st.layout);
-        let admit =
-            relayout || !passthrough::leave_to_kernel(&fs.parts(), &st, &name, f.size(), flags);
-        cached::cache_on_open(&fs.parts(), ino, parent, &name, &f, &mut st, !write, admit);
+        let parts = fs.parts();
+        let relayout = !st.bypassed() && moves::layout_drifted(&parts, &st.layout);
+        let admit = relayout || !passthrough::leave_to_kernel(&parts, &st, &name, f.size(), flags);
+        cached::cache_on_open(&parts, ino, parent, &name, &f, &mut st, !write, admit);
         let pt = if relayout {
             None
         } else {
-            passthrough::passthrough_piece(&fs.parts(), &st, &name, f.size(), flags)
+            passthrough::passthrough_piece(&parts, &st, &name, f.size(), flags)
         };
         let keep_cache = st.open_keeps_cache(pt.is_some(), write);
         if pt.is_some() {

@@ -13,7 +13,7 @@ use crate::inodes::types::*;
 use crate::layout::FileLayout;
 use crate::tierio::AlignedBuf;
 use crate::tierio::Class;
-use crate::vfs::state::{self, TierFs};
+use crate::vfs::state::TierFs;
 use crate::vfs::{files, handles, statsdir};
 use std::cell::RefCell;
 
@@ -194,18 +194,19 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
     let end = off
         .checked_add(data.len() as u64)
         .ok_or(Error::Invalid("offset overflow"))?;
+    let parts = fs.parts();
     let mut moved = false;
     loop {
         let st = node.state.read();
         if let Some(e) = &st.cache {
-            if cached::cached_write(&fs.parts(), &node, &st, e, off, &mut WriteSrc::Slice(data))? {
+            if cached::cached_write(&parts, &node, &st, e, off, &mut WriteSrc::Slice(data))? {
                 cached_wrote(fs, &node, &st, end);
                 return Ok(data.len() as u32);
             }
             // It outgrew the cache: back to the tiers, then write there.
             drop(st);
             let mut st = node.state.write();
-            cached::uncache_locked(&fs.parts(), &node, &mut st)?;
+            cached::uncache_locked(&parts, &node, &mut st)?;
             continue;
         }
         // Growth past a tier's capacity, or into space promised to cached data, is
@@ -215,13 +216,13 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
             Err((t, std::io::Error::from_raw_os_error(libc::ENOSPC)))
         } else {
             match (&st.migration, &st.layout) {
-                (Some(m), _) => migrate::migration_write(&fs.parts(), &node, &st, m, off, data)?,
+                (Some(m), _) => migrate::migration_write(&parts, &node, &st, m, off, data)?,
                 (None, FileLayout::Whole { tier }) => {
                     let piece = pieces::open_piece(&fs.tiers, &st, *tier, "write")?;
-                    io::piece_write(state::io(fs), *tier, piece, data, off).map_err(|e| (*tier, e))
+                    io::piece_write(parts.io, *tier, piece, data, off).map_err(|e| (*tier, e))
                 }
                 (None, FileLayout::Stripe(_)) => {
-                    io::write_extents(state::io(fs), &st, off, data, Class::DemandWrite)
+                    io::write_extents(parts.io, &st, off, data, Class::DemandWrite)
                 }
             }
         };
@@ -243,7 +244,7 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
                     "tier '{}' refused a write to inode {ino} ({e}); moving the file to another tier",
                     fs.tiers[tier].name
                 );
-                if let Err(re) = migrate::relocate(&fs.parts(), ino, &node, Some(tier), end) {
+                if let Err(re) = migrate::relocate(&parts, ino, &node, Some(tier), end) {
                     // The caller gets the tier's own error; the log has why the move failed.
                     log::error!(
                         "moving inode {ino} off tier '{}' failed: {re}",

@@ -18,11 +18,13 @@
 //!   [`coord`]: tiers shared between mounts; [`cache`]: the host-memory tier's books (no
 //!   I/O); [`stats`]: the daemon's own counters (the CPU ledger, per-request counts), the
 //!   snapshot's types, its renderings, the Prometheus metrics and the node_exporter output;
+//!   [`inodes`]: the inode table (the tree, an open file's state, handles, failed inodes);
 //!   [`relink`]: a moved file's other names and the journal that carries their re-linking
 //!   across a crash.
+//! - [`data`]: an open file's data path below a handle, down to [`tierio`], handed the
+//!   parts of the mount it works on (never the whole file system).
 //! - [`vfs`]: the FUSE-free filesystem core, a façade over per-concern modules and their
-//!   shared state; [`data`]: an open file's state and its data path down to [`tierio`];
-//!   [`policy::adapt`]: share refresh, pausing and recovery probes.
+//!   shared state, with [`vfs::adapt`]: share refresh, pausing and recovery probes.
 //! - [`ondisk`]: `tierfs fsck` and `tierfs export`; [`client`]: reading a mount's
 //!   `.tierfs/` files from outside and what the commands make of them (advice, recording,
 //!   the live view, figures); [`tune`]: advice measured by a sweep.
@@ -44,6 +46,7 @@ pub mod data;
 pub mod direct;
 pub mod error;
 pub mod fuse;
+pub mod inodes;
 pub mod layout;
 pub mod logging;
 pub mod ondisk;

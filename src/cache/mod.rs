@@ -26,7 +26,6 @@ pub mod order;
 
 use crate::config::{CacheConfig, CachePolicy};
 use crate::control::OrderHint;
-use crate::data::file::FileNode;
 pub use entry::{Counters, Entry, Slot, SpacePromise, Totals, BLOCK, RESERVE_ALIGN};
 use order::{DirOrder, OrderView};
 use parking_lot::{Condvar, Mutex, RwLock};
@@ -34,21 +33,23 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
+/// A cached file: its node, by which the core reaches the file's state (never kept alive
+/// by the cache: a file forgotten by the core leaves it), and its entry.
 #[derive(Debug)]
-struct Resident {
-    node: Weak<FileNode>,
+struct Resident<N> {
+    node: Weak<N>,
     entry: Arc<Entry>,
 }
 
-#[derive(Debug, Default)]
-struct Inner {
-    files: HashMap<u64, Resident>,
+#[derive(Debug)]
+struct Inner<N> {
+    files: HashMap<u64, Resident<N>>,
     used: u64,
 }
 
 /// A file that may be evicted to make room: its node (to take its lock) and entry.
-pub struct Victim {
-    pub node: Arc<FileNode>,
+pub struct Victim<N> {
+    pub node: Arc<N>,
     pub entry: Arc<Entry>,
 }
 
@@ -66,9 +67,11 @@ struct WbRequest {
     all: bool,
 }
 
-/// The cache of one mount.
+/// The cache of one mount. Files are keyed by inode; `N` is the core's node of a file
+/// (`crate::inodes::file::FileNode`), which the cache only hands back, for the core to take
+/// the file's lock: the cache's books do not depend on what a node holds.
 #[derive(Debug)]
-pub struct Cache {
+pub struct Cache<N> {
     pub cfg: CacheConfig,
     /// Where `cfg.size` comes from, in words ([`memory::Plan::from`]).
     pub size_from: String,
@@ -77,7 +80,7 @@ pub struct Cache {
     /// Bytes the cache may hold now: `cfg.size`, lower while the watch says the job needs
     /// the memory.
     budget: AtomicU64,
-    inner: Mutex<Inner>,
+    inner: Mutex<Inner<N>>,
     orders: Mutex<HashMap<u64, DirOrder>>,
     pub counters: Counters,
     seq: AtomicU64,
@@ -110,21 +113,24 @@ pub fn reserve_for(size: u64) -> u64 {
     size.div_ceil(RESERVE_ALIGN).max(1) * RESERVE_ALIGN
 }
 
-impl Cache {
+impl<N> Cache<N> {
     /// A cache of a size the config states, without a pressure watch.
-    pub fn new(cfg: CacheConfig) -> Cache {
+    pub fn new(cfg: CacheConfig) -> Cache<N> {
         Cache::planned(cfg, "cache.size in the config".into(), None)
     }
 
     /// A cache sized by a [`memory::Plan`]: `from` says why, `watch` is the limit to follow.
-    pub fn planned(cfg: CacheConfig, from: String, watch: Option<memory::Limit>) -> Cache {
+    pub fn planned(cfg: CacheConfig, from: String, watch: Option<memory::Limit>) -> Cache<N> {
         let (prefetch_tx, prefetch_rx) = crossbeam_channel::unbounded();
         Cache {
             budget: AtomicU64::new(cfg.size),
             size_from: from,
             watch,
             cfg,
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner {
+                files: HashMap::new(),
+                used: 0,
+            }),
             orders: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             seq: AtomicU64::new(1),
@@ -224,11 +230,11 @@ impl Cache {
     /// Clean files ranked above `rank` (largest rank first) whose memory adds up to `need`,
     /// or `None` if there are not enough of them. Dirty files ranked above `rank` are asked
     /// to be written back, so a later try may succeed.
-    pub fn victims(&self, need: u64, rank: u64, exclude: u64) -> Option<Vec<Victim>> {
+    pub fn victims(&self, need: u64, rank: u64, exclude: u64) -> Option<Vec<Victim<N>>> {
         let inner = self.inner.lock();
         let orders = self.orders.lock();
         let free = self.budget().saturating_sub(inner.used);
-        let mut cands: Vec<(u64, &Resident)> = inner
+        let mut cands: Vec<(u64, &Resident<N>)> = inner
             .files
             .iter()
             .filter(|(ino, _)| **ino != exclude)
@@ -272,14 +278,16 @@ impl Cache {
         None
     }
 
-    /// Adds a file whose `reserve` bytes were taken with [`Cache::try_reserve`]; `spare`:
-    /// ranked [`SPARE_RANK`] whatever its order says.
+    /// Adds a file of `size` bytes whose `reserve` bytes were taken with
+    /// [`Cache::try_reserve`]; `spare`: ranked [`SPARE_RANK`] whatever its order says.
+    #[allow(clippy::too_many_arguments)]
     pub fn insert(
         &self,
         ino: u64,
         dir: u64,
         name: &[u8],
-        node: &Arc<FileNode>,
+        node: &Arc<N>,
+        size: u64,
         reserve: u64,
         spare: bool,
     ) -> Arc<Entry> {
@@ -301,7 +309,7 @@ impl Cache {
             last_use: AtomicU64::new(self.seq.fetch_add(1, Ordering::Relaxed)),
             last_error: Mutex::new(None),
             space: Mutex::new(SpacePromise {
-                upto: node.size(),
+                upto: size,
                 per_tier: Vec::new(),
             }),
         });
@@ -363,7 +371,7 @@ impl Cache {
     }
 
     /// Every cached file with its node, for the writer and for views.
-    pub fn residents(&self) -> Vec<(Arc<FileNode>, Arc<Entry>)> {
+    pub fn residents(&self) -> Vec<(Arc<N>, Arc<Entry>)> {
         self.inner
             .lock()
             .files
@@ -374,7 +382,7 @@ impl Cache {
 
     /// Budget held by the ranked (not spare) files that `counts` picks: the memory the
     /// cache has really admitted for them, read under its lock without collecting them.
-    pub fn admitted_for(&self, counts: impl Fn(&FileNode) -> bool) -> u64 {
+    pub fn admitted_for(&self, counts: impl Fn(&N) -> bool) -> u64 {
         self.inner
             .lock()
             .files
@@ -413,8 +421,8 @@ impl Cache {
     }
 
     /// Cached files, the ones to give up first (largest rank) first.
-    pub fn residents_by_rank(&self) -> Vec<(Arc<FileNode>, Arc<Entry>)> {
-        let mut v: Vec<(u64, Arc<FileNode>, Arc<Entry>)> = self
+    pub fn residents_by_rank(&self) -> Vec<(Arc<N>, Arc<Entry>)> {
+        let mut v: Vec<(u64, Arc<N>, Arc<Entry>)> = self
             .residents()
             .into_iter()
             .map(|(n, e)| (self.rank_of_entry(&e), n, e))
@@ -484,6 +492,7 @@ impl Cache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inodes::file::FileNode;
 
     #[test]
     fn gradient_names() {
@@ -495,7 +504,7 @@ mod tests {
 
     #[test]
     fn a_spare_file_gives_way_to_any_ranked_one_and_takes_only_free_memory() {
-        let c = Cache::new(CacheConfig {
+        let c = Cache::<FileNode>::new(CacheConfig {
             size: 3 * BLOCK,
             policy: CachePolicy::Learned,
             prefetch: 0,
@@ -511,7 +520,15 @@ mod tests {
         let mut held = Vec::new();
         for (ino, spare) in [(1, true), (2, false), (3, false)] {
             assert!(c.try_reserve(BLOCK));
-            held.push(c.insert(ino, 7, name(ino).as_bytes(), &node, BLOCK, spare));
+            held.push(c.insert(
+                ino,
+                7,
+                name(ino).as_bytes(),
+                &node,
+                node.size(),
+                BLOCK,
+                spare,
+            ));
         }
         assert_eq!(c.rank_of_entry(&held[0]), SPARE_RANK);
         assert_eq!(c.rank_of_entry(&held[1]), 0, "a gradient file ranks first");

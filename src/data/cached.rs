@@ -9,14 +9,15 @@
 
 use crate::cache::entry::Entry;
 use crate::cache::{self, Cache, Slot, BLOCK};
-use crate::data::file::{FileNode, FileState};
+use crate::data::passthrough;
+use crate::data::Parts;
 use crate::error::{Error, Result};
+use crate::inodes::file::{FileNode, FileState};
+use crate::inodes::pieces;
 use crate::layout::FileLayout;
 use crate::sys::{self, SetTime};
 use crate::tierio::AlignedBuf;
 use crate::tierio::Class;
-use crate::vfs::backing;
-use crate::vfs::state::TierFs;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
@@ -32,12 +33,8 @@ pub(crate) const PREFETCH_FILL_THREADS: usize = 4;
 /// Dirty blocks written back together (one engine batch: requests in flight at once).
 pub(crate) const WRITEBACK_BATCH: usize = 8;
 
-/// How long [`TierFs::shrink_cache`] works at getting under a lowered budget.
+/// How long [`crate::data::writeback::shrink_cache`] works at getting under a lowered budget.
 pub(crate) const SHRINK_WITHIN: std::time::Duration = std::time::Duration::from_secs(1);
-
-pub(crate) fn cache(fs: &TierFs) -> Option<&Arc<Cache>> {
-    fs.cache.as_ref()
-}
 
 /// At an open (state lock held for writing, pieces open): records a read in the order,
 /// queues prefetches, and admits the file if the policy wants it more than what it would
@@ -45,7 +42,7 @@ pub(crate) fn cache(fs: &TierFs) -> Option<&Arc<Cache>> {
 /// (opened for writing, with or without `admit`) spare ([`crate::cache::SPARE_RANK`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn cache_on_open(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     ino: u64,
     parent: u64,
     name: &OsStr,
@@ -90,19 +87,19 @@ pub(crate) fn cache_on_open(
 /// held spare ([`crate::cache::SPARE_RANK`]) when memory has room. Not on a tier that
 /// refuses DeepSpeed's 1 KiB-aligned `O_DIRECT` tails: the kernel cannot serve its opens
 /// there, so the daemon does, and memory is worth its rank.
-fn spare_gradient(fs: &TierFs, st: &FileState, name: &OsStr) -> bool {
-    crate::vfs::handles::passthrough_enabled(fs)
+fn spare_gradient(fs: &Parts<'_>, st: &FileState, name: &OsStr) -> bool {
+    passthrough::enabled(fs)
         && crate::cache::is_gradient(name.as_bytes())
-        && crate::vfs::types::is_deepspeed_swap(name)
+        && crate::inodes::types::is_deepspeed_swap(name)
         && matches!(st.layout, crate::layout::FileLayout::Whole { tier }
-            if crate::vfs::handles::kernel_first(fs, tier) && fs.tiers[tier].small_direct_io)
+            if passthrough::kernel_first(fs, tier) && fs.tiers[tier].small_direct_io)
 }
 
 /// Makes room and installs a cache entry (state lock held for writing).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn admit(
-    fs: &TierFs,
-    c: &Cache,
+    fs: &Parts<'_>,
+    c: &Cache<FileNode>,
     ino: u64,
     parent: u64,
     name: &[u8],
@@ -126,12 +123,18 @@ pub(crate) fn admit(
     }
     // Its pieces have every byte, and so its times.
     *node.mtime.lock() = None;
-    st.cache = Some(c.insert(ino, parent, name, node, need, spare));
+    st.cache = Some(c.insert(ino, parent, name, node, node.size(), need, spare));
     true
 }
 
 /// Takes `need` bytes of the budget, evicting clean files ranked above `rank` if it must.
-pub(crate) fn make_room(fs: &TierFs, c: &Cache, need: u64, rank: u64, me: u64) -> bool {
+pub(crate) fn make_room(
+    fs: &Parts<'_>,
+    c: &Cache<FileNode>,
+    need: u64,
+    rank: u64,
+    me: u64,
+) -> bool {
     for _ in 0..3 {
         if c.try_reserve(need) {
             return true;
@@ -148,7 +151,12 @@ pub(crate) fn make_room(fs: &TierFs, c: &Cache, need: u64, rank: u64, me: u64) -
 
 /// Drops a clean cached file to free its memory. Never waits for its lock (the caller
 /// may hold another file's): a busy file is skipped.
-pub(crate) fn evict(fs: &TierFs, c: &Cache, node: &Arc<FileNode>, e: &Arc<Entry>) -> bool {
+pub(crate) fn evict(
+    fs: &Parts<'_>,
+    c: &Cache<FileNode>,
+    node: &Arc<FileNode>,
+    e: &Arc<Entry>,
+) -> bool {
     let Some(mut st) = node.state.try_write() else {
         return false;
     };
@@ -168,7 +176,7 @@ pub(crate) fn evict(fs: &TierFs, c: &Cache, node: &Arc<FileNode>, e: &Arc<Entry>
 /// Writes a cached file back and drops it from the cache (state lock held for
 /// writing), before its layout or size changes behind the cache. On a write-back error
 /// the file stays cached, dirty, and the error is returned.
-pub(crate) fn uncache_locked(fs: &TierFs, node: &FileNode, st: &mut FileState) -> Result<()> {
+pub(crate) fn uncache_locked(fs: &Parts<'_>, node: &FileNode, st: &mut FileState) -> Result<()> {
     let (Some(c), Some(e)) = (&fs.cache, st.cache.clone()) else {
         return Ok(());
     };
@@ -186,7 +194,7 @@ pub(crate) fn uncache_locked(fs: &TierFs, node: &FileNode, st: &mut FileState) -
 }
 
 /// The file is gone for good (unlinked and forgotten): its dirty bytes need no tier.
-pub(crate) fn cache_forget(fs: &TierFs, f: &FileNode) {
+pub(crate) fn cache_forget(fs: &Parts<'_>, f: &FileNode) {
     let Some(c) = &fs.cache else { return };
     let mut st = f.state.write();
     if let Some(e) = st.cache.take() {
@@ -200,7 +208,7 @@ pub(crate) fn cache_forget(fs: &TierFs, f: &FileNode) {
 /// cannot promise it (full, or at its `capacity`). The write then goes to the tiers,
 /// where a full tier moves the file and only a write no tier can take fails (ENOSPC):
 /// the cache never takes bytes it could not write back.
-pub(crate) fn reserve_space(fs: &TierFs, st: &FileState, e: &Entry, end: u64) -> bool {
+pub(crate) fn reserve_space(fs: &Parts<'_>, st: &FileState, e: &Entry, end: u64) -> bool {
     let mut p = e.space.lock();
     if end <= p.upto {
         return true;
@@ -229,7 +237,7 @@ pub(crate) fn reserve_space(fs: &TierFs, st: &FileState, e: &Entry, end: u64) ->
 
 /// The tiers now hold a cached file up to `written` bytes (a write-back finished):
 /// gives back the space promised for them, keeping what its later growth holds.
-pub(crate) fn settle_space(fs: &TierFs, st: &FileState, e: &Entry, written: u64) {
+pub(crate) fn settle_space(fs: &Parts<'_>, st: &FileState, e: &Entry, written: u64) {
     let mut p = e.space.lock();
     let l = &st.layout;
     for t in 0..p.per_tier.len() {
@@ -247,7 +255,7 @@ pub(crate) fn settle_space(fs: &TierFs, st: &FileState, e: &Entry, written: u64)
 
 /// Gives back all the tier space promised to a cached file (it leaves the cache, or
 /// every byte of it reached its new tiers).
-pub(crate) fn release_space(fs: &TierFs, e: &Entry) {
+pub(crate) fn release_space(fs: &Parts<'_>, e: &Entry) {
     let mut p = e.space.lock();
     for (t, n) in p.per_tier.iter_mut().enumerate() {
         fs.tiers[t].unreserve(*n);
@@ -258,7 +266,7 @@ pub(crate) fn release_space(fs: &TierFs, e: &Entry) {
 /// Fills one block from the tiers (its lock held). Bytes past what the tiers hold read
 /// as zeros: a cached file's tail may exist only in memory yet.
 pub(crate) fn fill(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     node: &FileNode,
     st: &FileState,
     e: &Entry,
@@ -280,19 +288,19 @@ pub(crate) fn fill(
 
 /// Reads a range from the tiers, zeros where a piece is shorter.
 pub(crate) fn read_lenient(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     st: &FileState,
     off: u64,
     buf: &mut [u8],
     class: Class,
 ) -> Result<()> {
-    io::read_extents(fs, st, off, buf, class)
+    io::read_extents(fs.io, st, off, buf, class)
 }
 
 /// Serves a read of a cached file (state lock held for reading); a block not in memory
 /// is filled at `class`.
 pub(crate) fn cached_read(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     node: &FileNode,
     st: &FileState,
     e: &Entry,
@@ -320,7 +328,7 @@ pub(crate) fn cached_read(
 /// spans blocks: the caller reads it into a buffer instead.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn cached_read_with<R>(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     node: &FileNode,
     st: &FileState,
     e: &Entry,
@@ -344,7 +352,7 @@ pub(crate) fn cached_read_with<R>(
 /// block), the block's lock held: a hit, or a miss filled from the tiers at `class` first.
 #[allow(clippy::too_many_arguments)]
 fn with_block<R>(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     node: &FileNode,
     st: &FileState,
     e: &Entry,
@@ -408,7 +416,7 @@ impl WriteSrc<'_> {
 /// promise to hold at write-back: the caller drops it from the cache and writes to the
 /// tiers.
 pub(crate) fn cached_write(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     node: &FileNode,
     st: &FileState,
     e: &Entry,
@@ -472,7 +480,7 @@ pub(crate) fn cached_write(
         // then sees every byte it holds (it writes up to the size it reads then).
         let old = node.size.fetch_max(pos + n as u64, Ordering::AcqRel);
         if pos + n as u64 > old && node.counted() {
-            backing::account_resize(fs, &st.layout, old, pos + n as u64);
+            pieces::account_resize(fs.tiers, &st.layout, old, pos + n as u64);
         }
         done += n;
     }
@@ -489,8 +497,8 @@ pub(crate) fn cached_write(
 /// the entry's write-back lock (always in that order). Returns whether any dirty block
 /// is left; those of an inode failed by a panic are never written ([`Error::Failed`]).
 pub(crate) fn write_back_locked(
-    fs: &TierFs,
-    c: &Cache,
+    fs: &Parts<'_>,
+    c: &Cache<FileNode>,
     node: &FileNode,
     st: &FileState,
     e: &Entry,
@@ -502,12 +510,12 @@ pub(crate) fn write_back_locked(
     // After a panic the inode's state is not trusted (its layout and open pieces may be
     // out of step): its data on the tiers stays as it is, and the unmount reports its
     // bytes in memory lost. A torn move's inode is written back (`contain::writes_back`).
-    if !crate::vfs::contain::writes_back(fs, e.ino) {
+    if !fs.contain.writes_back(e.ino) {
         return Err(Error::Failed { ino: e.ino });
     }
     let mut budget = batches.unwrap_or(usize::MAX);
     for t in st.layout.tiers() {
-        backing::open_piece(fs, st, t, "write back")?;
+        pieces::open_piece(fs.tiers, st, t, "write back")?;
     }
     let slots = e.all_slots();
     let mut b = 0usize;
@@ -549,7 +557,7 @@ pub(crate) fn write_back_locked(
                 });
             }
         }
-        let results = io::run_batch(fs, Class::WriteBack, &tiers, &mut ops);
+        let results = io::run_batch(fs.io, Class::WriteBack, &tiers, &mut ops);
         drop(ops);
         if let Some((tier, err)) = results
             .into_iter()
@@ -585,7 +593,7 @@ pub(crate) fn write_back_locked(
             let cur = p.file().metadata().map(|m| m.len()).unwrap_or(want);
             if cur < want {
                 p.file().set_len(want).map_err(|err| {
-                    backing::tier_err(fs, t, "extend", Path::new("(cached file)"), err)
+                    pieces::tier_err(fs.tiers, t, "extend", Path::new("(cached file)"), err)
                 })?;
             }
         }
@@ -599,7 +607,7 @@ pub(crate) fn write_back_locked(
 /// After a write-back: the file's mtime as the caller last saw it (its last write, or
 /// the time the user set after it) goes onto the primary piece, which the write-back
 /// itself just stamped with the present time.
-pub(crate) fn stamp_mtime(fs: &TierFs, node: &FileNode, st: &FileState) {
+pub(crate) fn stamp_mtime(fs: &Parts<'_>, node: &FileNode, st: &FileState) {
     let Some(t) = *node.mtime.lock() else { return };
     let primary = st.layout.primary();
     if let Some(p) = &st.pieces[primary] {
@@ -617,7 +625,7 @@ pub(crate) fn stamp_mtime(fs: &TierFs, node: &FileNode, st: &FileState) {
     }
 }
 
-pub(crate) fn stop_cache(fs: &TierFs) {
+pub(crate) fn stop_cache(fs: &Parts<'_>) {
     if let Some(c) = &fs.cache {
         c.stop.store(true, Ordering::Relaxed);
         c.wake_all();

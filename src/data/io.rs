@@ -3,29 +3,28 @@
 //! with a tier's error mapped to the file. The lowest part of the data path: it knows
 //! pieces and layouts, not handles, the cache or migrations.
 
-use crate::data::file::FileState;
 use crate::error::{Error, Result};
+use crate::inodes::file::FileState;
+use crate::inodes::pieces;
 use crate::layout::FileLayout;
-use crate::tierio::{Class, Op, Piece};
-use crate::vfs::state::TierFs;
-use crate::vfs::{backing, state};
+use crate::tierio::{Class, Io, Op, Piece};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 pub(crate) fn read_pieces(
-    fs: &TierFs,
+    io: Io<'_>,
     st: &FileState,
     off: u64,
     buf: &mut [u8],
     class: Class,
 ) -> Result<()> {
-    read_layout(fs, &st.layout, &st.pieces, off, buf, false, class)
+    read_layout(io, &st.layout, &st.pieces, off, buf, false, class)
 }
 
 /// Reads logical bytes through `layout` from `pieces`. A striped piece shorter than the
 /// file is a hole; a whole piece may be short only with `holes` (a move's new pieces).
 pub(crate) fn read_layout(
-    fs: &TierFs,
+    io: Io<'_>,
     layout: &FileLayout,
     pieces: &[Option<Arc<Piece>>],
     off: u64,
@@ -35,13 +34,13 @@ pub(crate) fn read_layout(
 ) -> Result<()> {
     match layout {
         FileLayout::Whole { tier } => {
-            let piece = backing::piece_in(fs, pieces, *tier, "read")?;
-            let got = piece_read_as(fs, *tier, piece, buf, off, class)?;
+            let piece = pieces::piece_in(io.tiers(), pieces, *tier, "read")?;
+            let got = piece_read_as(io, *tier, piece, buf, off, class)?;
             if holes {
                 buf[got..].fill(0);
             } else if got < buf.len() {
                 return Err(Error::ShortRead {
-                    tier: fs.tiers[*tier].name.clone(),
+                    tier: io.tiers()[*tier].name.clone(),
                     path: PathBuf::from("(open file)"),
                     offset: off,
                     got,
@@ -49,7 +48,7 @@ pub(crate) fn read_layout(
                 });
             }
         }
-        FileLayout::Stripe(_) => read_extents_in(fs, layout, pieces, off, buf, class)?,
+        FileLayout::Stripe(_) => read_extents_in(io, layout, pieces, off, buf, class)?,
     }
     Ok(())
 }
@@ -58,18 +57,18 @@ pub(crate) fn read_layout(
 /// where a piece is shorter than the range, zeros (a hole, or a cached file's tail that
 /// is only in memory yet).
 pub(crate) fn read_extents(
-    fs: &TierFs,
+    io: Io<'_>,
     st: &FileState,
     off: u64,
     buf: &mut [u8],
     class: Class,
 ) -> Result<()> {
-    read_extents_in(fs, &st.layout, &st.pieces, off, buf, class)
+    read_extents_in(io, &st.layout, &st.pieces, off, buf, class)
 }
 
-/// [`TierFs::read_extents`] through `layout` from `pieces` (a move's new ones, say).
+/// [`read_extents`] through `layout` from `pieces` (a move's new ones, say).
 pub(crate) fn read_extents_in(
-    fs: &TierFs,
+    io: Io<'_>,
     layout: &FileLayout,
     pieces: &[Option<Arc<Piece>>],
     off: u64,
@@ -85,15 +84,15 @@ pub(crate) fn read_extents_in(
         rest = tail;
         tiers.push(ex.tier);
         ops.push(Op::Read {
-            piece: backing::piece_in(fs, pieces, ex.tier, "read")?,
+            piece: pieces::piece_in(io.tiers(), pieces, ex.tier, "read")?,
             buf: dst,
             off: ex.local,
         });
     }
-    let results = run_batch(fs, class, &tiers, &mut ops);
+    let results = run_batch(io, class, &tiers, &mut ops);
     for ((op, r), t) in ops.iter_mut().zip(results).zip(tiers) {
         // Counted on its tier by `tierio`.
-        let got = r.map_err(|e| Error::tier(&fs.tiers[t].name, "read", "(open file)", e))?;
+        let got = r.map_err(|e| Error::tier(&io.tiers()[t].name, "read", "(open file)", e))?;
         if let Op::Read { buf, .. } = op {
             buf[got..].fill(0);
         }
@@ -104,18 +103,18 @@ pub(crate) fn read_extents_in(
 /// Runs backing requests (`ops[i]` on tier `tiers[i]`) as one batch of `class`
 /// ([`crate::tierio::Io::submit`]: admission, engine, accounting); the caller maps errors.
 pub(crate) fn run_batch(
-    fs: &TierFs,
+    io: Io<'_>,
     class: Class,
     tiers: &[usize],
     ops: &mut [Op<'_>],
 ) -> Vec<std::io::Result<usize>> {
-    state::io(fs).submit(class, tiers, ops)
+    io.submit(class, tiers, ops)
 }
 
 /// Writes a range of a file to its pieces as one engine batch; the first failure with
 /// its tier (for the rescue that moves the file).
 pub(crate) fn write_extents(
-    fs: &TierFs,
+    io: Io<'_>,
     st: &FileState,
     off: u64,
     data: &[u8],
@@ -125,7 +124,7 @@ pub(crate) fn write_extents(
     let mut tiers = Vec::with_capacity(exts.len());
     let mut ops = Vec::with_capacity(exts.len());
     for ex in &exts {
-        let piece = backing::open_piece(fs, st, ex.tier, "write").map_err(|_| {
+        let piece = pieces::open_piece(io.tiers(), st, ex.tier, "write").map_err(|_| {
             (
                 ex.tier,
                 std::io::Error::other("the tier is missing (mounted degraded without it)"),
@@ -138,7 +137,7 @@ pub(crate) fn write_extents(
             off: ex.local,
         });
     }
-    let results = run_batch(fs, class, &tiers, &mut ops);
+    let results = run_batch(io, class, &tiers, &mut ops);
     for (r, t) in results.into_iter().zip(tiers) {
         r.map_err(|e| (t, e))?;
     }
@@ -146,24 +145,23 @@ pub(crate) fn write_extents(
 }
 
 pub(crate) fn piece_read_as(
-    fs: &TierFs,
+    io: Io<'_>,
     tier: usize,
     piece: &Piece,
     buf: &mut [u8],
     off: u64,
     class: Class,
 ) -> Result<usize> {
-    state::io(fs)
-        .read(class, tier, piece, buf, off)
-        .map_err(|e| Error::tier(&fs.tiers[tier].name, "read", "(open file)", e))
+    io.read(class, tier, piece, buf, off)
+        .map_err(|e| Error::tier(&io.tiers()[tier].name, "read", "(open file)", e))
 }
 
 pub(crate) fn piece_write(
-    fs: &TierFs,
+    io: Io<'_>,
     tier: usize,
     piece: &Piece,
     buf: &[u8],
     off: u64,
 ) -> std::io::Result<()> {
-    state::io(fs).write(Class::DemandWrite, tier, piece, buf, off)
+    io.write(Class::DemandWrite, tier, piece, buf, off)
 }

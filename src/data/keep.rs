@@ -7,18 +7,18 @@
 //! [`after_renames`] makes the renames durable and lets the keeps go. The journal's rule
 //! at mount and in `fsck` is [`crate::relink`]'s.
 
-use crate::data::file::{Journaled, Migration};
+use crate::data::Parts;
 use crate::error::Result;
+use crate::inodes::file::{Journaled, Migration};
+use crate::inodes::pieces;
+use crate::inodes::types::TMP_PREFIX;
 use crate::layout::FileLayout;
-use crate::vfs::backing;
-use crate::vfs::state::TierFs;
-use crate::vfs::types::TMP_PREFIX;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// Where the move of an unlinked file keeps the entry its rename on tier `t` replaces
 /// (limbo, beside the move's temporary: a crash loses such a file anyway).
-fn kept_path(fs: &TierFs, t: usize, ino: u64, suffix: &str) -> PathBuf {
+fn kept_path(fs: &Parts<'_>, t: usize, ino: u64, suffix: &str) -> PathBuf {
     fs.tiers[t]
         .limbo
         .join(format!("{TMP_PREFIX}{ino}{suffix}.old"))
@@ -71,7 +71,7 @@ fn link_unsupported(e: &std::io::Error) -> bool {
 /// unlinked file's links are in limbo, with no journal. On failure the links made are
 /// removed and the file is as it was.
 pub(crate) fn keep_old(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     ino: u64,
     m: &Migration,
     rel: Option<&Path>,
@@ -112,7 +112,7 @@ pub(crate) fn keep_old(
             }
             Err(e) => {
                 drop_kept(fs, &kept);
-                return Err(backing::tier_err(fs, t, "link", &entry, e));
+                return Err(pieces::tier_err(fs.tiers, t, "link", &entry, e));
             }
         }
     }
@@ -137,7 +137,7 @@ pub(crate) fn keep_old(
 /// inodes. An old entry on a tier the move leaves that cannot be read is left out (a move
 /// off a failing tier must not depend on it): the renames never touch it.
 fn write_keep_journal(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     ino: u64,
     m: &Migration,
     rel: &Path,
@@ -151,7 +151,7 @@ fn write_keep_journal(
         pending.push((t, crate::data::linked::from_root(fs, t, &tmp(t))));
         let piece = m.pieces[t].as_ref().expect("made by begin_move");
         let meta = piece.file().metadata().map_err(|e| {
-            backing::tier_err(fs, t, "fstat", Path::new("(the move's new piece)"), e)
+            pieces::tier_err(fs.tiers, t, "fstat", Path::new("(the move's new piece)"), e)
         })?;
         new.push((t, meta.ino()));
     }
@@ -161,7 +161,7 @@ fn write_keep_journal(
         match fs.tiers[t].fs().stat(&p) {
             Ok(meta) => olds.push((t, meta.ino())),
             Err(_) if !new_tiers.contains(&t) => {}
-            Err(e) => return Err(backing::tier_err(fs, t, "stat", &p, e)),
+            Err(e) => return Err(pieces::tier_err(fs.tiers, t, "stat", &p, e)),
         }
     }
     // The tiers the move leaves whose old entries the journal names: should it stay, they
@@ -187,11 +187,11 @@ fn write_keep_journal(
     let stamp = format!("{ino}-{:016x}", crate::layout::new_file_id());
     crate::relink::write(&meta, &stamp, &journal)
         .map(|p| (p, named))
-        .map_err(|e| backing::tier_err(fs, t, "write a re-link journal in", &meta, e))
+        .map_err(|e| pieces::tier_err(fs.tiers, t, "write a re-link journal in", &meta, e))
 }
 
 /// Removes [`keep_old`]'s links (after the last rename, or when none was made).
-fn drop_kept(fs: &TierFs, kept: &[(usize, Keep)]) {
+fn drop_kept(fs: &Parts<'_>, kept: &[(usize, Keep)]) {
     for (t, k) in kept {
         if let Keep::Link(k) = k {
             if let Err(e) = fs.tiers[*t].fs().unlink(k) {
@@ -210,7 +210,7 @@ fn drop_kept(fs: &TierFs, kept: &[(usize, Keep)]) {
 /// renamed a tier which kept no old piece cannot be undone: nothing is put back, and the
 /// next mount finishes it from its temporaries by the journal.
 pub(crate) fn put_back(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     ino: u64,
     keeps: Keeps,
     done: usize,
@@ -224,9 +224,8 @@ pub(crate) fn put_back(
     if let (true, Some((j, _))) = (refused, &keeps.journal) {
         // Put back, the other tiers would hold old pieces beside this one's new piece and
         // their own new pieces maybe nameless: a mix neither finished nor undone.
-        crate::vfs::contain::mark_journaled(fs, ino);
-        crate::vfs::contain::mark_failed(
-            fs,
+        fs.contain.mark_journaled(ino);
+        fs.contain.mark_failed(
             ino,
             &format!(
                 "its move stopped between its own pieces after renaming a tier that keeps no \
@@ -303,12 +302,12 @@ pub(crate) fn put_back(
                 ))
             );
             if j.is_some() {
-                crate::vfs::contain::mark_journaled(fs, ino);
+                fs.contain.mark_journaled(ino);
             }
             if j.is_some() && !refused {
-                crate::vfs::contain::mark_torn(fs, ino, &why)
+                fs.contain.mark_torn(ino, &why)
             } else {
-                crate::vfs::contain::mark_failed(fs, ino, &why)
+                fs.contain.mark_failed(ino, &why)
             }
         }
     }
@@ -316,7 +315,7 @@ pub(crate) fn put_back(
 
 /// Syncs the folder holding the file's entry on each of `tiers`.
 fn sync_folders(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     tiers: impl IntoIterator<Item = usize>,
     final_path: &impl Fn(usize) -> PathBuf,
 ) -> std::io::Result<()> {
@@ -339,7 +338,7 @@ fn sync_folders(
 /// folders are synced too before the old pieces go, if the move leaves a tier; should
 /// that fail there is nothing to settle a mix with, and they go as before (warned).
 pub(crate) fn after_renames(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     ino: u64,
     kept: Keeps,
     (old, new): (&FileLayout, &FileLayout),
@@ -386,9 +385,8 @@ pub(crate) fn after_renames(
 /// mount settles it, since a later move, or a new file at its name, would leave the journal
 /// matching neither old nor new pieces, and the mount would then hold the name (EIO) for
 /// good. Its state is sound: a torn inode's cached blocks are still written back.
-pub(crate) fn journal_stays(fs: &TierFs, ino: u64, j: &Path, why: &str) {
-    crate::vfs::contain::mark_torn(
-        fs,
+pub(crate) fn journal_stays(fs: &Parts<'_>, ino: u64, j: &Path, why: &str) {
+    fs.contain.mark_torn(
         ino,
         &format!(
             "its move's journal {} stays for the next mount ({why}), which settles it",

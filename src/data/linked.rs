@@ -5,13 +5,13 @@
 //! ([`install`]). The rule and the journal's format, which the mount's scan and `fsck`
 //! share, are [`crate::relink`]'s.
 
-use crate::data::file::Journaled;
+use crate::data::Parts;
 use crate::error::Result;
+use crate::inodes::file::Journaled;
+use crate::inodes::pieces;
+use crate::inodes::tree::Tree;
 use crate::layout::FileLayout;
 use crate::relink::{self, Journal};
-use crate::vfs::backing;
-use crate::vfs::state::TierFs;
-use crate::vfs::tree::Tree;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -29,7 +29,7 @@ pub(crate) struct Staged {
 /// the journal on the new primary tier. A failure undoes what was made and leaves the
 /// file as it was. `None` for a file with one name.
 pub(crate) fn stage(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     tree: &Tree,
     ino: u64,
     primary: &Path,
@@ -57,13 +57,13 @@ pub(crate) fn stage(
             let b = fs.tiers[t].fs();
             let i = b
                 .stat(&piece)
-                .map_err(|e| backing::tier_err(fs, t, "stat", &piece, e))?
+                .map_err(|e| pieces::tier_err(fs.tiers, t, "stat", &piece, e))?
                 .ino();
             new_inos.push((t, i));
             for name in &names {
                 let to = fs.tiers[t].path(name);
                 let tmp = relink::link_as_temp(b, &piece, &to)
-                    .map_err(|e| backing::tier_err(fs, t, "link", &to, e))?;
+                    .map_err(|e| pieces::tier_err(fs.tiers, t, "link", &to, e))?;
                 links.push((t, tmp, to));
             }
         }
@@ -73,7 +73,7 @@ pub(crate) fn stage(
             let i = fs.tiers[t]
                 .fs()
                 .stat(&p)
-                .map_err(|e| backing::tier_err(fs, t, "stat", &p, e))?
+                .map_err(|e| pieces::tier_err(fs.tiers, t, "stat", &p, e))?
                 .ino();
             old_inos.push((t, i));
         }
@@ -91,7 +91,7 @@ pub(crate) fn stage(
         let meta = fs.tiers[t].root.join(crate::tier::META_DIR);
         let stamp = format!("{ino}-{:016x}", crate::layout::new_file_id());
         let path = relink::write(&meta, &stamp, &journal)
-            .map_err(|e| backing::tier_err(fs, t, "write a re-link journal in", &meta, e))?;
+            .map_err(|e| pieces::tier_err(fs.tiers, t, "write a re-link journal in", &meta, e))?;
         Ok((journal, path))
     });
     match written {
@@ -108,13 +108,13 @@ pub(crate) fn stage(
 }
 
 /// A move's temporary on tier `t` as a journal names it: from the tier's folder.
-pub(crate) fn from_root(fs: &TierFs, t: usize, p: &Path) -> PathBuf {
+pub(crate) fn from_root(fs: &Parts<'_>, t: usize, p: &Path) -> PathBuf {
     p.strip_prefix(&fs.tiers[t].root).unwrap_or(p).to_path_buf()
 }
 
 /// Undoes [`stage`] when the move stops before any of the primary name's pieces was
 /// renamed: the staged links and the journal go, and the file is as it was.
-pub(crate) fn abandon(fs: &TierFs, s: Staged) {
+pub(crate) fn abandon(fs: &Parts<'_>, s: Staged) {
     drop_links(fs, &s.links);
     if let Err(e) = std::fs::remove_file(&s.path) {
         log::warn!(
@@ -128,8 +128,8 @@ pub(crate) fn abandon(fs: &TierFs, s: Staged) {
 /// is torn on the tiers, and its names may disagree. The inode fails until the next
 /// mount, whose scan undoes the move by the journal: the other names, which no step had
 /// touched yet, give the primary its old pieces back ([`crate::relink`]).
-pub(crate) fn torn(fs: &TierFs, ino: u64, s: Staged) {
-    crate::vfs::contain::mark_journaled(fs, ino);
+pub(crate) fn torn(fs: &Parts<'_>, ino: u64, s: Staged) {
+    fs.contain.mark_journaled(ino);
     let why = format!(
         "its move stopped between its own pieces; the journal {} is settled at the next \
          mount",
@@ -145,7 +145,7 @@ pub(crate) fn torn(fs: &TierFs, ino: u64, s: Staged) {
 /// journal stays and the inode fails until the next mount, whose scan settles the journal
 /// (until then no request can act on names the tiers do not agree on); the primary's old
 /// pieces it names are then spared, as that mount may need them.
-pub(crate) fn install(fs: &TierFs, ino: u64, s: Staged) -> Journaled {
+pub(crate) fn install(fs: &Parts<'_>, ino: u64, s: Staged) -> Journaled {
     let j = &s.journal;
     let r = (|| -> std::io::Result<()> {
         for (t, tmp, to) in &s.links {
@@ -206,7 +206,7 @@ pub(crate) fn install(fs: &TierFs, ino: u64, s: Staged) -> Journaled {
 
 /// Removes a move's staged links that will not be renamed over their names (what was
 /// renamed already is gone from the temporary name, and the unlink finds nothing).
-fn drop_links(fs: &TierFs, links: &[(usize, PathBuf, PathBuf)]) {
+fn drop_links(fs: &Parts<'_>, links: &[(usize, PathBuf, PathBuf)]) {
     for (t, tmp, _) in links {
         let _ = fs.tiers[*t].fs().unlink(tmp);
     }
@@ -214,7 +214,7 @@ fn drop_links(fs: &TierFs, links: &[(usize, PathBuf, PathBuf)]) {
 
 /// A move stopped once the tiers may disagree about the file's names: its staged links go
 /// and the inode fails until the next mount settles its journal (`why` says which step).
-fn drop_links_and_fail(fs: &TierFs, ino: u64, links: &[(usize, PathBuf, PathBuf)], why: &str) {
+fn drop_links_and_fail(fs: &Parts<'_>, ino: u64, links: &[(usize, PathBuf, PathBuf)], why: &str) {
     drop_links(fs, links);
-    crate::vfs::contain::mark_torn(fs, ino, why);
+    fs.contain.mark_torn(ino, why);
 }

@@ -21,23 +21,19 @@
 //!   migration began unless they were fsynced (fsync commits first).
 
 use crate::data::moves::{self, TierFail, MIGRATION_BLOCK, MIGRATION_LOCKS, MIGRATION_SUFFIX};
+use crate::inodes::pieces;
 
-use crate::data::file::{FileNode, FileState, Migration};
+use crate::inodes::file::{FileNode, FileState, Migration};
 
 use crate::error::{Error, Result};
 
+use crate::data::Parts;
+use crate::inodes::tree::Tree;
+use crate::inodes::types::*;
 use crate::tierio::Class;
-use crate::vfs::backing;
-use crate::vfs::state::{RelayoutCounters, TierFs};
-use crate::vfs::tree::Tree;
-use crate::vfs::types::*;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-pub(crate) fn relayout_counters(fs: &TierFs) -> &RelayoutCounters {
-    &fs.relayout
-}
 
 /// Moves a file off tier `bad` (full, or failed) now: copies its bytes into a new
 /// layout on the other tiers — a stripe pattern over them for a striped file, one tier
@@ -46,7 +42,7 @@ pub(crate) fn relayout_counters(fs: &TierFs) -> &RelayoutCounters {
 /// (its moved blocks are copied from its pieces, which are then dropped). Nothing
 /// written is lost; on any failure the file stays as it was.
 pub(crate) fn relocate(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     ino: u64,
     node: &Arc<FileNode>,
     bad: Option<usize>,
@@ -56,7 +52,7 @@ pub(crate) fn relocate(
     // tiers have it for the next mount to settle from its journal: moved again, the first
     // move's new pieces would count as old and the journal would no longer match. Every
     // caller is covered here: a write-back's or re-layout's rescue, a cached file's move.
-    if crate::vfs::contain::is_failed(fs, ino) {
+    if fs.contain.is_failed(ino) {
         return Err(Error::Failed { ino });
     }
     if !relocate_once(fs, ino, node, bad, need, false)? {
@@ -92,19 +88,19 @@ const RETAKE_TREE: std::time::Duration = std::time::Duration::from_millis(100);
 /// unless it tore the file: its journal and old pieces then wait for the next mount,
 /// which another move would leave unmatched.
 fn before_move(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     tree: &Tree,
     ino: u64,
     node: &Arc<FileNode>,
     st: &mut FileState,
 ) -> Result<()> {
-    if crate::vfs::contain::is_failed(fs, ino) {
+    if fs.contain.is_failed(ino) {
         return Err(Error::Failed { ino });
     }
     if st.migration.as_ref().is_some_and(is_eager) {
         let r = commit_locked(fs, tree, ino, node, st);
         // Failed by the switch, torn or whole with its journal left (`keep::journal_stays`).
-        if crate::vfs::contain::is_failed(fs, ino) {
+        if fs.contain.is_failed(ino) {
             return Err(r.err().unwrap_or(Error::Failed { ino }));
         }
         if let Err(e) = r {
@@ -117,7 +113,7 @@ fn before_move(
 /// One try of [`relocate`]; `Ok(false)` when a cached file's switch must be tried again
 /// with the tree lock held throughout (`hold_tree`).
 fn relocate_once(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     ino: u64,
     node: &Arc<FileNode>,
     bad: Option<usize>,
@@ -227,16 +223,16 @@ fn relocate_once(
 /// are written back through the old pieces, even when the switch tore the file and
 /// failed the inode (`contain::writes_back`); should the inode be one that is never
 /// written back, those bytes are lost: said now, and by the unmount.
-fn drop_cached_move(fs: &TierFs, ino: u64, st: &FileState, m: Migration) {
+fn drop_cached_move(fs: &Parts<'_>, ino: u64, st: &FileState, m: Migration) {
     // Its temporaries go even when the switch tore the file: a cached file's bytes are in
     // memory and written back to its old pieces (a write may follow the tear), so the
     // next mount must undo the move, not finish it from a copy older than those. Unless
     // they are not written back (a tier that refused its keep, a panic): finishing from
     // the copy is then all that keeps the bytes memory held at the move.
-    let failed = crate::vfs::contain::is_failed(fs, ino);
-    let keep = failed && !crate::vfs::contain::writes_back(fs, ino);
+    let failed = fs.contain.is_failed(ino);
+    let keep = failed && !fs.contain.writes_back(ino);
     moves::drop_temporaries(fs, ino, m, keep);
-    if !crate::vfs::contain::writes_back(fs, ino) {
+    if !fs.contain.writes_back(ino) {
         log::error!(
             "inode {ino} failed in its move, whose copy is dropped or undone: its {} dirty \
              blocks in memory are never written back (reported LOST at unmount)",
@@ -245,7 +241,7 @@ fn drop_cached_move(fs: &TierFs, ino: u64, st: &FileState, m: Migration) {
     }
 }
 
-fn log_moved(fs: &TierFs, ino: u64, size: u64, bad: Option<usize>, now: &str) {
+fn log_moved(fs: &Parts<'_>, ino: u64, size: u64, bad: Option<usize>, now: &str) {
     match bad {
         Some(b) => log::info!(
             "moved inode {ino} ({size} bytes) off tier '{}': now {now}",
@@ -259,7 +255,7 @@ fn log_moved(fs: &TierFs, ino: u64, size: u64, bad: Option<usize>, now: &str) {
 
 /// Copies all of a file's `size` bytes into a move's pieces (the file's lock held).
 fn copy_all(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     ino: u64,
     node: &FileNode,
     st: &FileState,
@@ -268,8 +264,8 @@ fn copy_all(
 ) -> Result<()> {
     match moves::copy_range(fs, node, st, m, 0, size)? {
         Ok(()) => Ok(()),
-        Err((t, e)) => Err(backing::tier_err(
-            fs,
+        Err((t, e)) => Err(pieces::tier_err(
+            fs.tiers,
             t,
             "write",
             &moves::tmp_of(fs, t, ino, m),
@@ -281,11 +277,11 @@ fn copy_all(
 /// At an open for writing of a drifted striped file: begins a lazy move (a migration)
 /// to a layout that follows the shares. A cached file is moved at once instead (its
 /// bytes are in memory). Nothing is copied here.
-pub(crate) fn start_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> Result<()> {
+pub(crate) fn start_migration(fs: &Parts<'_>, ino: u64, node: &Arc<FileNode>) -> Result<()> {
     let tree = fs.tree.read();
     let mut st = node.state.write();
     // A failed inode is not moved (a held name's placeholder, say, has no real layout).
-    let failed = crate::vfs::contain::is_failed(fs, ino);
+    let failed = fs.contain.is_failed(ino);
     if failed || st.migration.is_some() || !moves::layout_drifted(fs, &st.layout) {
         return Ok(());
     }
@@ -316,7 +312,7 @@ pub(crate) fn start_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> Re
 /// A write during a migration (state lock held): into the new pieces, block by block.
 /// A block's first write copies its old bytes first unless it replaces all of them.
 pub(crate) fn migration_write(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     node: &FileNode,
     st: &FileState,
     m: &Migration,
@@ -368,7 +364,7 @@ pub(crate) fn migration_write(
 /// moved blocks from the new pieces) and the error is returned; a full or failed new
 /// tier gets the file moved off it instead.
 pub(crate) fn commit_locked(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     tree: &Tree,
     ino: u64,
     node: &Arc<FileNode>,
@@ -407,7 +403,7 @@ pub(crate) fn commit_locked(
 }
 
 /// Drops a migration whose file is gone: its temporaries and charge (state lock held).
-pub(crate) fn discard_migration(fs: &TierFs, ino: u64, st: &mut FileState) {
+pub(crate) fn discard_migration(fs: &Parts<'_>, ino: u64, st: &mut FileState) {
     if let Some(m) = st.migration.take() {
         moves::drop_move(fs, ino, m);
         fs.relayout
@@ -419,7 +415,7 @@ pub(crate) fn discard_migration(fs: &TierFs, ino: u64, st: &mut FileState) {
 /// Finishes a file's migration, if it has one (takes the tree and state locks). A new
 /// tier that refuses the copy (full, failed) gets the file moved off it, every byte
 /// with it.
-pub(crate) fn commit_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> Result<()> {
+pub(crate) fn commit_migration(fs: &Parts<'_>, ino: u64, node: &Arc<FileNode>) -> Result<()> {
     let r = copy_unmoved(fs, ino, node).and_then(|()| {
         let tree = fs.tree.read();
         let mut st = node.state.write();
@@ -434,7 +430,7 @@ pub(crate) fn commit_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> R
             ref tier,
             ref source,
             ..
-        }) if is_rescuable(source) && !crate::vfs::contain::is_failed(fs, ino) => {
+        }) if is_rescuable(source) && !fs.contain.is_failed(ino) => {
             let bad = fs.tiers.iter().position(|t| &t.name == tier);
             log::warn!(
                 "tier '{tier}' refused the re-layout of inode {ino} ({source}); moving the file off it"
@@ -447,7 +443,7 @@ pub(crate) fn commit_migration(fs: &TierFs, ino: u64, node: &Arc<FileNode>) -> R
 
 /// The same, with the tree lock already held (truncate, unmount).
 pub(crate) fn commit_migration_locked(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     tree: &Tree,
     ino: u64,
     node: &Arc<FileNode>,
@@ -460,7 +456,7 @@ pub(crate) fn commit_migration_locked(
 /// only for reading, so lookups, other files and this file's own reads and writes go on
 /// meanwhile (a write to a block takes the block's lock, as this copy does). What the
 /// switch then copies under the locks is only what a failure here left.
-pub(crate) fn copy_unmoved(fs: &TierFs, ino: u64, node: &FileNode) -> Result<()> {
+pub(crate) fn copy_unmoved(fs: &Parts<'_>, ino: u64, node: &FileNode) -> Result<()> {
     let st = node.state.read();
     let Some(m) = &st.migration else {
         return Ok(());
@@ -474,7 +470,7 @@ pub(crate) fn copy_unmoved(fs: &TierFs, ino: u64, node: &FileNode) -> Result<()>
 /// block take it too), counting the bytes in `migration_copied_bytes`; stops at the first
 /// failure, the blocks copied before it staying moved. Returns the bytes copied too.
 fn copy_blocks(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     ino: u64,
     node: &FileNode,
     st: &FileState,
@@ -495,8 +491,8 @@ fn copy_blocks(
                 copied += len;
             }
             Ok(Err((t, e))) => {
-                r = Err(backing::tier_err(
-                    fs,
+                r = Err(pieces::tier_err(
+                    fs.tiers,
                     t,
                     "write",
                     &moves::tmp_of(fs, t, ino, m),

@@ -10,20 +10,21 @@
 
 use crate::config::Layout;
 use crate::data::cached;
-use crate::data::file::{FileNode, FileState, Migration};
 use crate::data::io;
 use crate::data::keep;
 use crate::data::linked;
+use crate::data::passthrough;
+use crate::data::Parts;
 use crate::error::{Error, Result};
+use crate::inodes::file::{FileNode, FileState, Migration};
+use crate::inodes::pieces;
+use crate::inodes::tree::Tree;
+use crate::inodes::types::*;
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
 use crate::policy::placement::{self, Charge};
 use crate::sys::{self, SetTime};
 use crate::tierio::{AlignedBuf, Piece};
 use crate::tierio::{Class, Op};
-use crate::vfs::backing;
-use crate::vfs::state::TierFs;
-use crate::vfs::tree::Tree;
-use crate::vfs::types::*;
 use parking_lot::Mutex;
 use std::ffi::OsStr;
 use std::fs::{self};
@@ -58,7 +59,7 @@ pub(crate) const DRIFT: f64 = 1.3;
 /// `stripe` layout a whole file counts as a one-tier pattern: files rewritten while a
 /// slow tier was paused sit whole on the fast tier, and must spread again when it
 /// resumes.
-pub(crate) fn layout_drifted(fs: &TierFs, layout: &FileLayout) -> bool {
+pub(crate) fn layout_drifted(fs: &Parts<'_>, layout: &FileLayout) -> bool {
     let single;
     let pattern: &[u8] = match layout {
         FileLayout::Stripe(m) => &m.pattern,
@@ -96,7 +97,7 @@ pub(crate) fn layout_drifted(fs: &TierFs, layout: &FileLayout) -> bool {
 
 /// The layout a file moves to: off tier `bad` if given, else following the shares.
 pub(crate) fn plan_layout(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     tree: &Tree,
     ino: u64,
     old: &FileLayout,
@@ -119,7 +120,7 @@ pub(crate) fn plan_layout(
                 .collect();
             let pattern = placement::stripe_pattern(&fs.placer.shares(), &eligible);
             match pattern.len() {
-                0 => return Err(backing::no_room(fs, want)),
+                0 => return Err(pieces::no_room(fs.tiers, want)),
                 1 => (
                     FileLayout::Whole {
                         tier: pattern[0] as usize,
@@ -138,12 +139,8 @@ pub(crate) fn plan_layout(
             let parent = tree.nodes.get(&ino).map(|n| n.parent).unwrap_or(ROOT_INO);
             let c = fs
                 .placer
-                .choose(
-                    parent,
-                    &eligible,
-                    crate::vfs::handles::held_for_placement(fs),
-                )
-                .ok_or_else(|| backing::no_room(fs, want))?;
+                .choose(parent, &eligible, passthrough::held_for_placement(fs))
+                .ok_or_else(|| pieces::no_room(fs.tiers, want))?;
             (FileLayout::Whole { tier: c.tier }, Some(c))
         }
     })
@@ -154,7 +151,7 @@ pub(crate) fn plan_layout(
 /// this process, and inode numbers start again at every mount: the name carries a
 /// number drawn once per process, so a later daemon's move never truncates one, and the
 /// move's own `tag`, so a journal left by one move never names another's.
-fn tmp_path(fs: &TierFs, t: usize, ino: u64, suffix: &str, tag: u64) -> PathBuf {
+fn tmp_path(fs: &Parts<'_>, t: usize, ino: u64, suffix: &str, tag: u64) -> PathBuf {
     static DRAWN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let r = DRAWN.get_or_init(crate::layout::new_file_id);
     fs.tiers[t]
@@ -163,14 +160,14 @@ fn tmp_path(fs: &TierFs, t: usize, ino: u64, suffix: &str, tag: u64) -> PathBuf 
 }
 
 /// [`tmp_path`] of move `m`'s piece on tier `t`.
-pub(crate) fn tmp_of(fs: &TierFs, t: usize, ino: u64, m: &Migration) -> PathBuf {
+pub(crate) fn tmp_of(fs: &Parts<'_>, t: usize, ino: u64, m: &Migration) -> PathBuf {
     tmp_path(fs, t, ino, m.suffix, m.tag)
 }
 
 /// Step 1 of a move: the new pieces, as temporaries in limbo. On failure nothing is
 /// left behind and the charge is released.
 pub(crate) fn begin_move(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     ino: u64,
     st: &FileState,
     layout: FileLayout,
@@ -186,10 +183,12 @@ pub(crate) fn begin_move(
     static MOVES: AtomicU64 = AtomicU64::new(0);
     let tag = MOVES.fetch_add(1, Ordering::Relaxed);
     let made = (|| -> Result<Vec<Option<Arc<Piece>>>> {
-        let meta = backing::open_piece(fs, st, primary, "move")?
+        let meta = pieces::open_piece(fs.tiers, st, primary, "move")?
             .file()
             .metadata()
-            .map_err(|e| backing::tier_err(fs, primary, "fstat", Path::new("(open file)"), e))?;
+            .map_err(|e| {
+                pieces::tier_err(fs.tiers, primary, "fstat", Path::new("(open file)"), e)
+            })?;
         let mut pieces: Vec<Option<Arc<Piece>>> = vec![None; fs.tiers.len()];
         for t in layout.tiers() {
             let p = tmp_path(fs, t, ino, suffix, tag);
@@ -206,7 +205,7 @@ pub(crate) fn begin_move(
                             let _ = fs.tiers[u].fs().unlink(&tmp_path(fs, u, ino, suffix, tag));
                         }
                     }
-                    return Err(backing::tier_err(fs, t, "create", &p, e));
+                    return Err(pieces::tier_err(fs.tiers, t, "create", &p, e));
                 }
             }
         }
@@ -237,8 +236,8 @@ pub(crate) fn begin_move(
 /// Removes a move's temporaries and returns its charge (it will not switch over). A
 /// failed inode's stay: a move torn between its own renames is finished from them by the
 /// next mount (its journal names them), and that mount empties limbo of the others.
-pub(crate) fn drop_move(fs: &TierFs, ino: u64, m: Migration) {
-    let keep = crate::vfs::contain::is_failed(fs, ino);
+pub(crate) fn drop_move(fs: &Parts<'_>, ino: u64, m: Migration) {
+    let keep = fs.contain.is_failed(ino);
     drop_temporaries(fs, ino, m, keep);
 }
 
@@ -254,7 +253,7 @@ pub(crate) fn all_named(m: &Migration) -> bool {
 }
 
 /// [`drop_move`], the temporaries removed or `keep`.
-pub(crate) fn drop_temporaries(fs: &TierFs, ino: u64, m: Migration, keep: bool) {
+pub(crate) fn drop_temporaries(fs: &Parts<'_>, ino: u64, m: Migration, keep: bool) {
     if !keep {
         for t in m.layout.tiers() {
             let _ = fs.tiers[t].fs().unlink(&tmp_of(fs, t, ino, &m));
@@ -267,7 +266,7 @@ pub(crate) fn drop_temporaries(fs: &TierFs, ino: u64, m: Migration, keep: bool) 
 
 /// Writes `data` at logical `off` into a move's new pieces, as one batch of `class`.
 pub(crate) fn write_new(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     m: &Migration,
     off: u64,
     data: &[u8],
@@ -283,7 +282,7 @@ pub(crate) fn write_new(
             off: ex.local,
         })
         .collect();
-    let results = io::run_batch(fs, class, &tiers, &mut ops);
+    let results = io::run_batch(fs.io, class, &tiers, &mut ops);
     for (r, t) in results.into_iter().zip(tiers) {
         r.map_err(|e| (t, e))?;
     }
@@ -293,7 +292,7 @@ pub(crate) fn write_new(
 /// Step 2: copies the file's current bytes of `[off, off+len)` (memory's if cached,
 /// each block from where it is if a migration is under way) into `m`'s pieces.
 pub(crate) fn copy_range(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     node: &FileNode,
     st: &FileState,
     m: &Migration,
@@ -308,7 +307,7 @@ pub(crate) fn copy_range(
 }
 
 pub(crate) fn copy_range_blocks(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     node: &FileNode,
     st: &FileState,
     m: &Migration,
@@ -341,7 +340,7 @@ pub(crate) fn copy_range_blocks(
 /// for another try) and the caller decides what becomes of `m`; or, where that could not
 /// be done (a file with other names, or a put-back that failed), the inode is failed.
 pub(crate) fn switch_to(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     tree: &Tree,
     ino: u64,
     node: &FileNode,
@@ -358,10 +357,10 @@ pub(crate) fn switch_to(
     let size = node.size();
     let primary = st.layout.primary();
     // Mode and owner as they are now (a chmod may have come since the move began).
-    let meta = backing::open_piece(fs, st, primary, "move")?
+    let meta = pieces::open_piece(fs.tiers, st, primary, "move")?
         .file()
         .metadata()
-        .map_err(|e| backing::tier_err(fs, primary, "fstat", Path::new("(open file)"), e))?;
+        .map_err(|e| pieces::tier_err(fs.tiers, primary, "fstat", Path::new("(open file)"), e))?;
     let old_primary = final_path(primary);
     let pfs = fs.tiers[primary].fs();
     let user_xattrs: Vec<(Vec<u8>, Vec<u8>)> = pfs
@@ -410,7 +409,7 @@ pub(crate) fn switch_to(
                 Some(s) => linked::torn(fs, ino, s),
                 None => keep::put_back(fs, ino, kept, i, &final_path, &tmp),
             }
-            return Err(backing::tier_err(fs, t, "rename", &to, e));
+            return Err(pieces::tier_err(fs.tiers, t, "rename", &to, e));
         }
     }
     let journaled = match staged {
@@ -465,7 +464,7 @@ pub(crate) fn switch_to(
 /// (with a new file id: the new pieces are a new set, see `layout::new_file_id`), owner,
 /// and on the primary the user's xattrs; each synced.
 pub(crate) fn prepare_pieces(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     ino: u64,
     m: &Migration,
     size: u64,
@@ -481,14 +480,14 @@ pub(crate) fn prepare_pieces(
         piece
             .file()
             .set_len(layout.piece_len(t, size))
-            .map_err(|e| backing::tier_err(fs, t, "truncate", &p, e))?;
+            .map_err(|e| pieces::tier_err(fs.tiers, t, "truncate", &p, e))?;
         let _ = piece
             .file()
             .set_permissions(fs::Permissions::from_mode(meta.mode() & 0o7777));
         let tfs = fs.tiers[t].fs();
         if let Err(e) = tfs.setxattr(&p, OsStr::new(LAYOUT_XATTR), encoded.as_bytes(), 0) {
             if matches!(layout, FileLayout::Stripe(_)) {
-                return Err(backing::tier_err(fs, t, "set layout xattr on", &p, e));
+                return Err(pieces::tier_err(fs.tiers, t, "set layout xattr on", &p, e));
             }
         }
         let _ = tfs.chown(&p, Some(meta.uid()), Some(meta.gid()));
@@ -502,7 +501,7 @@ pub(crate) fn prepare_pieces(
         piece
             .file()
             .sync_all()
-            .map_err(|e| backing::tier_err(fs, t, "fsync", &p, e))?;
+            .map_err(|e| pieces::tier_err(fs.tiers, t, "fsync", &p, e))?;
     }
     Ok(())
 }
@@ -512,7 +511,7 @@ pub(crate) fn prepare_pieces(
 /// the newer copy and sets the old one aside) and moves the file's count and bytes on the
 /// tiers' books.
 pub(crate) fn retire_old(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     node: &FileNode,
     old: &FileLayout,
     layout: &FileLayout,
@@ -548,22 +547,22 @@ pub(crate) fn retire_old(
         for t in &new_tiers {
             fs.tiers[*t].counters.files.fetch_add(1, Ordering::Relaxed);
         }
-        backing::account_resize(fs, old, size, 0);
-        backing::account_resize(fs, layout, 0, size);
+        pieces::account_resize(fs.tiers, old, size, 0);
+        pieces::account_resize(fs.tiers, layout, 0, size);
     }
 }
 
 /// Reads `[off, off+buf.len())` of a file as it is now (no cache) at `class`: during a
 /// migration each block from where its bytes are, else from the pieces.
 pub(crate) fn read_file(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     st: &FileState,
     off: u64,
     buf: &mut [u8],
     class: Class,
 ) -> Result<()> {
     let Some(m) = &st.migration else {
-        return io::read_pieces(fs, st, off, buf, class);
+        return io::read_pieces(fs.io, st, off, buf, class);
     };
     let end = off + buf.len() as u64;
     let mut pos = off;
@@ -572,9 +571,9 @@ pub(crate) fn read_file(
         let chunk_end = end.min((b + 1) * MIGRATION_BLOCK);
         let dst = &mut buf[(pos - off) as usize..(chunk_end - off) as usize];
         if m.is_moved(b) {
-            io::read_layout(fs, &m.layout, &m.pieces, pos, dst, true, class)?;
+            io::read_layout(fs.io, &m.layout, &m.pieces, pos, dst, true, class)?;
         } else {
-            io::read_pieces(fs, st, pos, dst, class)?;
+            io::read_pieces(fs.io, st, pos, dst, class)?;
         }
         pos = chunk_end;
     }

@@ -4,15 +4,16 @@
 use crate::cache::entry::Entry;
 use crate::cache::{BLOCK, SPARE_RANK};
 use crate::data::cached;
-use crate::data::file::FileNode;
+use crate::data::passthrough;
+use crate::data::Parts;
 use crate::error::{Error, Result};
+use crate::inodes::file::FileNode;
+use crate::inodes::pieces;
+use crate::inodes::tree::NodeData;
+use crate::inodes::types::*;
 use crate::layout::FileLayout;
 use crate::tierio::Class;
 use crate::tierio::Piece;
-use crate::vfs::state::TierFs;
-use crate::vfs::tree::NodeData;
-use crate::vfs::types::*;
-use crate::vfs::{backing, handles};
 use parking_lot::Mutex;
 use std::os::unix::ffi::OsStrExt;
 
@@ -21,7 +22,7 @@ use crate::data::writeback;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-pub(crate) fn writeback_loop(fs: &TierFs) {
+pub(crate) fn writeback_loop(fs: &Parts<'_>) {
     let Some(c) = &fs.cache else { return };
     let delay = c.cfg.writeback_delay;
     loop {
@@ -40,7 +41,7 @@ pub(crate) fn writeback_loop(fs: &TierFs) {
             .filter(|(n, e)| {
                 e.dirty_blocks() > 0
                     && !n.gone.load(Ordering::Relaxed)
-                    && crate::vfs::contain::writes_back(fs, e.ino)
+                    && fs.contain.writes_back(e.ino)
             })
             .filter_map(|(n, e)| {
                 let rank = c.rank_of_entry(&e);
@@ -75,7 +76,7 @@ pub(crate) fn writeback_loop(fs: &TierFs) {
     }
 }
 
-pub(crate) fn prefetch_loop(fs: &TierFs) {
+pub(crate) fn prefetch_loop(fs: &Parts<'_>) {
     let Some(c) = &fs.cache else { return };
     while let Ok((ino, asked)) = c.prefetch_rx.recv() {
         if c.stop.load(Ordering::Relaxed) {
@@ -91,13 +92,13 @@ pub(crate) fn prefetch_loop(fs: &TierFs) {
     }
 }
 
-pub(crate) fn prefetch(fs: &TierFs, ino: u64, asked: bool) -> Result<()> {
+pub(crate) fn prefetch(fs: &Parts<'_>, ino: u64, asked: bool) -> Result<()> {
     fs.ledger.charge(crate::stats::ledger::Class::Prefetch, || {
         prefetch_file(fs, ino, asked)
     })
 }
 
-pub(crate) fn prefetch_file(fs: &TierFs, ino: u64, asked: bool) -> Result<()> {
+pub(crate) fn prefetch_file(fs: &Parts<'_>, ino: u64, asked: bool) -> Result<()> {
     let c = fs
         .cache
         .as_ref()
@@ -114,14 +115,14 @@ pub(crate) fn prefetch_file(fs: &TierFs, ino: u64, asked: bool) -> Result<()> {
             // A whole file on the fastest tier opens in kernel passthrough (DeepSpeed's
             // O_DIRECT opens too, with "direct"): memory would only take the kernel's
             // place, and spend the daemon's CPU, for it.
-            let direct_in_kernel = match handles::passthrough_mode(fs) {
+            let direct_in_kernel = match fs.passthrough_mode {
                 crate::config::Passthrough::Direct => true,
                 crate::config::Passthrough::Auto => is_deepspeed_swap(n.name.as_ref()),
                 crate::config::Passthrough::Off => false,
             };
-            let passthrough_serves = handles::passthrough_enabled(fs)
+            let passthrough_serves = passthrough::enabled(fs)
                 && direct_in_kernel
-                && matches!(st.layout, FileLayout::Whole { tier } if handles::kernel_first(fs, tier));
+                && matches!(st.layout, FileLayout::Whole { tier } if passthrough::kernel_first(fs, tier));
             if st.bypassed()
                 || passthrough_serves
                 || st.migration.is_some()
@@ -136,9 +137,9 @@ pub(crate) fn prefetch_file(fs: &TierFs, ino: u64, asked: bool) -> Result<()> {
             };
             if st.opens == 0 {
                 for t in st.layout.tiers() {
-                    let p = backing::piece_path(fs, &tree, ino, t)?;
+                    let p = pieces::piece_path(fs.tiers, &tree, ino, t)?;
                     let piece = Piece::open_in(&fs.tiers[t].root, &p, fs.tiers[t].direct_io)
-                        .map_err(|e| backing::tier_err(fs, t, "open", &p, e))?;
+                        .map_err(|e| pieces::tier_err(fs.tiers, t, "open", &p, e))?;
                     st.pieces[t] = Some(Arc::new(piece));
                 }
             }
@@ -217,7 +218,7 @@ pub(crate) fn prefetch_file(fs: &TierFs, ino: u64, asked: bool) -> Result<()> {
     }
 }
 
-pub(crate) fn memory_watch_loop(fs: &TierFs) {
+pub(crate) fn memory_watch_loop(fs: &Parts<'_>) {
     use crate::cache::memory;
     let Some(c) = &fs.cache else { return };
     let Some(limit) = &c.watch else { return };
@@ -260,34 +261,4 @@ pub(crate) fn memory_watch_loop(fs: &TierFs) {
             }
         }
     }
-}
-
-pub(crate) fn start_cache_threads(
-    fs: &Arc<TierFs>,
-) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
-    let mut out = Vec::new();
-    if fs.cache.is_none() {
-        return Ok(out);
-    }
-    let f = fs.clone();
-    out.push(
-        std::thread::Builder::new()
-            .name("tierfs-writeback".into())
-            .spawn(move || f.writeback_loop())?,
-    );
-    let f = fs.clone();
-    out.push(
-        std::thread::Builder::new()
-            .name("tierfs-prefetch".into())
-            .spawn(move || f.prefetch_loop())?,
-    );
-    if fs.cache.as_ref().is_some_and(|c| c.watch.is_some()) {
-        let f = fs.clone();
-        out.push(
-            std::thread::Builder::new()
-                .name("tierfs-memwatch".into())
-                .spawn(move || f.memory_watch_loop())?,
-        );
-    }
-    Ok(out)
 }

@@ -2,15 +2,15 @@
 //! `flush`, unmount), and down to a lowered memory budget. A write-back that finds its
 //! tier full moves the file off it ([`crate::data::migrate::relocate`]) and retries.
 
-use crate::data::file::FileNode;
 use crate::data::{cached, migrate};
+use crate::inodes::file::FileNode;
 use crate::sys;
 
 use crate::cache::entry::Entry;
 use crate::data::cached::SHRINK_WITHIN;
+use crate::data::Parts;
 use crate::error::{Error, Result};
-use crate::vfs::state::TierFs;
-use crate::vfs::types::*;
+use crate::inodes::types::*;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -18,7 +18,7 @@ use std::time::Instant;
 /// Writes one cached file back now. A tier that refuses (full, failed) gets the file
 /// moved off it with its bytes, memory included, as a failed write would.
 pub(crate) fn write_back(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     node: &Arc<FileNode>,
     e: &Arc<Entry>,
     ino: u64,
@@ -45,7 +45,7 @@ pub(crate) fn write_back(
 }
 
 pub(crate) fn write_back_batches(
-    fs: &TierFs,
+    fs: &Parts<'_>,
     node: &Arc<FileNode>,
     e: &Arc<Entry>,
     ino: u64,
@@ -85,7 +85,7 @@ pub(crate) fn write_back_batches(
 /// bytes, why). An inode failed by a panic is among them, with [`Error::Failed`]: no write-back
 /// writes one (`cached::write_back_locked`), so its bytes in memory are lost and the
 /// caller must say so.
-pub(crate) fn write_back_all(fs: &TierFs) -> Vec<(u64, u64, Error)> {
+pub(crate) fn write_back_all(fs: &Parts<'_>) -> Vec<(u64, u64, Error)> {
     let Some(c) = &fs.cache else {
         return Vec::new();
     };
@@ -112,14 +112,14 @@ fn dirty_bytes(e: &Entry) -> u64 {
         .sum()
 }
 
-pub(crate) fn flush_cache(fs: &TierFs) -> Result<()> {
+pub(crate) fn flush_cache(fs: &Parts<'_>) -> Result<()> {
     match write_back_all(fs).into_iter().next() {
         Some((_, _, err)) => Err(err),
         None => Ok(()),
     }
 }
 
-pub(crate) fn shrink_cache(fs: &TierFs, target: u64) {
+pub(crate) fn shrink_cache(fs: &Parts<'_>, target: u64) {
     let Some(c) = &fs.cache else { return };
     c.set_budget(target);
     let deadline = Instant::now() + SHRINK_WITHIN;
@@ -135,7 +135,7 @@ pub(crate) fn shrink_cache(fs: &TierFs, target: u64) {
                     // An inode failed by a panic is never written back, so never evicted.
                     if !write_back
                         || node.gone.load(Ordering::Relaxed)
-                        || !crate::vfs::contain::writes_back(fs, e.ino)
+                        || !fs.contain.writes_back(e.ino)
                     {
                         continue;
                     }

@@ -64,8 +64,8 @@ mod files;
 
 pub use files::{list, list_set_aside, read, remove_torn_writes, set_aside, write, Listed};
 
+use crate::inodes::types::TMP_PREFIX;
 use crate::tier::beneath::Beneath;
-use crate::vfs::types::TMP_PREFIX;
 use files::sync_folder;
 use std::ffi::OsString;
 use std::io;

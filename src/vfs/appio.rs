@@ -4,11 +4,11 @@
 //! operations in [`Request`], so each FUSE READ or WRITE counts once, however the data
 //! path serves it.
 
-use crate::data::file::FileNode;
+use crate::inodes::file::FileNode;
+use crate::inodes::types::Handle;
 use crate::tier::app;
 use crate::vfs::handles;
 use crate::vfs::state::TierFs;
-use crate::vfs::types::Handle;
 use std::sync::Arc;
 use std::time::Instant;
 

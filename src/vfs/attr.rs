@@ -1,16 +1,16 @@
 //! Attributes: what getattr answers for files, folders, special files and the virtual
 //! files, from the primary piece and the in-memory size.
 
-use crate::data::file::FileNode;
-use crate::data::file::FileState;
 use crate::error::{Error, Result};
+use crate::inodes::file::FileNode;
+use crate::inodes::file::FileState;
+use crate::inodes::tree::{NodeData, Tree};
+use crate::inodes::types::*;
 use crate::layout::FileLayout;
 use crate::sys;
 use crate::tierio::Piece;
 use crate::vfs::backing;
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::{NodeData, Tree};
-use crate::vfs::types::*;
 use std::ffi::OsStr;
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;

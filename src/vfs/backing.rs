@@ -1,58 +1,20 @@
-//! The tiers' side of the namespace: backing paths of a file's pieces, opening pieces,
-//! limbo for unlinked files, ownership of new objects, extended attributes and statfs.
+//! The tiers' side of the namespace: backing paths of a node's entries, limbo for unlinked
+//! files, ownership of new objects, extended attributes and statfs (a file's pieces, which
+//! the data path shares, are in [`crate::inodes::pieces`]).
 
-use crate::data::file::FileState;
 use crate::error::{Error, Result};
-use crate::layout::{FileLayout, NAME_MAX};
-use crate::tierio::Piece;
+use crate::inodes::pieces;
+use crate::inodes::tree::{NodeData, Tree};
+use crate::inodes::types::*;
+use crate::layout::NAME_MAX;
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::{NodeData, Tree};
-use crate::vfs::types::*;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
-/// The piece of an open file on `tier`, or EIO when the tier was left out of a degraded
-/// mount (the only way an open file lacks one).
-pub(crate) fn open_piece<'a>(
-    fs: &TierFs,
-    st: &'a FileState,
-    tier: usize,
-    op: &'static str,
-) -> Result<&'a Piece> {
-    piece_in(fs, &st.pieces, tier, op)
-}
-
-/// The piece on `tier` among `pieces` (a file's, or a move's new ones).
-pub(crate) fn piece_in<'a>(
-    fs: &TierFs,
-    pieces: &'a [Option<Arc<Piece>>],
-    tier: usize,
-    op: &'static str,
-) -> Result<&'a Piece> {
-    match &pieces[tier] {
-        Some(p) => Ok(p),
-        None if fs.tiers[tier].missing => Err(missing_err(fs, tier, op)),
-        None => Err(Error::BadHandle),
-    }
-}
-
-/// The error for a request that needs a tier missing from a degraded mount.
-pub(crate) fn missing_err(fs: &TierFs, tier: usize, op: &'static str) -> Error {
-    let t = &fs.tiers[tier];
-    t.counters.errors.fetch_add(1, Ordering::Relaxed);
-    Error::tier(
-        &t.name,
-        op,
-        &t.root,
-        // No raw errno: the caller gets EIO, and no move is attempted.
-        std::io::Error::other("the tier is missing (mounted degraded without it)"),
-    )
-}
-
+/// [`pieces::tier_err`] on this filesystem's tiers.
 pub(crate) fn tier_err(
     fs: &TierFs,
     tier: usize,
@@ -60,21 +22,7 @@ pub(crate) fn tier_err(
     path: &Path,
     e: std::io::Error,
 ) -> Error {
-    fs.tiers[tier].note_error(&e);
-    Error::tier(&fs.tiers[tier].name, op, path, e)
-}
-
-/// Adjusts the per-tier `used` counters for a size change of a file.
-pub(crate) fn account_resize(fs: &TierFs, layout: &FileLayout, old: u64, new: u64) {
-    match layout {
-        FileLayout::Whole { tier } => fs.tiers[*tier].add_used(new as i64 - old as i64),
-        FileLayout::Stripe(m) => {
-            for t in &m.tiers {
-                let d = m.piece_len(*t, new) as i64 - m.piece_len(*t, old) as i64;
-                fs.tiers[*t].add_used(d);
-            }
-        }
-    }
+    pieces::tier_err(&fs.tiers, tier, op, path, e)
 }
 
 /// Backing paths of a node: every tier for folders, the layout's tiers for files, the
@@ -97,7 +45,7 @@ pub(crate) fn backing_paths(fs: &TierFs, tree: &Tree, ino: u64) -> Result<Vec<(u
             .into_iter()
             .find(|t| fs.tiers[*t].missing)
         {
-            return Err(missing_err(fs, t, "change"));
+            return Err(pieces::missing_err(&fs.tiers, t, "change"));
         }
     }
     if let (NodeData::File(f), true) = (&node.data, node.limbo) {
@@ -130,13 +78,9 @@ pub(crate) fn backing_paths(fs: &TierFs, tree: &Tree, ino: u64) -> Result<Vec<(u
     })
 }
 
-/// Where a file's piece on `tier` is: at its path, or in limbo once unlinked.
+/// [`pieces::piece_path`] on this filesystem's tiers.
 pub(crate) fn piece_path(fs: &TierFs, tree: &Tree, ino: u64, tier: usize) -> Result<PathBuf> {
-    Ok(if tree.get(ino)?.limbo {
-        fs.tiers[tier].limbo_path(ino)
-    } else {
-        fs.tiers[tier].path(&tree.rel(ino).ok_or(Error::NotFound)?)
-    })
+    pieces::piece_path(&fs.tiers, tree, ino, tier)
 }
 
 /// Moves an unlinked file's pieces to limbo (the kernel may still open or stat it).
@@ -293,49 +237,4 @@ pub(crate) fn removexattr(fs: &TierFs, ino: u64, name: &OsStr) -> Result<()> {
             Some(libc::ENODATA) => Error::NoAttr,
             _ => tier_err(fs, t, "removexattr", &p, e),
         })
-}
-
-/// ENOSPC for a new file or a move no tier has room for, logged with each tier's
-/// account: `df` may show free space that tierfs keeps back ([`crate::tier::FREE_RESERVE`]
-/// per tier, and what the cache has promised), or the tier is at its `capacity`.
-pub(crate) fn no_room(fs: &TierFs, want: u64) -> Error {
-    use crate::units::fmt_bytes;
-    let why: Vec<String> = fs
-        .tiers
-        .iter()
-        .filter(|t| !t.missing)
-        .map(|t| {
-            let avail = t.space().map_or(0, |s| s.avail);
-            let mut w = format!(
-                "'{}' {} free on its file system, {} of it kept back (FREE_RESERVE)",
-                t.name,
-                fmt_bytes(avail),
-                fmt_bytes(avail.min(crate::tier::FREE_RESERVE))
-            );
-            let promised = t.counters.reserved.load(Ordering::Relaxed);
-            if promised > 0 {
-                w.push_str(&format!(
-                    ", {} promised to cached data",
-                    fmt_bytes(promised)
-                ));
-            }
-            if let Some(c) = t.capacity {
-                w.push_str(&format!(
-                    ", {} of its capacity {} used",
-                    fmt_bytes(t.counters.used.load(Ordering::Relaxed)),
-                    fmt_bytes(c)
-                ));
-            }
-            if !t.is_healthy() {
-                w.push_str(&format!(", {}", t.state()));
-            }
-            w
-        })
-        .collect();
-    log::warn!(
-        "no tier has room for {} more bytes (ENOSPC): {}",
-        fmt_bytes(want),
-        why.join("; ")
-    );
-    Error::NoSpace(want)
 }

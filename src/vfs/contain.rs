@@ -10,8 +10,9 @@
 //! rebuilds it from the tiers. Its data on the tiers is left as it was: at unmount its
 //! re-layout is not committed, and its dirty blocks in the host-memory cache are never
 //! written back (`crate::data::cached::write_back_locked`; the unmount reports them lost).
-//! A move torn on the tiers fails the inode too ([`mark_torn`]), but its state in memory
-//! is sound and its cached blocks are written back ([`writes_back`]). Requests on its
+//! A move torn on the tiers fails the inode too, but its state in memory is sound and its
+//! cached blocks are written back (the sets and their rules are
+//! [`crate::inodes::contain`]'s, which the data path marks and asks). Requests on its
 //! folder still run, but none removes, renames or replaces it, nor renames a folder above
 //! it (its move's journal may be pending, and the next mount settles that against its
 //! names by path and its backing inodes: `crate::vfs::namespace`, `crate::vfs::links`).
@@ -55,29 +56,25 @@ pub(crate) fn contain<T>(
             log::error!("request {op} on inode {ino} panicked: {what}; answered EIO");
             // A panic's state is never trusted, even if a move tore the inode meanwhile.
             fs.contain.torn.write().remove(&ino);
-            mark_failed(fs, ino, &format!("a panic in {op}"));
+            fs.contain.mark_failed(ino, &format!("a panic in {op}"));
             Err(Error::Failed { ino })
         }
     }
 }
 
 pub(crate) fn check_failed(fs: &TierFs, ino: u64) -> Result<()> {
-    if is_failed(fs, ino) {
+    if fs.contain.is_failed(ino) {
         Err(Error::Failed { ino })
     } else {
         Ok(())
     }
 }
 
-pub(crate) fn is_failed(fs: &TierFs, ino: u64) -> bool {
-    fs.contain.any_failed.load(Ordering::Acquire) && fs.contain.failed.read().contains(&ino)
-}
-
 /// A folder above a failed file is not renamed (EIO): a pending move's journal names the
 /// file by its path, and under a new one it would no longer find it.
 pub(crate) fn check_none_failed_below(
     fs: &TierFs,
-    tree: &crate::vfs::tree::Tree,
+    tree: &crate::inodes::tree::Tree,
     dir: &std::path::Path,
 ) -> Result<()> {
     if !fs.contain.any_failed.load(Ordering::Acquire) {
@@ -98,46 +95,6 @@ pub(crate) fn check_none_failed_below(
     match failed.iter().find(|i| below(**i)) {
         Some(ino) => Err(Error::Failed { ino: *ino }),
         None => Ok(()),
-    }
-}
-
-/// [`mark_failed`] for a move torn on the tiers: the inode's state in memory is sound, so
-/// its cached blocks are still written back ([`writes_back`]).
-pub(crate) fn mark_torn(fs: &TierFs, ino: u64, why: &str) {
-    // One failed already (a panic while the move ran) stays untrusted.
-    if !is_failed(fs, ino) {
-        fs.contain.torn.write().insert(ino);
-    }
-    mark_failed(fs, ino, why);
-}
-
-/// Notes that `ino`'s move tore with a journal naming its new pieces' temporaries, which
-/// the next mount renames in: its pending writes are not lost ([`is_journaled`]).
-pub(crate) fn mark_journaled(fs: &TierFs, ino: u64) {
-    fs.contain.journaled.write().insert(ino);
-}
-
-/// Whether `ino`'s torn move has a journal the next mount finishes it by.
-pub(crate) fn is_journaled(fs: &TierFs, ino: u64) -> bool {
-    fs.contain.journaled.read().contains(&ino)
-}
-
-/// Whether the inode's dirty cached blocks may be written to its pieces: not after a
-/// panic, which may have left its layout and open pieces out of step (its data on the
-/// tiers stays as it was, and the unmount reports the blocks lost). A torn move's are:
-/// its handles still hold the old pieces, and the next mount either keeps those (the move
-/// finished: its new pieces had the blocks copied already) or puts them back (undone).
-pub(crate) fn writes_back(fs: &TierFs, ino: u64) -> bool {
-    !is_failed(fs, ino) || fs.contain.torn.read().contains(&ino)
-}
-
-pub(crate) fn mark_failed(fs: &TierFs, ino: u64, why: &str) {
-    if fs.contain.failed.write().insert(ino) {
-        fs.contain.any_failed.store(true, Ordering::Release);
-        log::error!(
-            "inode {ino} failed ({why}); every request on it answers EIO until the next \
-             mount, which rebuilds it from the tiers (its data there is left as it was)"
-        );
     }
 }
 

@@ -18,12 +18,13 @@
 //!   use ([`pieces_in_use`]) and does not move them.
 
 use crate::config::Direct;
-use crate::data::file::{FileNode, FileState};
+use crate::data::passthrough;
 use crate::error::{Error, Result};
+use crate::inodes::file::{FileNode, FileState};
+use crate::inodes::types::{is_deepspeed_swap, Handle};
 use crate::layout::FileLayout;
 use crate::tier::admin::AdminState;
 use crate::vfs::state::TierFs;
-use crate::vfs::types::{is_deepspeed_swap, Handle};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use tierfs_wire::{NoReason, Shape, TierIo};
@@ -175,7 +176,7 @@ fn leasable(
     if passthrough {
         return Err(no(NoReason::Policy, "in kernel passthrough already"));
     }
-    if crate::vfs::contain::is_failed(fs, ino) {
+    if fs.contain.is_failed(ino) {
         return Err(no(NoReason::Busy, "the file failed (EIO)"));
     }
     let swap = {
@@ -294,7 +295,7 @@ pub(crate) fn end_lease(fs: &TierFs, ino: u64, node: &FileNode, write: bool) {
     }
     if write {
         st.direct_writers = st.direct_writers.saturating_sub(1);
-        crate::vfs::handles::sync_size_from_pieces(fs, node, &st);
+        passthrough::sync_size_from_pieces(&fs.tiers, node, &st);
     }
     log::debug!("direct path: a lease of inode {ino} ended");
 }

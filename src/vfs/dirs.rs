@@ -2,9 +2,9 @@
 //! a folder.
 
 use crate::error::{Error, Result};
+use crate::inodes::types::Handle;
+use crate::inodes::types::*;
 use crate::vfs::state::TierFs;
-use crate::vfs::types::Handle;
-use crate::vfs::types::*;
 use crate::vfs::{backing, handles};
 
 use std::sync::Arc;

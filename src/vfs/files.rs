@@ -2,17 +2,18 @@
 //! placement charge, and size changes (truncate, fallocate) and fsync.
 
 use crate::config::Layout;
-use crate::data::file::{FileNode, FileState};
-use crate::data::{cached, migrate};
+use crate::data::{cached, migrate, passthrough};
 use crate::error::{Error, Result};
+use crate::inodes::file::{FileNode, FileState};
+use crate::inodes::pieces;
+use crate::inodes::tree::{NodeData, Tree};
+use crate::inodes::types::Handle;
+use crate::inodes::types::*;
 use crate::layout::{FileLayout, StripeMap, LAYOUT_XATTR};
 use crate::policy::placement::{self, Charge};
 use crate::sys::{self, SetTime};
 use crate::tierio::Piece;
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::{NodeData, Tree};
-use crate::vfs::types::Handle;
-use crate::vfs::types::*;
 use crate::vfs::{attr, backing, handles, statsdir};
 use std::ffi::OsStr;
 
@@ -34,13 +35,13 @@ pub(crate) fn choose_layout(fs: &TierFs, parent: u64) -> Result<(FileLayout, Opt
             let c = fs
                 .placer
                 .choose(parent, &eligible, handles::held_for_placement(fs))
-                .ok_or_else(|| backing::no_room(fs, 1 << 20))?;
+                .ok_or_else(|| pieces::no_room(&fs.tiers, 1 << 20))?;
             Ok((FileLayout::Whole { tier: c.tier }, Some(c)))
         }
         Layout::Stripe => {
             let pattern = placement::stripe_pattern(&fs.placer.shares(), &eligible);
             if pattern.is_empty() {
-                return Err(backing::no_room(fs, 1 << 20));
+                return Err(pieces::no_room(&fs.tiers, 1 << 20));
             }
             if pattern.len() == 1 {
                 return Ok((
@@ -168,7 +169,7 @@ pub(crate) fn create(
             let c = fs
                 .placer
                 .choose(parent, &eligible, handles::held_for_placement(fs))
-                .ok_or_else(|| backing::no_room(fs, 1 << 20))?;
+                .ok_or_else(|| pieces::no_room(&fs.tiers, 1 << 20))?;
             layout = FileLayout::Whole { tier: c.tier };
             charge = Some(c);
             create_pieces(fs, &rel, &layout, mode & 0o7777, ctx)?
@@ -189,12 +190,13 @@ pub(crate) fn create(
     let pt = {
         let mut st = node.state.write();
         st.pieces = pieces;
-        let admit = !handles::leave_to_kernel(fs, &st, name, 0, flags);
-        cached::cache_on_open(fs, ino, parent, name, &node, &mut st, false, admit);
-        let pt = handles::passthrough_piece(fs, &st, name, 0, flags);
+        let parts = fs.parts();
+        let admit = !passthrough::leave_to_kernel(&parts, &st, name, 0, flags);
+        cached::cache_on_open(&parts, ino, parent, name, &node, &mut st, false, admit);
+        let pt = passthrough::passthrough_piece(&parts, &st, name, 0, flags);
         st.open_keeps_cache(pt.is_some(), flags & libc::O_ACCMODE != libc::O_RDONLY);
         if pt.is_some() {
-            handles::note_pt_open(fs, &mut st);
+            passthrough::note_pt_open(&fs.tiers, &mut st);
         }
         pt
     };
@@ -262,17 +264,18 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, 
         // keeps one mode per inode, and FUSE sends a reader's RELEASE asynchronously,
         // so DeepSpeed's write open of a file it just read can arrive while that
         // read handle is still open; in passthrough it would pin the old layout).
-        let relayout = !st.bypassed() && moves::layout_drifted(fs, &st.layout);
-        let admit = relayout || !handles::leave_to_kernel(fs, &st, &name, f.size(), flags);
-        cached::cache_on_open(fs, ino, parent, &name, &f, &mut st, !write, admit);
+        let parts = fs.parts();
+        let relayout = !st.bypassed() && moves::layout_drifted(&parts, &st.layout);
+        let admit = relayout || !passthrough::leave_to_kernel(&parts, &st, &name, f.size(), flags);
+        cached::cache_on_open(&parts, ino, parent, &name, &f, &mut st, !write, admit);
         let pt = if relayout {
             None
         } else {
-            handles::passthrough_piece(fs, &st, &name, f.size(), flags)
+            passthrough::passthrough_piece(&parts, &st, &name, f.size(), flags)
         };
         let keep_cache = st.open_keeps_cache(pt.is_some(), write);
         if pt.is_some() {
-            handles::note_pt_open(fs, &mut st);
+            passthrough::note_pt_open(&fs.tiers, &mut st);
         }
         // A program writes the pieces past the daemon: the kernel may keep no pages of it
         // for this open (the daemon's reads of the pieces see those writes, its pages not).
@@ -286,7 +289,7 @@ pub(crate) fn open(fs: &TierFs, ino: u64, flags: i32, uid: u32) -> Result<(u64, 
     // migration: rewritten blocks go to the new layout, the rest is copied when the
     // last writer closes). A failed move leaves the file as it was.
     if write && relayout {
-        if let Err(e) = migrate::start_migration(fs, ino, &f) {
+        if let Err(e) = migrate::start_migration(&fs.parts(), ino, &f) {
             log::warn!("re-laying out inode {ino} failed (it stays as it is): {e}");
         }
     }
@@ -333,7 +336,7 @@ pub(crate) fn flush(fs: &TierFs, fh: u64) -> Result<()> {
         // The program closes its descriptor: the size it wrote is the file's before
         // close(2) returns (a stat right after must see it).
         let st = node.state.read();
-        handles::sync_size_from_pieces(fs, &node, &st);
+        passthrough::sync_size_from_pieces(&fs.tiers, &node, &st);
         drop(st);
         settle_charge(fs, &node);
         return Ok(());
@@ -346,7 +349,7 @@ pub(crate) fn flush(fs: &TierFs, fh: u64) -> Result<()> {
     {
         let st = node.state.read();
         if let FileLayout::Whole { .. } = st.layout {
-            handles::sync_size_from_pieces(fs, &node, &st);
+            passthrough::sync_size_from_pieces(&fs.tiers, &node, &st);
         }
         drop(st);
         settle_charge(fs, &node);
@@ -374,7 +377,7 @@ pub(crate) fn release(fs: &TierFs, fh: u64) -> Result<()> {
         };
         if last_writer && !node.gone.load(Ordering::Relaxed) {
             // The rewrite is over: copy what it left and switch to the new layout.
-            if let Err(e) = migrate::commit_migration(fs, ino, &node) {
+            if let Err(e) = migrate::commit_migration(&fs.parts(), ino, &node) {
                 log::error!(
                     "re-layout of inode {ino} could not finish (it keeps its old layout and the moved blocks): {e}"
                 );
@@ -391,13 +394,13 @@ pub(crate) fn release(fs: &TierFs, fh: u64) -> Result<()> {
                     .counters
                     .pt_open
                     .fetch_sub(1, Ordering::Relaxed);
-                handles::sync_size_from_pieces(fs, &node, &st);
+                passthrough::sync_size_from_pieces(&fs.tiers, &node, &st);
             }
         }
         st.opens = st.opens.saturating_sub(1);
         if st.opens == 0 && node.gone.load(Ordering::Relaxed) {
             // Unlinked mid-migration: nobody will read it again.
-            migrate::discard_migration(fs, ino, &mut st);
+            migrate::discard_migration(&fs.parts(), ino, &mut st);
         }
         if st.opens == 0 && st.cache.is_none() && st.migration.is_none() {
             for p in st.pieces.iter_mut() {
@@ -463,13 +466,13 @@ pub(crate) fn truncate(
 ) -> Result<()> {
     let mut st = f.state.write();
     // The cache holds whole files as they were: write back and drop, then resize.
-    cached::uncache_locked(fs, f, &mut st)?;
+    cached::uncache_locked(&fs.parts(), f, &mut st)?;
     // A migration tracks blocks of the size it began with: finish it first.
-    migrate::commit_migration_locked(fs, tree, ino, f, &mut st)?;
+    migrate::commit_migration_locked(&fs.parts(), tree, ino, f, &mut st)?;
     let st = st;
     let set = |t: usize, len: u64| -> Result<()> {
         if fs.tiers[t].missing {
-            return Err(backing::missing_err(fs, t, "truncate"));
+            return Err(pieces::missing_err(&fs.tiers, t, "truncate"));
         }
         if let Some(p) = &st.pieces[t] {
             return p
@@ -495,7 +498,7 @@ pub(crate) fn truncate(
     }
     f.size.store(size, Ordering::Release);
     if f.counted() {
-        backing::account_resize(fs, &st.layout, old, size);
+        pieces::account_resize(&fs.tiers, &st.layout, old, size);
     }
     f.dirty.store(true, Ordering::Relaxed);
     Ok(())
@@ -506,11 +509,11 @@ pub(crate) fn fsync(fs: &TierFs, fh: u64, datasync: bool) -> Result<()> {
         Handle::File { node, ino, .. } => {
             let e = node.state.read().cache.clone();
             if let Some(e) = e {
-                writeback::write_back(fs, &node, &e, ino)?;
+                writeback::write_back(&fs.parts(), &node, &e, ino)?;
             }
             // A migration's new bytes are in limbo temporaries until it switches over.
             if node.state.read().migration.is_some() && !node.gone.load(Ordering::Relaxed) {
-                migrate::commit_migration(fs, ino, &node)?;
+                migrate::commit_migration(&fs.parts(), ino, &node)?;
             }
             node
         }
@@ -539,7 +542,7 @@ pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> 
             ..
         } => {
             if node.state.read().migration.is_some() {
-                migrate::commit_migration(fs, ino, &node)?;
+                migrate::commit_migration(&fs.parts(), ino, &node)?;
             }
             (node, ino)
         }
@@ -558,7 +561,7 @@ pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> 
         .ok_or(Error::Invalid("range overflow"))?;
     if node.state.read().cache.is_some() {
         let mut st = node.state.write();
-        cached::uncache_locked(fs, &node, &mut st)?;
+        cached::uncache_locked(&fs.parts(), &node, &mut st)?;
     }
     let st = loop {
         let st = node.state.read();
@@ -568,7 +571,7 @@ pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> 
         // A move installed since the check above (an eager move waiting for its switch):
         // the hole must go into the pieces the file keeps.
         drop(st);
-        migrate::commit_migration(fs, ino, &node)?;
+        migrate::commit_migration(&fs.parts(), ino, &node)?;
     };
     // Each tier's stripes of a logical range are contiguous in its piece.
     let ranges: Vec<(usize, u64, u64)> = match &st.layout {
@@ -584,7 +587,7 @@ pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> 
             .collect(),
     };
     for (t, a, l) in ranges {
-        let p = backing::open_piece(fs, &st, t, "fallocate")?;
+        let p = pieces::open_piece(&fs.tiers, &st, t, "fallocate")?;
         sys::fallocate(std::os::fd::AsFd::as_fd(p.file()), mode, a, l)
             .map_err(|e| backing::tier_err(fs, t, "fallocate", Path::new("(open file)"), e))?;
     }
@@ -605,7 +608,7 @@ pub(crate) fn fallocate(fs: &TierFs, fh: u64, off: u64, len: u64, mode: i32) -> 
                 }
             }
             if node.counted() {
-                backing::account_resize(fs, &st.layout, old, end);
+                pieces::account_resize(&fs.tiers, &st.layout, old, end);
             }
         }
     }
@@ -625,8 +628,8 @@ pub(crate) fn drop_if_gone(fs: &TierFs, tree: &mut Tree, ino: u64) {
         if f.state.read().opens > 0 {
             return;
         }
-        migrate::discard_migration(fs, ino, &mut f.state.write());
-        cached::cache_forget(fs, f);
+        migrate::discard_migration(&fs.parts(), ino, &mut f.state.write());
+        cached::cache_forget(&fs.parts(), f);
     }
     if n.limbo {
         if let Ok(paths) = backing::backing_paths(fs, tree, ino) {

@@ -11,13 +11,13 @@
 //! to different layouts, or one is missing on a tier that is here) is held the same way
 //! rather than resolved, until a mount that sees every journal.
 
-use crate::data::file::FileNode;
+use crate::inodes::file::FileNode;
+use crate::inodes::tree::{NodeData, Tree};
+use crate::inodes::types::Kind;
 use crate::layout::FileLayout;
 use crate::relink::Held;
 use crate::tier::resolve::{plan_file, read_pieces, Step};
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::{NodeData, Tree};
-use crate::vfs::types::Kind;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
@@ -162,5 +162,5 @@ pub(crate) fn place_held(
         "/{}: held, answers EIO: {why}",
         tree.rel(c).unwrap_or_default().display()
     );
-    crate::vfs::contain::mark_failed(fs, c, why);
+    fs.contain.mark_failed(c, why);
 }

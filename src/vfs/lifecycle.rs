@@ -3,17 +3,19 @@
 //! the tiers.
 
 use crate::config::MountConfig;
+use crate::data::RelayoutCounters;
 use crate::data::{cached, migrate, writeback};
 use crate::error::{Error, Result};
-use crate::policy::adapt;
-use crate::policy::placement::{self, Placer};
+use crate::inodes::contain::Containment;
+use crate::inodes::tree::{Node, NodeData, Tree};
+use crate::inodes::types::*;
+use crate::policy::placement;
+use crate::policy::placement::Placer;
 use crate::sys;
 use crate::tier::Tier;
-use crate::vfs::state::RelayoutCounters;
-use crate::vfs::state::{Containment, TierFs};
-use crate::vfs::tree::{Node, NodeData, Tree};
-use crate::vfs::types::*;
-use crate::vfs::{contain, namespace, scan};
+use crate::vfs::adapt;
+use crate::vfs::state::TierFs;
+use crate::vfs::{namespace, scan};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
@@ -126,17 +128,17 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
     if fs.scratch {
         // The daemon removes the tier folders next: writing dirty blocks back, finishing
         // re-layouts or syncing pieces would only delay that.
-        cached::stop_cache(fs);
+        cached::stop_cache(&fs.parts());
         *shut = Some(Vec::new());
         return Vec::new();
     }
     let mut lost = Vec::new();
-    for (ino, dirty, e) in writeback::write_back_all(fs) {
+    for (ino, dirty, e) in writeback::write_back_all(&fs.parts()) {
         let what = namespace::describe(fs, ino);
         lost.push(match e {
             // Not written back (`cached::write_back_locked`); a cached file's move the
             // failure cut short left nothing pending either: its copy was dropped.
-            Error::Failed { .. } if contain::is_journaled(fs, ino) => format!(
+            Error::Failed { .. } if fs.contain.is_journaled(ino) => format!(
                 "{what}: failed in a move (see the log) while {dirty} bytes written to it were \
                  only in memory, not written over its pieces: the move's copy holds those \
                  written before it, which the next mount puts in place by the move's \
@@ -154,17 +156,17 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
             ),
         });
     }
-    cached::stop_cache(fs);
+    cached::stop_cache(&fs.parts());
     let tree = fs.tree.read();
     for (ino, n) in &tree.nodes {
-        if contain::is_failed(fs, *ino) {
+        if fs.contain.is_failed(*ino) {
             // Its state is not trusted: the next mount rebuilds it from the tiers as they
             // are. A move torn between its own renames with a journal
             // (`contain::mark_journaled`) is finished there from its temporaries, which
             // the journal names: its writes are kept. Others' pending writes are lost.
             if let NodeData::File(f) = &n.data {
                 let st = f.state.read();
-                let finishable = contain::is_journaled(fs, *ino)
+                let finishable = fs.contain.is_journaled(*ino)
                     && st
                         .migration
                         .as_ref()
@@ -188,7 +190,7 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
                 }
                 // A torn move's inode had its cached blocks written back through its
                 // pieces (`contain::writes_back`): they must reach the disk as any other's.
-                if contain::writes_back(fs, *ino) {
+                if fs.contain.writes_back(*ino) {
                     for p in st.pieces.iter().flatten() {
                         let _ = p.file().sync_data();
                     }
@@ -199,7 +201,9 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
         if let NodeData::File(f) = &n.data {
             let mut st = f.state.write();
             if st.migration.is_some() && !f.gone.load(Ordering::Relaxed) {
-                if let Err(e) = migrate::commit_migration_locked(fs, &tree, *ino, f, &mut st) {
+                if let Err(e) =
+                    migrate::commit_migration_locked(&fs.parts(), &tree, *ino, f, &mut st)
+                {
                     lost.push(format!(
                         "{}: the writes since it was opened were being moved to a new \
                          layout, which could not finish: {e}",
@@ -218,4 +222,36 @@ pub(crate) fn shutdown(fs: &TierFs) -> Vec<String> {
     }
     *shut = Some(lost.clone());
     lost
+}
+
+/// Starts the cache's writer, prefetcher and (with a memory limit) pressure-watch threads,
+/// each with its own reference to the filesystem; nothing without a cache.
+pub(crate) fn start_cache_threads(
+    fs: &Arc<TierFs>,
+) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
+    let mut out = Vec::new();
+    if fs.cache.is_none() {
+        return Ok(out);
+    }
+    let f = fs.clone();
+    out.push(
+        std::thread::Builder::new()
+            .name("tierfs-writeback".into())
+            .spawn(move || f.writeback_loop())?,
+    );
+    let f = fs.clone();
+    out.push(
+        std::thread::Builder::new()
+            .name("tierfs-prefetch".into())
+            .spawn(move || f.prefetch_loop())?,
+    );
+    if fs.cache.as_ref().is_some_and(|c| c.watch.is_some()) {
+        let f = fs.clone();
+        out.push(
+            std::thread::Builder::new()
+                .name("tierfs-memwatch".into())
+                .spawn(move || f.memory_watch_loop())?,
+        );
+    }
+    Ok(out)
 }

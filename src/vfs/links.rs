@@ -5,7 +5,7 @@
 //! name reaches the same bytes, mode, owner, times and xattrs, and the tiers alone say
 //! which names are one file (the mount-time scan groups them by backing inode, see
 //! [`crate::tier::resolve::plan_links`]). The tree keeps one node per file with a primary name
-//! and the others ([`crate::vfs::tree::Node::links`]).
+//! and the others ([`crate::inodes::tree::Node::links`]).
 //!
 //! A name is added or removed one tier at a time, in tier order; a failure undoes the
 //! tiers already done. A crash in between leaves a name whose pieces are a strict subset
@@ -19,11 +19,11 @@
 
 use crate::data::migrate;
 use crate::error::{Error, Result};
+use crate::inodes::tree::{NodeData, Tree};
+use crate::inodes::types::*;
 use crate::vfs::attr;
 use crate::vfs::backing;
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::{NodeData, Tree};
-use crate::vfs::types::*;
 use std::ffi::OsStr;
 use std::path::PathBuf;
 
@@ -54,7 +54,7 @@ pub(crate) fn link(fs: &TierFs, ino: u64, newparent: u64, newname: &OsStr) -> Re
         // the file keeps (a move's commit would re-link it too, but a crash before then
         // would leave the name on pieces no journal names).
         if st.migration.is_some() {
-            migrate::commit_migration_locked(fs, &tree, ino, &f, &mut st)?;
+            migrate::commit_migration_locked(&fs.parts(), &tree, ino, &f, &mut st)?;
         }
     }
     add_name(fs, &mut tree, ino, newparent, newname)?;

@@ -4,11 +4,11 @@
 //!
 //! [`TierFs`] is the façade: its one `impl` (this file) is the public API, and each method
 //! hands the work to the module that owns the concern:
-//! - [`types`]: inode numbers, attributes, open flags; [`tree`]: the inode tree (pure);
 //! - [`namespace`]: lookup, create, unlink, rename, setattr; [`attr`]: getattr;
 //! - [`links`]: hard links (a node with several names);
 //! - [`files`]: open, create, close, truncate, fallocate, fsync; [`dirs`]: folder handles;
-//! - [`handles`]: the handle table and the kernel passthrough policy;
+//! - [`readwrite`]: a read or write of a handle, handed to the data path;
+//! - [`handles`]: the handle table and the switch that turns kernel passthrough off;
 //! - [`backing`]: tier paths, limbo, xattrs, statfs; [`scan`]: the tree rebuilt at mount;
 //! - [`statsdir`]: the `.tierfs/` files and control, their handles opened, read and written
 //!   there (reads and writes of any handle not a file's go there, not to the data path);
@@ -17,8 +17,9 @@
 //! - [`state`]: the shared state; [`lifecycle`]: its construction and shutdown;
 //! - [`snapshot`]: the counters gathered for the `.tierfs/` files; [`appio`]: each read and
 //!   write counted for the programs' view of it;
-//! - below them, [`crate::data`] (an open file's state and the data path) and
-//!   [`crate::tierio`]-level tier access; beside them, [`crate::policy::adapt`] (shares and probes).
+//! - below them, [`crate::data`] (the data path below a handle), [`crate::inodes`] (inode
+//!   numbers, attributes, handles, the inode tree, an open file's state, failed inodes) and
+//!   [`crate::tierio`]-level tier access; beside them, [`adapt`] (shares and probes).
 //!
 //! State and its persistence:
 //! - The tree lives in memory, rebuilt at mount by walking every tier's `data/`
@@ -32,6 +33,7 @@
 //! data path (read, write) does not take the tree lock at all: an open handle holds its
 //! file's state, so metadata traffic never stalls I/O.
 
+pub mod adapt;
 pub mod appio;
 pub mod attr;
 pub mod backing;
@@ -44,28 +46,26 @@ pub mod held;
 pub mod lifecycle;
 pub mod links;
 pub mod namespace;
+pub mod readwrite;
 pub mod scan;
 pub mod snapshot;
 pub mod state;
 pub mod statsdir;
 pub mod tierctl;
-pub mod tree;
-pub mod types;
 
-pub use crate::data::file::FileNode;
-pub use crate::vfs::state::RelayoutCounters;
+pub use crate::data::RelayoutCounters;
+pub use crate::inodes::file::FileNode;
+pub use crate::inodes::types::*;
 pub use state::TierFs;
 pub use statsdir::{CacheView, CachedFile, MemoryView, OrderEntry};
 pub use tierctl::DrainStep;
-pub use types::*;
 
 use crate::cache::Cache;
 use crate::config::{Layout, MountConfig};
 use crate::data::writeback;
-use crate::data::{cached, migrate, path, prefetch};
+use crate::data::{cached, prefetch};
 use crate::error::Result;
 use crate::layout::FileLayout;
-use crate::policy::adapt;
 use crate::policy::placement::Placer;
 use crate::tier::Tier;
 use std::ffi::{OsStr, OsString};
@@ -326,7 +326,7 @@ impl TierFs {
             reply(d)
         };
         if file {
-            path::read_with(self, fh, off, size, reply)
+            readwrite::read_with(self, fh, off, size, reply)
         } else {
             statsdir::read_with(self, fh, off, size as usize, reply)
         }
@@ -350,7 +350,7 @@ impl TierFs {
             reply(d)
         };
         if file {
-            path::read_to(self, fh, off, buf, reply)
+            readwrite::read_to(self, fh, off, buf, reply)
         } else {
             statsdir::read_with(self, fh, off, buf.len(), reply)
         }
@@ -362,7 +362,7 @@ impl TierFs {
     pub fn read_into(&self, fh: u64, off: u64, buf: &mut [u8]) -> Result<usize> {
         let req = appio::Request::start(self, fh);
         let r = if req.is_file() {
-            path::read_into(self, fh, off, buf)
+            readwrite::read_into(self, fh, off, buf)
         } else {
             statsdir::read_into(self, fh, off, buf)
         };
@@ -380,7 +380,7 @@ impl TierFs {
     pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
         let req = appio::Request::start(self, fh);
         let r = if req.is_file() {
-            path::write(self, fh, off, data)
+            readwrite::write(self, fh, off, data)
         } else {
             statsdir::write(self, fh, data)
         };
@@ -395,7 +395,7 @@ impl TierFs {
     pub fn write_buf(&self, fh: u64, off: u64, buf: &mut crate::tierio::AlignedBuf) -> Result<u32> {
         let req = appio::Request::start(self, fh);
         let r = if req.is_file() {
-            path::write_buf(self, fh, off, buf)
+            readwrite::write_buf(self, fh, off, buf)
         } else {
             statsdir::write(self, fh, buf)
         };
@@ -463,30 +463,30 @@ impl TierFs {
         lifecycle::shutdown(self)
     }
 
-    pub fn cache(&self) -> Option<&Arc<Cache>> {
-        cached::cache(self)
+    pub fn cache(&self) -> Option<&Arc<Cache<FileNode>>> {
+        self.cache.as_ref()
     }
 
     /// The background writer: dirty files older than `writeback_delay` (gradient files only
     /// under memory pressure), the files asked for, or everything on `flush`.
     pub fn writeback_loop(&self) {
-        prefetch::writeback_loop(self)
+        prefetch::writeback_loop(&self.parts())
     }
 
     /// Writes every dirty cached file back (control `flush`); the first error.
     pub fn flush_cache(&self) -> Result<()> {
-        writeback::flush_cache(self)
+        writeback::flush_cache(&self.parts())
     }
 
     /// The prefetcher: loads predicted files into the cache, behind demand I/O.
     pub fn prefetch_loop(&self) {
-        prefetch::prefetch_loop(self)
+        prefetch::prefetch_loop(&self.parts())
     }
 
     /// Loads one file into the cache (admitting it if the policy lets it in). `asked`: a
     /// `prefetch` command, wanted now whatever the order says.
     pub fn prefetch(&self, ino: u64, asked: bool) -> Result<()> {
-        prefetch::prefetch(self, ino, asked)
+        prefetch::prefetch(&self.parts(), ino, asked)
     }
 
     /// Lowers (or raises) the cache's budget to `target` bytes and, when it holds more,
@@ -495,18 +495,18 @@ impl TierFs {
     /// up after [`crate::data::cached::SHRINK_WITHIN`] (files busy all that time, or write-back failing); the
     /// watch's next poll tries again.
     pub fn shrink_cache(&self, target: u64) {
-        writeback::shrink_cache(self, target)
+        writeback::shrink_cache(&self.parts(), target)
     }
 
     /// The pressure watch ([`crate::cache::memory`]): every poll, the budget follows the
     /// memory the job leaves free, and the cache gets under a lowered one at once.
     pub fn memory_watch_loop(&self) {
-        prefetch::memory_watch_loop(self)
+        prefetch::memory_watch_loop(&self.parts())
     }
 
     /// Stops the cache's threads' loops (they finish what they hold).
     pub fn stop_cache(&self) {
-        cached::stop_cache(self)
+        cached::stop_cache(&self.parts())
     }
 
     /// Runs a `.tierfs/control` write: every line is checked first, so a bad one changes
@@ -533,11 +533,11 @@ impl TierFs {
     pub fn start_cache_threads(
         fs: &Arc<TierFs>,
     ) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
-        prefetch::start_cache_threads(fs)
+        lifecycle::start_cache_threads(fs)
     }
 
     pub fn relayout_counters(&self) -> &RelayoutCounters {
-        migrate::relayout_counters(self)
+        &self.relayout
     }
 
     /// Runs the handler of one request on inode `ino` (for requests on a handle, the inode
@@ -561,13 +561,13 @@ impl TierFs {
 
     /// Whether `ino` answers EIO until the next mount.
     pub fn is_failed(&self, ino: u64) -> bool {
-        contain::is_failed(self, ino)
+        self.contain.is_failed(ino)
     }
 
     /// Marks `ino` failed (logged with `why`): every request on it answers EIO until the
     /// next mount.
     pub fn mark_failed(&self, ino: u64, why: &str) {
-        contain::mark_failed(self, ino, why)
+        self.contain.mark_failed(ino, why)
     }
 
     /// Requests whose handler panicked since mount.

@@ -2,12 +2,13 @@
 //! rmdir, rename and setattr, each applied to every tier that holds the object.
 
 use crate::error::{Error, Result};
+use crate::inodes::pieces;
+use crate::inodes::tree::{NodeData, Tree};
+use crate::inodes::types::*;
 use crate::layout::NAME_MAX;
 use crate::sys::SetTime;
 use crate::tierio::Piece;
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::{NodeData, Tree};
-use crate::vfs::types::*;
 use crate::vfs::{attr, backing, files, links};
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -353,7 +354,7 @@ pub(crate) fn detach(
     if let NodeData::File(f) = &node.data {
         f.gone.store(true, Ordering::Relaxed);
         let st = f.state.read();
-        backing::account_resize(fs, &st.layout, f.size(), 0);
+        pieces::account_resize(&fs.tiers, &st.layout, f.size(), 0);
         for t in st.layout.tiers() {
             let _ = fs.tiers[t].counters.files.fetch_update(
                 Ordering::Relaxed,
@@ -522,7 +523,7 @@ fn check_rename(
         for n in std::iter::once(ino).chain(target) {
             let node = tree.get(n)?;
             if node.kind() == Kind::Dir && !node.degraded_new {
-                return Err(backing::missing_err(fs, m.index, "rename"));
+                return Err(pieces::missing_err(&fs.tiers, m.index, "rename"));
             }
         }
     }

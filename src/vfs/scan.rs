@@ -12,17 +12,17 @@
 //! holding only some of another's is the trace of an interrupted link or unlink and goes
 //! ([`settle_links`]).
 
-use crate::data::file::FileNode;
 use crate::error::{Error, Result};
+use crate::inodes::file::FileNode;
+use crate::inodes::pieces;
+use crate::inodes::tree::{NodeData, Tree};
+use crate::inodes::types::{kind_of, Kind, ROOT_INO, TMP_PREFIX};
 use crate::layout::{FileLayout, Part, StripeMap, LAYOUT_XATTR};
 use crate::tier::resolve::{
     backing_ids, files_equal, plan_file, plan_links, plan_name, read_pieces, BackingId, Class,
     FilePlan, Step, Winner,
 };
-use crate::vfs::backing;
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::{NodeData, Tree};
-use crate::vfs::types::{kind_of, Kind, ROOT_INO, TMP_PREFIX};
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
@@ -227,7 +227,7 @@ pub(crate) fn place_file(
             return Placed::Nothing;
         }
     };
-    backing::account_resize(fs, &layout, 0, size);
+    pieces::account_resize(&fs.tiers, &layout, 0, size);
     for t in layout.tiers() {
         fs.tiers[t].counters.files.fetch_add(1, Ordering::Relaxed);
     }
@@ -298,7 +298,7 @@ pub(crate) fn settle_links(
     let mut cands: Vec<(PathBuf, u64, Vec<BackingId>)> = Vec::new();
     for (&ino, n) in &tree.nodes {
         // A held name (`vfs::held`) is left as it is: a later mount settles it.
-        if crate::vfs::contain::is_failed(fs, ino) {
+        if fs.contain.is_failed(ino) {
             continue;
         }
         let tiers = match &n.data {
@@ -464,7 +464,7 @@ pub(crate) fn resize_rejoined(fs: &TierFs, tree: &Tree, ino: u64, m: &StripeMap,
         .max()
         .unwrap_or(0);
     let old = f.size.swap(size, Ordering::AcqRel);
-    backing::account_resize(fs, &FileLayout::Stripe(m.clone()), old, size);
+    pieces::account_resize(&fs.tiers, &FileLayout::Stripe(m.clone()), old, size);
 }
 
 /// Takes file `ino`, whose pieces all moved elsewhere, out of the tree and the accounts.
@@ -476,7 +476,7 @@ pub(crate) fn drop_node(fs: &TierFs, tree: &mut Tree, ino: u64) {
         c.remove(&n.name);
     }
     if let NodeData::File(f) = &n.data {
-        backing::account_resize(fs, &f.layout(), f.size(), 0);
+        pieces::account_resize(&fs.tiers, &f.layout(), f.size(), 0);
         for t in f.layout().tiers() {
             let _ = fs.tiers[t].counters.files.fetch_update(
                 Ordering::Relaxed,

@@ -3,6 +3,8 @@
 //! [`crate::stats::Snapshot`], and the bytes of each virtual file. The snapshot's types and
 //! their text renderings live in [`crate::stats`], which knows nothing of the core.
 
+use crate::inodes::tree::NodeData;
+use crate::inodes::types::{Virtual, ROOT_INO};
 use crate::layout::FileLayout;
 use crate::stats::{
     escape_path, files_table, per_gb, tiers_table, CacheStats, ClassCpu, CpuStats, FileStats,
@@ -10,8 +12,6 @@ use crate::stats::{
 };
 use crate::tier::Tier;
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::NodeData;
-use crate::vfs::types::{Virtual, ROOT_INO};
 use std::sync::atomic::Ordering;
 
 /// How much a snapshot holds.

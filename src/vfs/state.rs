@@ -1,15 +1,16 @@
 //! The filesystem's state: every part the namespace, the data path and the background
-//! threads share, and the one way from it to the tiers' bytes ([`io`]). Building it and
+//! threads share, the one way from it to the tiers' bytes ([`io`]), and the parts of it
+//! the data path is handed (`TierFs::parts`). Building it and
 //! shutting it down are [`crate::vfs::lifecycle`]'s.
 
-use std::collections::HashSet;
-
 use crate::config::Layout;
+use crate::data::{Parts, RelayoutCounters};
 use crate::policy::placement::Placer;
 use crate::tier::Tier;
 
-use crate::vfs::tree::Tree;
-use crate::vfs::types::Handle;
+use crate::inodes::contain::Containment;
+use crate::inodes::tree::Tree;
+use crate::inodes::types::Handle;
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -45,7 +46,7 @@ pub struct TierFs {
     /// Conflict copies renamed aside by the running scan: (new relative path, tier).
     pub(crate) aside: Mutex<Vec<(PathBuf, usize)>>,
     /// `[cache]`: the host-memory tier.
-    pub(crate) cache: Option<Arc<crate::cache::Cache>>,
+    pub(crate) cache: Option<Arc<crate::cache::Cache<crate::inodes::file::FileNode>>>,
     /// Where the cache's size comes from, or why there is none (`.tierfs/cache`).
     pub(crate) staging_from: String,
     /// How batches of backing requests are issued (`[mount] engine`).
@@ -76,42 +77,29 @@ pub(crate) fn io(fs: &TierFs) -> crate::tierio::Io<'_> {
     crate::tierio::Io::new(&*fs.engine, &fs.tiers, &fs.queues)
 }
 
+impl TierFs {
+    /// What the data path is handed ([`Parts`]): the one place it is made from this state.
+    pub(crate) fn parts(&self) -> Parts<'_> {
+        Parts {
+            tiers: &self.tiers,
+            io: io(self),
+            cache: &self.cache,
+            placer: &self.placer,
+            tree: &self.tree,
+            contain: &self.contain,
+            relayout: &self.relayout,
+            ledger: &self.ledger,
+            passthrough: &self.passthrough,
+            passthrough_mode: self.passthrough_mode,
+            layout: self.layout,
+            stripe_unit: self.stripe_unit,
+            adapt: self.adapt,
+            min_share: self.min_share,
+            scratch: self.scratch,
+        }
+    }
+}
+
 pub(crate) fn set_engine(fs: &mut TierFs, engine: Box<dyn crate::tierio::Engine>) {
     fs.engine = engine;
-}
-
-/// The failed inodes and the panic counter of a mount.
-#[derive(Debug, Default)]
-pub(crate) struct Containment {
-    pub(crate) failed: RwLock<HashSet<u64>>,
-    /// Failed inodes whose state in memory is sound (a move torn on the tiers, not a
-    /// panic): their cached blocks are still written back, through the old pieces their
-    /// handles hold, which the next mount keeps or puts back by the move's journal.
-    pub(crate) torn: RwLock<HashSet<u64>>,
-    /// Failed inodes whose move tore with a journal naming its temporaries: the next
-    /// mount finishes it from them (`relink`), so a pending migration's writes are kept.
-    pub(crate) journaled: RwLock<HashSet<u64>>,
-    /// Set with the first failed inode: the common case (none) costs one load per request.
-    pub(crate) any_failed: AtomicBool,
-    pub(crate) panics: AtomicU64,
-    /// Debug builds: the inode whose next request panics (`debug-panic`), 0 for none.
-    pub(crate) armed: AtomicU64,
-}
-
-/// Bytes moved by re-layouts since mount (`stats.json`, `relayout`).
-#[derive(Debug, Default)]
-pub struct RelayoutCounters {
-    /// Lazy moves begun, switched over, and dropped (file unlinked, or taken over by an
-    /// eager move).
-    pub migrations_started: AtomicU64,
-    pub migrations_committed: AtomicU64,
-    pub migrations_dropped: AtomicU64,
-    /// Old bytes a lazy move copied (partial first writes of a block, and the blocks never
-    /// rewritten, at commit) ...
-    pub migration_copied_bytes: AtomicU64,
-    /// ... and old bytes it did not have to copy, because a write replaced the whole block.
-    pub migration_rewritten_bytes: AtomicU64,
-    /// Eager moves (full or failed tier, cached files) and the bytes they copied.
-    pub eager_moves: AtomicU64,
-    pub eager_copied_bytes: AtomicU64,
 }

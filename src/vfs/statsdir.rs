@@ -7,13 +7,13 @@ use crate::cache::{Cache, Totals, BLOCK};
 use crate::control::{Command, TierCommand};
 use crate::data::cached;
 use crate::error::{Error, Result};
+use crate::inodes::tree::{NodeData, Tree};
+use crate::inodes::types::*;
 use crate::layout::FileLayout;
 use crate::vfs::contain;
 use crate::vfs::handles;
 use crate::vfs::state::TierFs;
 use crate::vfs::tierctl;
-use crate::vfs::tree::{NodeData, Tree};
-use crate::vfs::types::*;
 
 use crate::data::writeback;
 use std::path::{Path, PathBuf};
@@ -362,18 +362,18 @@ fn hint(fs: &TierFs, cmd: &Command, target: Option<u64>) -> Result<()> {
             };
             if matches!(cmd, Command::Drop { .. }) {
                 let mut st = node.state.write();
-                cached::uncache_locked(fs, &node, &mut st)?;
+                cached::uncache_locked(&fs.parts(), &node, &mut st)?;
             } else {
                 // Not in the `if let`: its temporaries live through the block, and
                 // write-back takes the file's lock again, which deadlocked behind a
                 // writer queued for it (an open) between the two.
                 let e = node.state.read().cache.clone();
                 if let Some(e) = e {
-                    writeback::write_back(fs, &node, &e, ino)?;
+                    writeback::write_back(&fs.parts(), &node, &e, ino)?;
                 }
             }
         }
-        Command::Flush { path: None } => writeback::flush_cache(fs)?,
+        Command::Flush { path: None } => writeback::flush_cache(&fs.parts())?,
         Command::DebugPanic { .. } | Command::Tier(_) => {}
     }
     Ok(())
@@ -474,7 +474,7 @@ fn path_of(tree: &Tree, ino: u64) -> String {
 }
 
 /// The files the cache holds, by path, and the memory their blocks really take.
-fn resident_files(c: &Cache, tree: &Tree) -> (Vec<CachedFile>, u64) {
+fn resident_files(c: &Cache<crate::inodes::file::FileNode>, tree: &Tree) -> (Vec<CachedFile>, u64) {
     let mut allocated = 0;
     let mut files: Vec<CachedFile> = c
         .residents()

@@ -19,16 +19,16 @@
 //! when no file is left on it the tier is `drained`: it takes no new data until resumed.
 
 use crate::control::TierCommand;
-use crate::data::file::FileNode;
 use crate::data::migrate;
 use crate::error::{Error, Result};
+use crate::inodes::file::FileNode;
+use crate::inodes::tree::NodeData;
 use crate::tier::admin::AdminState;
 use crate::tier::Tier;
 use crate::tierio::Piece;
 use crate::units::fmt_bytes;
 use crate::vfs::backing;
 use crate::vfs::state::TierFs;
-use crate::vfs::tree::NodeData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -212,7 +212,7 @@ pub(crate) fn apply(fs: &TierFs, cmd: &TierCommand, tier: Option<usize>) -> Stri
         TierCommand::Status => unreachable!("status names no tier"),
     };
     log::info!("control: {reply}");
-    crate::policy::adapt::recompute_shares(fs);
+    crate::vfs::adapt::recompute_shares(fs);
     let share = fs.placer.shares()[i];
     format!(
         "ok {reply} (its share of new data now {:.1}%)\n",
@@ -312,7 +312,7 @@ pub fn drain_step(
             // The bytes of it on this tier: all of a whole file, its stripes' of a striped one.
             let bytes = node.layout().piece_len(t.index, node.size());
             let r = hold(fs, ino, &node).and_then(|()| {
-                let r = migrate::relocate(fs, ino, &node, Some(t.index), 0);
+                let r = migrate::relocate(&fs.parts(), ino, &node, Some(t.index), 0);
                 if let_go(&node) {
                     forget_if_gone(ino);
                 }

@@ -2,8 +2,8 @@
 //! as the FUSE adapter sees them, the `.tierfs/` virtual files, and small rules on names and
 //! errors shared by the namespace and the data path.
 
-use crate::data::file::FileNode;
 use crate::error::{Error, Result};
+use crate::inodes::file::FileNode;
 use crate::layout::{FileLayout, NAME_MAX};
 use crate::sys::SetTime;
 use crate::tierio::Piece;

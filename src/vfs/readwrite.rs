@@ -1,18 +1,20 @@
-//! The data path: a read or write of an open file, served from the cache, a migration
-//! under way, the whole-file piece or the stripes, with the move-on-ENOSPC rescue.
+//! A read or write of an open handle: a file's, handed to the data path (served from the
+//! cache, a migration under way, the whole-file piece or the stripes, with the
+//! move-on-ENOSPC rescue); a `.tierfs/` file's, from its snapshot or the control file.
 
 use crate::cache::BLOCK;
 use crate::data::cached::{self, WriteSrc};
-use crate::data::file::{FileNode, FileState};
-use crate::data::migrate;
+use crate::data::{migrate, passthrough};
 use crate::error::{Error, Result};
+use crate::inodes::file::{FileNode, FileState};
+use crate::inodes::pieces;
+use crate::inodes::types::Handle;
+use crate::inodes::types::*;
 use crate::layout::FileLayout;
 use crate::tierio::AlignedBuf;
 use crate::tierio::Class;
 use crate::vfs::state::TierFs;
-use crate::vfs::types::Handle;
-use crate::vfs::types::*;
-use crate::vfs::{backing, files, handles};
+use crate::vfs::{files, handles};
 use std::cell::RefCell;
 
 use crate::data::io;
@@ -57,9 +59,16 @@ pub(crate) fn read_to<R>(
             if len > 0 {
                 let mut reply = Some(reply);
                 let take = |d: &[u8]| (reply.take().expect("called once"))(d);
-                if let Some(r) =
-                    cached::cached_read_with(fs, &node, &st, e, off, len, Class::DemandRead, take)?
-                {
+                if let Some(r) = cached::cached_read_with(
+                    &fs.parts(),
+                    &node,
+                    &st,
+                    e,
+                    off,
+                    len,
+                    Class::DemandRead,
+                    take,
+                )? {
                     return Ok(r);
                 }
                 drop(st);
@@ -79,7 +88,7 @@ pub(crate) fn read_into(fs: &TierFs, fh: u64, off: u64, buf: &mut [u8]) -> Resul
             if st.direct_writers > 0 {
                 // A program writes (and truncates) the pieces past the daemon: their size
                 // is the file's end.
-                handles::sync_size_from_pieces(fs, &node, &st);
+                passthrough::sync_size_from_pieces(&fs.tiers, &node, &st);
             }
             let fsize = node.size();
             if off >= fsize {
@@ -87,10 +96,18 @@ pub(crate) fn read_into(fs: &TierFs, fh: u64, off: u64, buf: &mut [u8]) -> Resul
             }
             let len = (buf.len() as u64).min(fsize - off) as usize;
             match &st.cache {
-                Some(e) => {
-                    cached::cached_read(fs, &node, &st, e, off, &mut buf[..len], Class::DemandRead)?
+                Some(e) => cached::cached_read(
+                    &fs.parts(),
+                    &node,
+                    &st,
+                    e,
+                    off,
+                    &mut buf[..len],
+                    Class::DemandRead,
+                )?,
+                None => {
+                    moves::read_file(&fs.parts(), &st, off, &mut buf[..len], Class::DemandRead)?
                 }
-                None => moves::read_file(fs, &st, off, &mut buf[..len], Class::DemandRead)?,
             }
             Ok(len)
         }
@@ -116,7 +133,8 @@ pub(crate) fn write_buf(fs: &TierFs, fh: u64, off: u64, buf: &mut AlignedBuf) ->
                 let end = off
                     .checked_add(BLOCK)
                     .ok_or(Error::Invalid("offset overflow"))?;
-                if cached::cached_write(fs, &node, &st, e, off, &mut WriteSrc::Block(buf))? {
+                if cached::cached_write(&fs.parts(), &node, &st, e, off, &mut WriteSrc::Block(buf))?
+                {
                     cached_wrote(fs, &node, &st, end);
                     return Ok(n as u32);
                 }
@@ -132,7 +150,7 @@ fn cached_wrote(fs: &TierFs, node: &FileNode, st: &FileState, end: u64) {
     *node.mtime.lock() = Some(SystemTime::now());
     let old = node.size.fetch_max(end, Ordering::AcqRel);
     if end > old && node.counted() {
-        backing::account_resize(fs, &st.layout, old, end);
+        pieces::account_resize(&fs.tiers, &st.layout, old, end);
     }
     node.dirty.store(true, Ordering::Relaxed);
 }
@@ -157,24 +175,25 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
     {
         let st = node.state.read();
         if st.direct_writers > 0 {
-            handles::sync_size_from_pieces(fs, &node, &st);
+            passthrough::sync_size_from_pieces(&fs.tiers, &node, &st);
         }
     }
     let end = off
         .checked_add(data.len() as u64)
         .ok_or(Error::Invalid("offset overflow"))?;
+    let parts = fs.parts();
     let mut moved = false;
     loop {
         let st = node.state.read();
         if let Some(e) = &st.cache {
-            if cached::cached_write(fs, &node, &st, e, off, &mut WriteSrc::Slice(data))? {
+            if cached::cached_write(&parts, &node, &st, e, off, &mut WriteSrc::Slice(data))? {
                 cached_wrote(fs, &node, &st, end);
                 return Ok(data.len() as u32);
             }
             // It outgrew the cache: back to the tiers, then write there.
             drop(st);
             let mut st = node.state.write();
-            cached::uncache_locked(fs, &node, &mut st)?;
+            cached::uncache_locked(&parts, &node, &mut st)?;
             continue;
         }
         // Growth past a tier's capacity, or into space promised to cached data, is
@@ -184,13 +203,13 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
             Err((t, std::io::Error::from_raw_os_error(libc::ENOSPC)))
         } else {
             match (&st.migration, &st.layout) {
-                (Some(m), _) => migrate::migration_write(fs, &node, &st, m, off, data)?,
+                (Some(m), _) => migrate::migration_write(&parts, &node, &st, m, off, data)?,
                 (None, FileLayout::Whole { tier }) => {
-                    let piece = backing::open_piece(fs, &st, *tier, "write")?;
-                    io::piece_write(fs, *tier, piece, data, off).map_err(|e| (*tier, e))
+                    let piece = pieces::open_piece(&fs.tiers, &st, *tier, "write")?;
+                    io::piece_write(parts.io, *tier, piece, data, off).map_err(|e| (*tier, e))
                 }
                 (None, FileLayout::Stripe(_)) => {
-                    io::write_extents(fs, &st, off, data, Class::DemandWrite)
+                    io::write_extents(parts.io, &st, off, data, Class::DemandWrite)
                 }
             }
         };
@@ -201,7 +220,7 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
                 }
                 let old = node.size.fetch_max(end, Ordering::AcqRel);
                 if end > old && node.counted() {
-                    backing::account_resize(fs, &st.layout, old, end);
+                    pieces::account_resize(&fs.tiers, &st.layout, old, end);
                 }
                 node.dirty.store(true, Ordering::Relaxed);
                 return Ok(data.len() as u32);
@@ -212,7 +231,7 @@ pub(crate) fn write(fs: &TierFs, fh: u64, off: u64, data: &[u8]) -> Result<u32> 
                     "tier '{}' refused a write to inode {ino} ({e}); moving the file to another tier",
                     fs.tiers[tier].name
                 );
-                if let Err(re) = migrate::relocate(fs, ino, &node, Some(tier), end) {
+                if let Err(re) = migrate::relocate(&parts, ino, &node, Some(tier), end) {
                     // The caller gets the tier's own error; the log has why the move failed.
                     log::error!(
                         "moving inode {ino} off tier '{}' failed: {re}",

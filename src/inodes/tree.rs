@@ -8,9 +8,9 @@
 //! inodes, so any of them reaches the same bytes; the primary one is only the one the
 //! core uses. Removing the primary name promotes the next one.
 
-use crate::data::file::FileNode;
 use crate::error::{Error, Result};
-use crate::vfs::types::*;
+use crate::inodes::file::FileNode;
+use crate::inodes::types::*;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::path::PathBuf;

@@ -42,10 +42,12 @@
 //! the tests skip (`require!`), and fail under `TIERFS_REQUIRE_ALL=1`.
 
 mod common;
+#[path = "common/model_ops.rs"]
+mod model_ops;
 
 use common::*;
+use model_ops::{env_num, op, seed, Mix, Op, PATHS};
 use proptest::prelude::*;
-use proptest::strategy::Union;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -58,264 +60,28 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tierfs::tierio::{AlignedBuf, ALIGN};
 
-const MIB: u64 = 1 << 20;
-const UNIT: u64 = 64 << 10;
-
-/// Every path an operation can name. "a/x" walks through a file when "a" is one; "e/d"
-/// and "d/f/a" let folders move across and into each other.
-const PATHS: [&str; 12] = [
-    "a", "b", "d", "e", "d/a", "d/b", "d/f", "d/f/a", "e/a", "e/d", "e/d/a", "a/x",
-];
-
-// ----- operations and their generators -------------------------------------------------
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Falloc {
-    Alloc,
-    KeepSize,
-    PunchHole,
-}
-
-impl Falloc {
-    fn mode(self) -> i32 {
-        match self {
-            Falloc::Alloc => 0,
-            Falloc::KeepSize => libc::FALLOC_FL_KEEP_SIZE,
-            Falloc::PunchHole => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-        }
-    }
-}
-
-/// One step. `h` picks an open handle (modulo how many are open; skipped when none is).
-/// `aligned` rounds a read or write to whole pages, so a direct handle does direct I/O.
-#[derive(Clone, Debug)]
-enum Op {
-    Create {
-        path: usize,
-        excl: bool,
-        trunc: bool,
-        write: bool,
-        direct: bool,
-    },
-    Open {
-        path: usize,
-        write: bool,
-        trunc: bool,
-        direct: bool,
-    },
-    Close {
-        h: usize,
-    },
-    Write {
-        h: usize,
-        off: u64,
-        len: usize,
-        aligned: bool,
-        seed: u64,
-    },
-    Read {
-        h: usize,
-        off: u64,
-        len: usize,
-        aligned: bool,
-    },
-    Truncate {
-        path: usize,
-        size: u64,
-    },
-    FTruncate {
-        h: usize,
-        size: u64,
-    },
-    Fallocate {
-        h: usize,
-        off: u64,
-        len: u64,
-        mode: Falloc,
-    },
-    Rename {
-        from: usize,
-        to: usize,
-    },
-    Unlink {
-        path: usize,
-    },
-    /// A hard link `to` of `from`.
-    Link {
-        from: usize,
-        to: usize,
-    },
-    Mkdir {
-        path: usize,
-    },
-    Rmdir {
-        path: usize,
-    },
-    Fsync {
-        h: usize,
-        datasync: bool,
-    },
-    Stat {
-        path: usize,
-    },
-    FStat {
-        h: usize,
-    },
-    Remount,
-}
-
-/// Offsets: anywhere in the first 4 MiB, page-aligned, and next to stripe boundaries.
-fn offset() -> BoxedStrategy<u64> {
-    prop_oneof![
-        3 => 0..4 * MIB,
-        2 => (0..1024u64).prop_map(|k| k * 4096),
-        2 => (0..64u64, -3i64..=3).prop_map(|(k, d)| (k * UNIT).saturating_add_signed(d)),
-        1 => 0..300u64,
-    ]
-    .boxed()
-}
-
-/// Lengths: mostly small and unaligned, some page multiples, a few of 2..3 MiB.
-fn length() -> BoxedStrategy<usize> {
-    prop_oneof![
-        1 => Just(0usize),
-        4 => 0..8192usize,
-        2 => (1..64usize).prop_map(|k| k * 4096),
-        2 => 0..(256usize << 10),
-        1 => (2usize << 20)..=(3usize << 20),
-    ]
-    .boxed()
-}
-
-/// Sizes for truncate: zero, small, aligned, on and next to stripe boundaries, large.
-fn new_size() -> BoxedStrategy<u64> {
-    prop_oneof![
-        1 => Just(0u64),
-        2 => 0..2 * UNIT,
-        2 => (0..1024u64).prop_map(|k| k * 4096),
-        2 => (0..64u64, -3i64..=3).prop_map(|(k, d)| (k * UNIT).saturating_add_signed(d)),
-        1 => 0..6 * MIB,
-    ]
-    .boxed()
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    let p = || 0..PATHS.len();
-    let h = || 0..8usize;
-    let arms: Vec<(u32, BoxedStrategy<Op>)> = vec![
-        (
-            8,
-            (
-                p(),
-                prop::bool::weighted(0.2),
-                prop::bool::weighted(0.2),
-                prop::bool::weighted(0.85),
-                any::<bool>(),
-            )
-                .prop_map(|(path, excl, trunc, write, direct)| Op::Create {
-                    path,
-                    excl,
-                    trunc,
-                    write,
-                    direct,
-                })
-                .boxed(),
-        ),
-        (
-            6,
-            (
-                p(),
-                prop::bool::weighted(0.6),
-                prop::bool::weighted(0.1),
-                any::<bool>(),
-            )
-                .prop_map(|(path, write, trunc, direct)| Op::Open {
-                    path,
-                    write,
-                    trunc,
-                    direct,
-                })
-                .boxed(),
-        ),
-        (4, h().prop_map(|h| Op::Close { h }).boxed()),
-        (
-            16,
-            (h(), offset(), length(), any::<bool>(), any::<u64>())
-                .prop_map(|(h, off, len, aligned, seed)| Op::Write {
-                    h,
-                    off,
-                    len,
-                    aligned,
-                    seed,
-                })
-                .boxed(),
-        ),
-        (
-            10,
-            (h(), offset(), length(), any::<bool>())
-                .prop_map(|(h, off, len, aligned)| Op::Read {
-                    h,
-                    off,
-                    len,
-                    aligned,
-                })
-                .boxed(),
-        ),
-        (
-            4,
-            (p(), new_size())
-                .prop_map(|(path, size)| Op::Truncate { path, size })
-                .boxed(),
-        ),
-        (
-            4,
-            (h(), new_size())
-                .prop_map(|(h, size)| Op::FTruncate { h, size })
-                .boxed(),
-        ),
-        (
-            4,
-            (
-                h(),
-                offset(),
-                1..3 * MIB,
-                prop_oneof![
-                    Just(Falloc::Alloc),
-                    Just(Falloc::KeepSize),
-                    Just(Falloc::PunchHole)
-                ],
-            )
-                .prop_map(|(h, off, len, mode)| Op::Fallocate { h, off, len, mode })
-                .boxed(),
-        ),
-        (
-            8,
-            (p(), p())
-                .prop_map(|(from, to)| Op::Rename { from, to })
-                .boxed(),
-        ),
-        (4, p().prop_map(|path| Op::Unlink { path }).boxed()),
-        (
-            4,
-            (p(), p())
-                .prop_map(|(from, to)| Op::Link { from, to })
-                .boxed(),
-        ),
-        (6, p().prop_map(|path| Op::Mkdir { path }).boxed()),
-        (4, p().prop_map(|path| Op::Rmdir { path }).boxed()),
-        (
-            2,
-            (h(), any::<bool>())
-                .prop_map(|(h, datasync)| Op::Fsync { h, datasync })
-                .boxed(),
-        ),
-        (4, p().prop_map(|path| Op::Stat { path }).boxed()),
-        (2, h().prop_map(|h| Op::FStat { h }).boxed()),
-        // Remounts are the slowest step (an unmount waits for the daemon to exit): rarer here.
-        (1, Just(Op::Remount).boxed()),
-    ];
-    Union::new_weighted(arms)
-}
+/// The mount test draws everything, O_TRUNC, O_DIRECT and page alignment included.
+const MIX: Mix = Mix {
+    create: 8,
+    open: 6,
+    close: 4,
+    write: 16,
+    read: 10,
+    truncate: 4,
+    ftruncate: 4,
+    fallocate: 4,
+    rename: 8,
+    unlink: 4,
+    link: 4,
+    mkdir: 6,
+    rmdir: 4,
+    fsync: 2,
+    stat: 4,
+    fstat: 2,
+    // Remounts are the slowest step (an unmount waits for the daemon to exit): rarer here.
+    remount: 1,
+    mount_fields: true,
+};
 
 // ----- the two sides -------------------------------------------------------------------
 
@@ -964,16 +730,6 @@ fn run_case(spec: &Spec, ops: &[Op], count: &AtomicU64) -> Result<(), TestCaseEr
 
 // ----- the runs ------------------------------------------------------------------------
 
-fn env_num(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
-        Err(_) => default,
-    }
-}
-
 /// The configurations (`model_mount_*` tests): the last to finish prints the totals.
 const TESTS: u64 = 7;
 static TOTAL_OPS: AtomicU64 = AtomicU64::new(0);
@@ -984,13 +740,7 @@ fn run(spec: Spec) {
     require!(fuse());
     let cases = env_num("TIERFS_MODEL_CASES", 6) as u32;
     let max_ops = env_num("TIERFS_MODEL_OPS", 60).max(1) as usize;
-    let seed = env_num(
-        "TIERFS_MODEL_SEED",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
-    );
+    let seed = seed();
     let mut cfg = Config::with_cases(cases);
     cfg.failure_persistence = None;
     cfg.rng_seed = RngSeed::Fixed(seed);
@@ -998,7 +748,7 @@ fn run(spec: Spec) {
     cfg.max_shrink_iters = 400;
     let mut runner = TestRunner::new(cfg);
     let count = AtomicU64::new(0);
-    let strategy = prop::collection::vec(op(), 1..=max_ops);
+    let strategy = prop::collection::vec(op(MIX), 1..=max_ops);
     let started = std::time::Instant::now();
     let result = runner.run(&strategy, |ops| run_case(&spec, &ops, &count));
     let ops = count.load(Ordering::Relaxed);

@@ -36,8 +36,11 @@
 //! Each test prints `model_core[CONFIG]: N ops in C cases, M mismatches (seed S)` to stderr,
 //! uncaptured, and the last one to finish adds the total.
 
+#[path = "common/model_ops.rs"]
+mod model_ops;
+
+use model_ops::{env_num, op, seed, Falloc, Mix, Op, MIB, PATHS, UNIT};
 use proptest::prelude::*;
-use proptest::strategy::Union;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
@@ -50,224 +53,29 @@ use tierfs::layout::{FileLayout, LAYOUT_XATTR};
 use tierfs::vfs::{Ctx, Kind, SetAttr, TierFs, ROOT_INO};
 
 const KIB: u64 = 1 << 10;
-const MIB: u64 = 1 << 20;
-/// The stripe unit under test: the smallest the config accepts.
-const UNIT: u64 = tierfs::config::MIN_STRIPE_UNIT;
 
-/// Every path an operation can name. "a/x" walks through a file when "a" is one; "e/d"
-/// and "d/f/a" let folders move across and into each other.
-const PATHS: [&str; 12] = [
-    "a", "b", "d", "e", "d/a", "d/b", "d/f", "d/f/a", "e/a", "e/d", "e/d/a", "a/x",
-];
-
-// ----- operations and their generators -------------------------------------------------
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Falloc {
-    Alloc,
-    KeepSize,
-    PunchHole,
-}
-
-impl Falloc {
-    fn mode(self) -> i32 {
-        match self {
-            Falloc::Alloc => 0,
-            Falloc::KeepSize => libc::FALLOC_FL_KEEP_SIZE,
-            Falloc::PunchHole => libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-        }
-    }
-}
-
-/// One step. `h` picks an open handle (modulo how many are open; skipped when none is).
-#[derive(Clone, Debug)]
-enum Op {
-    Create {
-        path: usize,
-        excl: bool,
-        write: bool,
-    },
-    Open {
-        path: usize,
-        write: bool,
-    },
-    Close {
-        h: usize,
-    },
-    Write {
-        h: usize,
-        off: u64,
-        len: usize,
-        seed: u64,
-    },
-    Read {
-        h: usize,
-        off: u64,
-        len: usize,
-    },
-    Truncate {
-        path: usize,
-        size: u64,
-    },
-    FTruncate {
-        h: usize,
-        size: u64,
-    },
-    Fallocate {
-        h: usize,
-        off: u64,
-        len: u64,
-        mode: Falloc,
-    },
-    Rename {
-        from: usize,
-        to: usize,
-    },
-    Unlink {
-        path: usize,
-    },
-    /// A hard link `to` of `from`.
-    Link {
-        from: usize,
-        to: usize,
-    },
-    Mkdir {
-        path: usize,
-    },
-    Rmdir {
-        path: usize,
-    },
-    Fsync {
-        h: usize,
-        datasync: bool,
-    },
-    Stat {
-        path: usize,
-    },
-    FStat {
-        h: usize,
-    },
-    Remount,
-}
-
-/// Offsets: anywhere in the first 4 MiB, page-aligned, and next to stripe boundaries.
-fn offset() -> BoxedStrategy<u64> {
-    prop_oneof![
-        3 => 0..4 * MIB,
-        2 => (0..1024u64).prop_map(|k| k * 4096),
-        2 => (0..64u64, -3i64..=3).prop_map(|(k, d)| (k * UNIT).saturating_add_signed(d)),
-        1 => 0..300u64,
-    ]
-    .boxed()
-}
-
-/// Lengths: mostly small and unaligned, some page multiples, a few of 2..3 MiB.
-fn length() -> BoxedStrategy<usize> {
-    prop_oneof![
-        1 => Just(0usize),
-        4 => 0..8192usize,
-        2 => (1..64usize).prop_map(|k| k * 4096),
-        2 => 0..(256usize << 10),
-        1 => (2usize << 20)..=(3usize << 20),
-    ]
-    .boxed()
-}
-
-/// Sizes for truncate: zero, small, aligned, on and next to stripe boundaries, large.
-fn new_size() -> BoxedStrategy<u64> {
-    prop_oneof![
-        1 => Just(0u64),
-        2 => 0..2 * UNIT,
-        2 => (0..1024u64).prop_map(|k| k * 4096),
-        2 => (0..64u64, -3i64..=3).prop_map(|(k, d)| (k * UNIT).saturating_add_signed(d)),
-        1 => 0..6 * MIB,
-    ]
-    .boxed()
-}
-
-fn op() -> impl Strategy<Value = Op> {
-    let p = || 0..PATHS.len();
-    let h = || 0..8usize;
-    let arms: Vec<(u32, BoxedStrategy<Op>)> = vec![
-        (
-            4,
-            (p(), prop::bool::weighted(0.2), prop::bool::weighted(0.85))
-                .prop_map(|(path, excl, write)| Op::Create { path, excl, write })
-                .boxed(),
-        ),
-        (
-            3,
-            (p(), prop::bool::weighted(0.6))
-                .prop_map(|(path, write)| Op::Open { path, write })
-                .boxed(),
-        ),
-        (2, h().prop_map(|h| Op::Close { h }).boxed()),
-        (
-            8,
-            (h(), offset(), length(), any::<u64>())
-                .prop_map(|(h, off, len, seed)| Op::Write { h, off, len, seed })
-                .boxed(),
-        ),
-        (
-            5,
-            (h(), offset(), length())
-                .prop_map(|(h, off, len)| Op::Read { h, off, len })
-                .boxed(),
-        ),
-        (
-            2,
-            (p(), new_size())
-                .prop_map(|(path, size)| Op::Truncate { path, size })
-                .boxed(),
-        ),
-        (
-            2,
-            (h(), new_size())
-                .prop_map(|(h, size)| Op::FTruncate { h, size })
-                .boxed(),
-        ),
-        (
-            2,
-            (
-                h(),
-                offset(),
-                1..3 * MIB,
-                prop_oneof![
-                    Just(Falloc::Alloc),
-                    Just(Falloc::KeepSize),
-                    Just(Falloc::PunchHole)
-                ],
-            )
-                .prop_map(|(h, off, len, mode)| Op::Fallocate { h, off, len, mode })
-                .boxed(),
-        ),
-        (
-            4,
-            (p(), p())
-                .prop_map(|(from, to)| Op::Rename { from, to })
-                .boxed(),
-        ),
-        (2, p().prop_map(|path| Op::Unlink { path }).boxed()),
-        (
-            5,
-            (p(), p())
-                .prop_map(|(from, to)| Op::Link { from, to })
-                .boxed(),
-        ),
-        (3, p().prop_map(|path| Op::Mkdir { path }).boxed()),
-        (2, p().prop_map(|path| Op::Rmdir { path }).boxed()),
-        (
-            1,
-            (h(), any::<bool>())
-                .prop_map(|(h, datasync)| Op::Fsync { h, datasync })
-                .boxed(),
-        ),
-        (2, p().prop_map(|path| Op::Stat { path }).boxed()),
-        (1, h().prop_map(|h| Op::FStat { h }).boxed()),
-        (1, Just(Op::Remount).boxed()),
-    ];
-    Union::new_weighted(arms)
-}
+/// The core draws no mount fields: O_TRUNC reaches it as a setattr (`Truncate`), O_DIRECT
+/// and alignment stop at the kernel.
+const MIX: Mix = Mix {
+    create: 4,
+    open: 3,
+    close: 2,
+    write: 8,
+    read: 5,
+    truncate: 2,
+    ftruncate: 2,
+    fallocate: 2,
+    rename: 4,
+    unlink: 2,
+    link: 5,
+    mkdir: 3,
+    rmdir: 2,
+    fsync: 1,
+    stat: 2,
+    fstat: 1,
+    remount: 1,
+    mount_fields: false,
+};
 
 /// Deterministic pseudo-random bytes (xorshift), as in tests/common.
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -703,10 +511,12 @@ fn step(rig: &mut Rig, model: &mut Model, hs: &mut Vec<H>, op: &Op) -> Result<bo
     }
     let fs = rig.fs.as_ref().expect("mounted");
     match *op {
+        // `..`: the mount's fields, which MIX leaves false.
         Op::Create {
             path: i,
             excl,
             write,
+            ..
         } => {
             let p = path(i);
             let name = p.file_name().unwrap();
@@ -736,7 +546,7 @@ fn step(rig: &mut Rig, model: &mut Model, hs: &mut Vec<H>, op: &Op) -> Result<bo
                 )?;
             }
         }
-        Op::Open { path: i, write } => {
+        Op::Open { path: i, write, .. } => {
             let p = path(i);
             let name = p.file_name().unwrap();
             let flags = if write { libc::O_RDWR } else { libc::O_RDONLY };
@@ -764,7 +574,9 @@ fn step(rig: &mut Rig, model: &mut Model, hs: &mut Vec<H>, op: &Op) -> Result<bo
             same("release", fs.release(hd.fh).map_err(errno), Ok(()))?;
             fs.forget(hd.ino, 1);
         }
-        Op::Write { h, off, len, seed } => {
+        Op::Write {
+            h, off, len, seed, ..
+        } => {
             let Some(k) = pick(hs, h) else {
                 return Ok(false);
             };
@@ -778,7 +590,7 @@ fn step(rig: &mut Rig, model: &mut Model, hs: &mut Vec<H>, op: &Op) -> Result<bo
             };
             same(&format!("write {len} at {off}"), got, want)?;
         }
-        Op::Read { h, off, len } => {
+        Op::Read { h, off, len, .. } => {
             let Some(k) = pick(hs, h) else {
                 return Ok(false);
             };
@@ -1236,16 +1048,6 @@ fn run_case(spec: &Spec, ops: &[Op], count: &AtomicU64) -> Result<(), TestCaseEr
 
 // ----- the runs ------------------------------------------------------------------------
 
-fn env_num(name: &str, default: u64) -> u64 {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{name}={v:?} is not a number")),
-        Err(_) => default,
-    }
-}
-
 const TESTS: u64 = 5;
 static TOTAL_OPS: AtomicU64 = AtomicU64::new(0);
 static TOTAL_MISMATCHES: AtomicU64 = AtomicU64::new(0);
@@ -1254,20 +1056,14 @@ static FINISHED: AtomicU64 = AtomicU64::new(0);
 fn run(spec: Spec) {
     let cases = env_num("TIERFS_MODEL_CASES", 48) as u32;
     let max_ops = env_num("TIERFS_MODEL_OPS", 64).max(1) as usize;
-    let seed = env_num(
-        "TIERFS_MODEL_SEED",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64,
-    );
+    let seed = seed();
     let mut cfg = Config::with_cases(cases);
     cfg.failure_persistence = None;
     cfg.rng_seed = RngSeed::Fixed(seed);
     cfg.max_shrink_iters = 4000;
     let mut runner = TestRunner::new(cfg);
     let count = AtomicU64::new(0);
-    let strategy = prop::collection::vec(op(), 1..=max_ops);
+    let strategy = prop::collection::vec(op(MIX), 1..=max_ops);
     let result = runner.run(&strategy, |ops| run_case(&spec, &ops, &count));
     let ops = count.load(Ordering::Relaxed);
     let mismatches = u64::from(result.is_err());

@@ -1,10 +1,137 @@
-//! A journal's file in a tier's `.tierfs-meta/` folder: written and synced, listed, set
-//! aside, and the temporaries of writes a crash cut short.
+//! A re-link journal: its text format, and its file in a tier's `.tierfs-meta/` folder
+//! (written and synced, read, listed, set aside as `*.unfinished`), with the temporaries
+//! of journal writes a crash cut short.
+//!
+//! Kept apart from the rule that settles a journal (the parent module): this part says
+//! only what a journal holds and where it lies, and is all that the tools that read
+//! journals without carrying them out (`tierfs export`, `fsck`'s listing) need. It knows
+//! nothing of tiers or backing calls; the rule reads journals through it.
 
-use super::{Journal, JOURNAL_PREFIX};
+use std::ffi::OsString;
 use std::io::{self, Write};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
+
+/// Journal files' names begin so, in a tier's `.tierfs-meta/` folder.
+pub const JOURNAL_PREFIX: &str = "relink-";
+pub(super) const MAGIC: &str = "tierfs-relink v1";
+
+/// A move's re-linking, as written before its first rename.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Journal {
+    /// The file's primary name, relative to the tiers' data folders.
+    pub primary: PathBuf,
+    /// Its other names.
+    pub names: Vec<PathBuf>,
+    /// (tier, backing inode) of each new piece.
+    pub new: Vec<(usize, u64)>,
+    /// (tier, backing inode) of each old piece.
+    pub old: Vec<(usize, u64)>,
+    /// `names` are not the user's but the move's keeps: second names (temporaries beside
+    /// the primary) of the old entries its renames replace, for a file with one name. On
+    /// every verdict they are removed, never re-linked; a torn move is undone from them.
+    pub keeps: bool,
+    /// (tier, path from the tier's folder) of each new piece's temporary (in limbo): what
+    /// finishes a move torn between the primary's renames. Empty in older journals.
+    pub pending: Vec<(usize, PathBuf)>,
+}
+
+pub(super) fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+impl Journal {
+    /// The text form: one field a line, paths hex-encoded (a name may hold any byte but
+    /// `/` and NUL, newlines included).
+    pub fn encode(&self) -> String {
+        let mut s = format!(
+            "{MAGIC}\nprimary {}\n",
+            hex(self.primary.as_os_str().as_bytes())
+        );
+        if self.keeps {
+            s += "keeps\n";
+        }
+        for n in &self.names {
+            s += &format!("name {}\n", hex(n.as_os_str().as_bytes()));
+        }
+        for (t, ino) in &self.new {
+            s += &format!("new {t} {ino}\n");
+        }
+        for (t, ino) in &self.old {
+            s += &format!("old {t} {ino}\n");
+        }
+        for (t, p) in &self.pending {
+            s += &format!("pending {t} {}\n", hex(p.as_os_str().as_bytes()));
+        }
+        s + "end\n"
+    }
+
+    /// Parses [`Journal::encode`]'s output; `None` for anything else, a torn write
+    /// included (it ends with `end`).
+    pub fn decode(s: &str) -> Option<Journal> {
+        let mut lines = s.lines();
+        if lines.next()? != MAGIC {
+            return None;
+        }
+        let path = |v: &str| Some(PathBuf::from(OsString::from_vec(unhex(v)?)));
+        let (mut primary, mut names, mut new, mut old) = (None, vec![], vec![], vec![]);
+        let (mut keeps, mut pending) = (false, vec![]);
+        for l in lines {
+            let mut w = l.split(' ');
+            match (w.next()?, w.next(), w.next()) {
+                ("primary", Some(v), None) => primary = Some(path(v)?),
+                ("keeps", None, None) => keeps = true,
+                ("name", Some(v), None) => names.push(path(v)?),
+                ("new", Some(t), Some(i)) => new.push((t.parse().ok()?, i.parse().ok()?)),
+                ("old", Some(t), Some(i)) => old.push((t.parse().ok()?, i.parse().ok()?)),
+                ("pending", Some(t), Some(p)) => pending.push((t.parse().ok()?, path(p)?)),
+                ("end", None, None) => {
+                    return Some(Journal {
+                        primary: primary?,
+                        names,
+                        new,
+                        old,
+                        keeps,
+                        pending,
+                    })
+                }
+                _ => return None,
+            }
+        }
+        None
+    }
+
+    pub(super) fn old_ino(&self, t: usize) -> Option<u64> {
+        self.old.iter().find(|(u, _)| *u == t).map(|(_, i)| *i)
+    }
+
+    pub(super) fn new_ino(&self, t: usize) -> Option<u64> {
+        self.new.iter().find(|(u, _)| *u == t).map(|(_, i)| *i)
+    }
+
+    /// The new piece's temporary on tier `t`, from the tier's folder.
+    pub fn pending_on(&self, t: usize) -> Option<&Path> {
+        self.pending
+            .iter()
+            .find(|(u, _)| *u == t)
+            .map(|(_, p)| p.as_path())
+    }
+
+    /// Every tier it names.
+    pub fn tiers(&self) -> Vec<usize> {
+        self.new.iter().chain(&self.old).map(|(t, _)| *t).collect()
+    }
+}
 
 /// Writes `j` as `meta/NAME` (synced, and the folder too); returns its path.
 pub fn write(meta: &Path, name: &str, j: &Journal) -> io::Result<PathBuf> {

@@ -18,7 +18,7 @@ use crate::units::fmt_rate;
 ///
 /// With `fresh` the cache is not read. A cache file that cannot be read or parsed is ignored
 /// (with a warning) and replaced. A result measured while the machine was short of cores
-/// ([`CpuWait::busy`]) is returned with a warning and not cached (an older cache stays). The new result is written to a temporary file beside
+/// ([`CpuWait::busy`](super::CpuWait::busy)) is returned with a warning and not cached (an older cache stays). The new result is written to a temporary file beside
 /// `cache_file` and renamed over it, creating the parent folder if needed; if that fails the
 /// result is still returned, with a warning.
 pub fn probe_cached(

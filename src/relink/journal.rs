@@ -152,7 +152,7 @@ pub fn write(meta: &Path, name: &str, j: &Journal) -> io::Result<PathBuf> {
     Ok(p)
 }
 
-/// Removes the temporaries of journal writes a crash cut short in `meta` (see [`write`]):
+/// Removes the temporaries of journal writes a crash cut short in `meta` (see [`write()`]):
 /// a move does nothing on the tiers before its journal is in place, so such a file
 /// describes nothing that happened. Only for a mount's scan, while no move runs. Returns
 /// the paths removed.

@@ -1,7 +1,7 @@
 //! A moved file's other names (hard links): the re-link rule, how a move re-links them
 //! and how a journal found after a crash is settled ([`plan`], [`carry_out`], [`finish`]).
 //! The journal itself (its format, and its file: written, read, listed, set aside) is
-//! [`journal`]'s, re-exported here; kept apart so that the format can be read (by
+//! `journal.rs`'s, re-exported here; kept apart so that the format can be read (by
 //! `tierfs export` too) without the rule, and the rule changed without touching the format.
 //!
 //! Every move of a file's bytes (a re-layout, a lazy migration's commit, a move off a full

@@ -1,18 +1,19 @@
 //! The one request dispatcher under every transport: a decoded [`Request`] in, a call into
-//! the core ([`TierFs`]), a reply body out. It owns what the protocol negotiates (INIT) and
-//! the kernel-side state of kernel passthrough (backing ids), and contains handler panics.
-//! It does not know whether /dev/fuse or io_uring delivered the request.
+//! the core ([`TierFs`]), a reply body out. It owns the kernel-side state of kernel
+//! passthrough (backing ids) and contains handler panics; what the protocol negotiates
+//! (INIT) is [`super::init`]'s, which [`Dispatcher::init`] hands the core and the
+//! transport's wish. It does not know whether /dev/fuse or io_uring delivered the request.
 //!
 //! Reply bodies go into a buffer the transport owns: small ones into a reusable `Vec`, a
 //! READ's data straight into the transport's page-aligned reply buffer
 //! ([`Dispatcher::read`]), so the tier's direct I/O fills the memory the kernel copies from.
 
-use super::abi::{self, fattr, fopen, init, op, Pod};
+use super::abi::{self, fattr, fopen, op, Pod};
+use super::init::{negotiate, Negotiated};
 use super::reply::{
     attr_out, entry_out, errno, no_flush, open_flags, push_dirent, to_errno, xattr_reply,
 };
 use super::request::{forget_items, Op, Request};
-use super::{MAX_BACKGROUND, MAX_REQUEST};
 use crate::stats::ledger::Class;
 use crate::stats::reqstats::op_name;
 use crate::sys::SetTime;
@@ -37,17 +38,6 @@ pub enum Reply {
     Err(i32),
     /// No reply at all (FORGET, BATCH_FORGET, INTERRUPT).
     None,
-}
-
-/// What INIT settled.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Negotiated {
-    pub minor: u32,
-    /// The kernel agreed to FUSE over io_uring for this connection.
-    pub uring: bool,
-    /// The kernel offered io_uring (module parameter `enable_uring` is on).
-    pub uring_offered: bool,
-    pub passthrough: bool,
 }
 
 /// The dispatcher of one mount.
@@ -96,86 +86,9 @@ impl Dispatcher {
         &self.fs
     }
 
-    /// Answers the kernel's INIT: what we ask for and what we settled on.
+    /// Answers the kernel's INIT ([`negotiate`]): what we ask for and what we settled on.
     pub fn init(&self, i: &abi::InitIn) -> Result<(abi::InitOut, Negotiated), String> {
-        if i.major != abi::KERNEL_VERSION {
-            return Err(format!(
-                "the kernel speaks FUSE {}.{}, tierfs needs 7.{}",
-                i.major,
-                i.minor,
-                abi::MIN_KERNEL_MINOR
-            ));
-        }
-        if i.minor < abi::MIN_KERNEL_MINOR {
-            return Err(format!(
-                "the kernel's FUSE protocol 7.{} is older than 7.{} (Linux 5.9); upgrade the kernel",
-                i.minor,
-                abi::MIN_KERNEL_MINOR
-            ));
-        }
-        let offered = if i.flags as u64 & init::INIT_EXT != 0 {
-            i.flags as u64 | (i.flags2 as u64) << 32
-        } else {
-            i.flags as u64
-        };
-        let mut want = init::ASYNC_READ
-            | init::BIG_WRITES
-            | init::MAX_PAGES
-            | init::ASYNC_DIO
-            | init::PARALLEL_DIROPS
-            | init::HANDLE_KILLPRIV_V2
-            | init::INIT_EXT;
-        let mut neg = Negotiated {
-            minor: i.minor.min(abi::KERNEL_MINOR_VERSION),
-            ..Negotiated::default()
-        };
-        for (bit, name) in [
-            (init::ASYNC_DIO, "FUSE_ASYNC_DIO"),
-            (init::MAX_PAGES, "FUSE_MAX_PAGES"),
-            (init::PARALLEL_DIROPS, "FUSE_PARALLEL_DIROPS"),
-            (init::HANDLE_KILLPRIV_V2, "FUSE_HANDLE_KILLPRIV_V2"),
-        ] {
-            if offered & bit == 0 {
-                log::info!("the kernel lacks {name}");
-            }
-        }
-        let mut max_stack_depth = 0;
-        if self.fs.passthrough_enabled() {
-            if offered & init::PASSTHROUGH == 0 {
-                self.fs
-                    .disable_passthrough("this kernel has no FUSE passthrough (Linux >= 6.9)");
-            } else if crate::sys::euid() != 0 {
-                // Registering a backing file needs CAP_SYS_ADMIN.
-                self.fs.disable_passthrough(
-                    "not root (registering backing files needs CAP_SYS_ADMIN)",
-                );
-            } else {
-                want |= init::PASSTHROUGH;
-                max_stack_depth = 1;
-                neg.passthrough = true;
-            }
-        }
-        neg.uring_offered = offered & init::OVER_IO_URING != 0;
-        if self.want_uring.load(Ordering::Relaxed) && neg.uring_offered {
-            want |= init::OVER_IO_URING;
-            neg.uring = true;
-        }
-        let flags = want & offered;
-        let out = abi::InitOut {
-            major: abi::KERNEL_VERSION,
-            minor: abi::KERNEL_MINOR_VERSION,
-            max_readahead: i.max_readahead.min(MAX_REQUEST),
-            flags: flags as u32,
-            flags2: (flags >> 32) as u32,
-            max_background: MAX_BACKGROUND,
-            congestion_threshold: MAX_BACKGROUND * 3 / 4,
-            max_write: MAX_REQUEST,
-            time_gran: 1,
-            max_pages: (MAX_REQUEST / 4096) as u16,
-            max_stack_depth,
-            ..abi::InitOut::default()
-        };
-        Ok((out, neg))
+        negotiate(&self.fs, self.want_uring.load(Ordering::Relaxed), i)
     }
 
     /// Serves a READ into `buf` (at least `arg.size` bytes, page-aligned for direct I/O);

@@ -7,8 +7,9 @@
 //!   unmounting it.
 //! - [`request`]: a request's bytes decoded into a typed operation, the same for every
 //!   transport.
-//! - [`dispatch`]: the one dispatcher: INIT negotiation, a call into the core per request,
-//!   the reply body, kernel passthrough registrations, panic containment.
+//! - [`init`]: INIT, what the protocol negotiates (flags, sizes, passthrough, io_uring).
+//! - [`dispatch`]: the one dispatcher: a call into the core per request, the reply body,
+//!   kernel passthrough registrations, panic containment.
 //! - `reply`: the dispatcher's pure conversions of the core's results into reply structs
 //!   (attributes, directory entries, xattr answers, open flags, errnos).
 //! - Transports, which only move bytes: [`dev`] (`readv`/`writev` on /dev/fuse) and
@@ -23,6 +24,7 @@
 pub mod abi;
 pub mod dev;
 pub mod dispatch;
+pub mod init;
 pub mod mount;
 pub mod notify;
 mod reply;
@@ -33,7 +35,7 @@ pub mod uring;
 pub use notify::Notifier;
 pub use session::{Session, SessionOptions};
 
-// The mount's limits live here rather than in `dispatch`, which negotiates them, because
+// The mount's limits live here rather than in `init`, which negotiates them, because
 // `reply` reports MAX_REQUEST as a file's block size and must not import its own caller.
 
 /// Largest request we negotiate: DeepSpeed's aio block size.

@@ -17,6 +17,10 @@
 //! each write pass ends with `fdatasync`, and the file's page cache is dropped
 //! (`posix_fadvise(DONTNEED)`) before each read pass, so every pass reaches the device.
 //! `ProbeResult::direct_io` then says `false`.
+//!
+//! This file owns the measurement itself (options, test file, passes, verification, errors);
+//! the result's cache file is `cache.rs`'s and `tierfs probe`'s table `report.rs`'s, both
+//! re-exported here, so that neither a stored figure nor its display reaches into the I/O.
 
 use std::alloc::Layout;
 use std::fs::{File, OpenOptions};
@@ -28,9 +32,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::tierio::{AlignedBuf, ALIGN};
-use crate::units::{fmt_bytes, fmt_rate};
+use crate::units::fmt_bytes;
 
+mod cache;
+mod report;
 mod wait;
+pub use cache::probe_cached;
+pub use report::{format_age, render_table, render_table_at};
 use wait::Waits;
 pub use wait::{CpuWait, CPU_WAIT_LIMIT};
 
@@ -275,203 +283,11 @@ fn pattern_buf(len: usize) -> AlignedBuf {
     b
 }
 
-/// Returns the cached result in `cache_file` if there is one, else probes `dir` and caches.
-///
-/// With `fresh` the cache is not read. A cache file that cannot be read or parsed is ignored
-/// (with a warning) and replaced. A result measured while the machine was short of cores
-/// ([`CpuWait::busy`]) is returned with a warning and not cached (an older cache stays). The new result is written to a temporary file beside
-/// `cache_file` and renamed over it, creating the parent folder if needed; if that fails the
-/// result is still returned, with a warning.
-pub fn probe_cached(
-    dir: &Path,
-    cache_file: &Path,
-    fresh: bool,
-    opts: &ProbeOptions,
-) -> Result<ProbeResult, ProbeError> {
-    if !fresh {
-        if let Some(r) = read_cache(cache_file) {
-            return Ok(r);
-        }
-    }
-    let r = probe_dir(dir, opts)?;
-    if let Some(w) = r.cpu_wait.filter(|w| w.exceeds(opts.cpu_wait_limit)) {
-        log::warn!(
-            "probe of {}: tasks waited for a core {:.0} % of the probe's time, so its figures \
-             (read {}, write {}) may measure the CPU rather than the tier: they are used now \
-             but not cached, and the next mount probes again (`tierfs probe --fresh` on a \
-             quiet node caches them; read_bandwidth/write_bandwidth in the config skip probing)",
-            dir.display(),
-            w.worst().unwrap_or(0.0) * 100.0,
-            fmt_rate(r.read_bps),
-            fmt_rate(r.write_bps),
-        );
-        return Ok(r);
-    }
-    if let Err(e) = write_cache(cache_file, &r) {
-        log::warn!(
-            "probe of {}: cannot write cache file {}: {e}",
-            dir.display(),
-            cache_file.display()
-        );
-    }
-    Ok(r)
-}
-
-/// A human table: one row per (name, path, result).
-pub fn render_table(rows: &[(String, String, ProbeResult)]) -> String {
-    render_table_at(rows, unix_now())
-}
-
-/// [`render_table`] with the MEASURED column relative to `now` (Unix seconds).
-pub fn render_table_at(rows: &[(String, String, ProbeResult)], now: u64) -> String {
-    let header = ["NAME", "PATH", "READ", "WRITE", "MODE", "MEASURED"];
-    // READ and WRITE are right-aligned.
-    let right = [false, false, true, true, false, false];
-    let mut cells: Vec<[String; 6]> = Vec::with_capacity(rows.len() + 1);
-    cells.push(header.map(String::from));
-    for (name, path, r) in rows {
-        cells.push([
-            name.clone(),
-            path.clone(),
-            fmt_rate(r.read_bps),
-            fmt_rate(r.write_bps),
-            if r.direct_io {
-                "direct"
-            } else {
-                "buffered+fsync"
-            }
-            .to_string(),
-            match r.cpu_wait.filter(CpuWait::busy).and_then(|w| w.worst()) {
-                Some(w) => format!(
-                    "{}, CPU busy {:.0} %: may be low",
-                    format_age(r.measured_at, now),
-                    w * 100.0
-                ),
-                None => format_age(r.measured_at, now),
-            },
-        ]);
-    }
-    let mut widths = [0usize; 6];
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for row in &cells {
-        let mut line = String::new();
-        for (i, c) in row.iter().enumerate() {
-            if i > 0 {
-                line.push_str("  ");
-            }
-            let pad = widths[i] - c.chars().count();
-            if right[i] {
-                line.extend(std::iter::repeat_n(' ', pad));
-                line.push_str(c);
-            } else {
-                line.push_str(c);
-                line.extend(std::iter::repeat_n(' ', pad));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
-/// How long ago `then` was, seen at `now` (Unix seconds): "3s ago", "5m ago", "2h ago",
-/// or the UTC date ("2025-01-31") from a day on, or when `then` lies in the future.
-pub fn format_age(then: u64, now: u64) -> String {
-    match now.checked_sub(then) {
-        Some(s) if s < 60 => format!("{s}s ago"),
-        Some(s) if s < 3600 => format!("{}m ago", s / 60),
-        Some(s) if s < 86400 => format!("{}h ago", s / 3600),
-        _ => {
-            let (y, m, d) = civil_from_days(then / 86400);
-            format!("{y:04}-{m:02}-{d:02}")
-        }
-    }
-}
-
-/// Year, month, day of a count of days since 1970-01-01 (proleptic Gregorian).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + u64::from(m <= 2);
-    (y, m, d)
-}
-
 fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-fn read_cache(cache_file: &Path) -> Option<ProbeResult> {
-    let text = match std::fs::read(cache_file) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
-        Err(e) => {
-            log::warn!(
-                "cannot read probe cache {}: {e}; probing again",
-                cache_file.display()
-            );
-            return None;
-        }
-    };
-    match serde_json::from_slice::<ProbeResult>(&text) {
-        Ok(r) if valid_rate(r.read_bps) && valid_rate(r.write_bps) => Some(r),
-        Ok(_) => {
-            log::warn!(
-                "probe cache {} holds a zero or invalid bandwidth; probing again",
-                cache_file.display()
-            );
-            None
-        }
-        Err(e) => {
-            log::warn!(
-                "probe cache {} is not valid: {e}; probing again",
-                cache_file.display()
-            );
-            None
-        }
-    }
-}
-
-fn valid_rate(bps: f64) -> bool {
-    bps.is_finite() && bps > 0.0
-}
-
-fn write_cache(cache_file: &Path, r: &ProbeResult) -> io::Result<()> {
-    if let Some(parent) = cache_file.parent() {
-        if !parent.as_os_str().is_empty() {
-            std::fs::create_dir_all(parent)?;
-        }
-    }
-    let mut tmp_name = cache_file
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_else(|| "probe".into());
-    tmp_name.push(format!(".tmp-{}", std::process::id()));
-    let tmp = cache_file.with_file_name(tmp_name);
-    let guard = TempFile(tmp.clone());
-    let mut json = serde_json::to_vec_pretty(r).map_err(io::Error::other)?;
-    json.push(b'\n');
-    {
-        let f = File::create(&tmp)?;
-        f.write_all_at(&json, 0)?;
-        f.sync_data()?;
-    }
-    std::fs::rename(&tmp, cache_file)?;
-    std::mem::forget(guard);
-    Ok(())
 }
 
 /// Removes the file at the path when dropped (the probe's test file, also on error).

@@ -2,7 +2,9 @@
 //! refusals and their messages (bad options, a missing, unwritable or full folder), the
 //! verification, the cache (round trip, a corrupt one re-probed), the busy rule and the table.
 
+use super::cache::valid_rate;
 use super::*;
+use crate::units::fmt_rate;
 
 /// Small and quick; cached whatever the load (tests run side by side on few cores).
 fn small() -> ProbeOptions {

@@ -1,5 +1,8 @@
-//! A moved file's other names (hard links), and the journal that carries their re-linking
-//! across a crash.
+//! A moved file's other names (hard links): the re-link rule, how a move re-links them
+//! and how a journal found after a crash is settled ([`plan`], [`carry_out`], [`finish`]).
+//! The journal itself (its format, and its file: written, read, listed, set aside) is
+//! `journal.rs`'s, re-exported here; kept apart so that the format can be read (by
+//! `tierfs export` too) without the rule, and the rule changed without touching the format.
 //!
 //! Every move of a file's bytes (a re-layout, a lazy migration's commit, a move off a full
 //! or failing tier) makes new pieces and renames them in under the file's primary name. A
@@ -60,142 +63,22 @@
 //! only reads, so it refuses to copy while a journal is pending; past one set aside it
 //! copies, and warns that the file it names may be mixed.
 
-mod files;
+mod journal;
 
-pub use files::{list, list_set_aside, read, remove_torn_writes, set_aside, write, Listed};
+pub use journal::{
+    list, list_set_aside, read, remove_torn_writes, set_aside, write, Journal, Listed,
+    JOURNAL_PREFIX,
+};
 
 use crate::inodes::types::TMP_PREFIX;
 use crate::tier::beneath::Beneath;
-use files::sync_folder;
-use std::ffi::OsString;
+use journal::sync_folder;
 use std::io;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-/// Journal files' names begin so, in a tier's `.tierfs-meta/` folder.
-pub const JOURNAL_PREFIX: &str = "relink-";
-const MAGIC: &str = "tierfs-relink v1";
-
-/// A move's re-linking, as written before its first rename.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Journal {
-    /// The file's primary name, relative to the tiers' data folders.
-    pub primary: PathBuf,
-    /// Its other names.
-    pub names: Vec<PathBuf>,
-    /// (tier, backing inode) of each new piece.
-    pub new: Vec<(usize, u64)>,
-    /// (tier, backing inode) of each old piece.
-    pub old: Vec<(usize, u64)>,
-    /// `names` are not the user's but the move's keeps: second names (temporaries beside
-    /// the primary) of the old entries its renames replace, for a file with one name. On
-    /// every verdict they are removed, never re-linked; a torn move is undone from them.
-    pub keeps: bool,
-    /// (tier, path from the tier's folder) of each new piece's temporary (in limbo): what
-    /// finishes a move torn between the primary's renames. Empty in older journals.
-    pub pending: Vec<(usize, PathBuf)>,
-}
-
 /// The pseudo-name [`plan`]'s `ino` takes for a new piece's temporary ([`Journal::pending`]).
 pub const PENDING: usize = usize::MAX;
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-impl Journal {
-    /// The text form: one field a line, paths hex-encoded (a name may hold any byte but
-    /// `/` and NUL, newlines included).
-    pub fn encode(&self) -> String {
-        let mut s = format!(
-            "{MAGIC}\nprimary {}\n",
-            hex(self.primary.as_os_str().as_bytes())
-        );
-        if self.keeps {
-            s += "keeps\n";
-        }
-        for n in &self.names {
-            s += &format!("name {}\n", hex(n.as_os_str().as_bytes()));
-        }
-        for (t, ino) in &self.new {
-            s += &format!("new {t} {ino}\n");
-        }
-        for (t, ino) in &self.old {
-            s += &format!("old {t} {ino}\n");
-        }
-        for (t, p) in &self.pending {
-            s += &format!("pending {t} {}\n", hex(p.as_os_str().as_bytes()));
-        }
-        s + "end\n"
-    }
-
-    /// Parses [`Journal::encode`]'s output; `None` for anything else, a torn write
-    /// included (it ends with `end`).
-    pub fn decode(s: &str) -> Option<Journal> {
-        let mut lines = s.lines();
-        if lines.next()? != MAGIC {
-            return None;
-        }
-        let path = |v: &str| Some(PathBuf::from(OsString::from_vec(unhex(v)?)));
-        let (mut primary, mut names, mut new, mut old) = (None, vec![], vec![], vec![]);
-        let (mut keeps, mut pending) = (false, vec![]);
-        for l in lines {
-            let mut w = l.split(' ');
-            match (w.next()?, w.next(), w.next()) {
-                ("primary", Some(v), None) => primary = Some(path(v)?),
-                ("keeps", None, None) => keeps = true,
-                ("name", Some(v), None) => names.push(path(v)?),
-                ("new", Some(t), Some(i)) => new.push((t.parse().ok()?, i.parse().ok()?)),
-                ("old", Some(t), Some(i)) => old.push((t.parse().ok()?, i.parse().ok()?)),
-                ("pending", Some(t), Some(p)) => pending.push((t.parse().ok()?, path(p)?)),
-                ("end", None, None) => {
-                    return Some(Journal {
-                        primary: primary?,
-                        names,
-                        new,
-                        old,
-                        keeps,
-                        pending,
-                    })
-                }
-                _ => return None,
-            }
-        }
-        None
-    }
-
-    fn old_ino(&self, t: usize) -> Option<u64> {
-        self.old.iter().find(|(u, _)| *u == t).map(|(_, i)| *i)
-    }
-
-    fn new_ino(&self, t: usize) -> Option<u64> {
-        self.new.iter().find(|(u, _)| *u == t).map(|(_, i)| *i)
-    }
-
-    /// The new piece's temporary on tier `t`, from the tier's folder.
-    pub fn pending_on(&self, t: usize) -> Option<&Path> {
-        self.pending
-            .iter()
-            .find(|(u, _)| *u == t)
-            .map(|(_, p)| p.as_path())
-    }
-
-    /// Every tier it names.
-    pub fn tiers(&self) -> Vec<usize> {
-        self.new.iter().chain(&self.old).map(|(t, _)| *t).collect()
-    }
-}
 
 /// One change [`plan`] asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -593,7 +476,7 @@ pub fn finish<'a>(
     path: &Path,
     on: impl Fn(usize) -> Option<(Beneath<'a>, PathBuf)>,
 ) -> Result<String, NotSettled> {
-    let j = match files::read(path) {
+    let j = match journal::read(path) {
         Ok(Some(j)) => j,
         Ok(None) => {
             return Err(NotSettled {

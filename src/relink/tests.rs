@@ -2,8 +2,11 @@
 //! the verdict for each state a crash can leave a move in (with several names, and a one-name
 //! file's keeps); `finish` on real folders, including a temporary that cannot be stat-ed.
 
+use super::journal::{hex, MAGIC};
 use super::*;
 use std::collections::HashMap;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 
 /// Primary `d/a` moves from tiers 0 and 1 (old pieces 10, 11) to tiers 1 and 2 (new
 /// pieces 21, 22); other names `b` and one with a newline and a non-UTF-8 byte.

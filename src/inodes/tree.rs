@@ -51,6 +51,24 @@ pub(crate) struct Node {
 }
 
 impl Node {
+    /// The root folder as a mount starts with it: its own parent, looked up once (the
+    /// kernel's reference), with no children yet.
+    pub(crate) fn root() -> Node {
+        Node {
+            parent: ROOT_INO,
+            name: OsString::new(),
+            links: Vec::new(),
+            data: NodeData::Dir {
+                children: BTreeMap::new(),
+            },
+            nlookup: AtomicU64::new(1),
+            linked: true,
+            removed_attr: None,
+            limbo: false,
+            degraded_new: false,
+        }
+    }
+
     pub(crate) fn kind(&self) -> Kind {
         match &self.data {
             NodeData::Dir { .. } => Kind::Dir,
@@ -217,22 +235,7 @@ mod tests {
 
     fn tree_with_dirs() -> (Tree, u64, u64) {
         let mut nodes = HashMap::new();
-        nodes.insert(
-            ROOT_INO,
-            Node {
-                parent: ROOT_INO,
-                name: OsString::new(),
-                links: Vec::new(),
-                data: NodeData::Dir {
-                    children: BTreeMap::new(),
-                },
-                nlookup: AtomicU64::new(1),
-                linked: true,
-                removed_attr: None,
-                limbo: false,
-                degraded_new: false,
-            },
-        );
+        nodes.insert(ROOT_INO, Node::root());
         let mut t = Tree {
             nodes,
             next_ino: FIRST_INO,

@@ -17,7 +17,7 @@ use crate::vfs::adapt;
 use crate::vfs::state::TierFs;
 use crate::vfs::{namespace, scan};
 use parking_lot::{Mutex, RwLock};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,22 +41,7 @@ pub(crate) fn with_staging(
         .map(|t| placement::effective_bandwidth(t.read_bps, t.write_bps))
         .collect();
     let mut nodes = HashMap::new();
-    nodes.insert(
-        ROOT_INO,
-        Node {
-            parent: ROOT_INO,
-            name: OsString::new(),
-            links: Vec::new(),
-            data: NodeData::Dir {
-                children: BTreeMap::new(),
-            },
-            nlookup: AtomicU64::new(1),
-            linked: true,
-            removed_attr: None,
-            limbo: false,
-            degraded_new: false,
-        },
-    );
+    nodes.insert(ROOT_INO, Node::root());
     let fs = TierFs {
         placer: Placer::new(if config.placement.adapt {
             adapt::paused_shares(&tiers, &bws, &bws, config.placement.min_share)
